@@ -1,0 +1,207 @@
+"""Teams, runs, checkpoints, their copies, the shard files behind them, and the audit trail."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from catalog.choices import ActorKind, CopyState, EventSource, Importance, RunStatus, Verification
+
+
+class Team(models.Model):
+    """A group that owns runs and pays for their storage through a cost center."""
+
+    name = models.CharField(max_length=100, unique=True)
+    cost_center = models.CharField(max_length=100, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Run(models.Model):
+    """One training run of one team. Its checkpoints may live at many locations."""
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="runs")
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=12, choices=RunStatus.choices, default=RunStatus.ACTIVE)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["team__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="run_team_name_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.team.name}/{self.name}"
+
+
+class Checkpoint(models.Model):
+    """One step of one run: a logical checkpoint, whatever copies of it exist."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.BigIntegerField()
+    importance = models.CharField(max_length=12, choices=Importance.choices, default=Importance.ROUTINE)
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "-step"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step"], name="checkpoint_run_step_unique"),
+            models.CheckConstraint(condition=Q(step__gte=0), name="checkpoint_step_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run} step {self.step}"
+
+
+class CheckpointCopy(models.Model):
+    """A checkpoint at one storage location, judged complete, partial or corrupt, with the reasons."""
+
+    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="copies")
+    location = models.ForeignKey("fleet.StorageLocation", on_delete=models.CASCADE, related_name="copies")
+    path = models.TextField(help_text="The checkpoint directory or file, relative to the location root.")
+    format = models.CharField(max_length=40)
+    state = models.CharField(max_length=10, choices=CopyState.choices)
+    reasons = models.JSONField(default=list, blank=True)
+    temporary = models.BooleanField(default=False, help_text="A left-over of an interrupted save.")
+    verification = models.CharField(max_length=12, choices=Verification.choices, default=Verification.UNVERIFIED)
+    file_count = models.BigIntegerField(default=0)
+    bytes = models.BigIntegerField(default=0)
+    expected_files = models.BigIntegerField(null=True, blank=True)
+    expected_bytes = models.BigIntegerField(null=True, blank=True)
+    newest_mtime = models.DateTimeField(null=True, blank=True)
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+    judged_at = models.DateTimeField(null=True, blank=True)
+    gone_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["checkpoint", "location"]
+        verbose_name_plural = "checkpoint copies"
+        constraints = [
+            models.UniqueConstraint(fields=["location", "path"], name="copy_location_path_unique"),
+            models.CheckConstraint(
+                condition=Q(file_count__gte=0) & Q(bytes__gte=0), name="copy_counts_not_negative"
+            ),
+        ]
+        indexes = [models.Index(fields=["checkpoint", "gone_at"], name="copy_checkpoint_present")]
+
+    def __str__(self) -> str:
+        return f"{self.checkpoint} at {self.location}"
+
+
+class ShardFile(models.Model):
+    """One physical file at one location, as the newest inventory saw it.
+
+    Rows are never deleted when a file disappears: ``gone_at`` is set and its history kept. While a
+    file is present it was last seen at its location's ``last_applied_at``; ``last_seen_at`` is only
+    stored when it goes, so that re-reporting an unchanged inventory writes nothing.
+    On PostgreSQL ``path`` uses the "C" collation (see the migration) so that ordering and range
+    comparisons are bytewise, as on SQLite, and a directory's files form one contiguous range.
+    """
+
+    location = models.ForeignKey("fleet.StorageLocation", on_delete=models.CASCADE, related_name="files")
+    path = models.TextField()
+    size = models.BigIntegerField()
+    mtime = models.DateTimeField()
+    checksum = models.CharField(max_length=128, blank=True, default="")
+    checksum_algo = models.CharField(max_length=16, blank=True, default="")
+    facts = models.JSONField(null=True, blank=True)
+    copy = models.ForeignKey(CheckpointCopy, on_delete=models.SET_NULL, null=True, blank=True, related_name="files")
+    first_seen_at = models.DateTimeField()
+    changed_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    gone_at = models.DateTimeField(null=True, blank=True)
+    changed_by = models.ForeignKey(
+        "fleet.Inventory", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["location", "path"]
+        constraints = [
+            models.UniqueConstraint(fields=["location", "path"], name="shardfile_location_path_unique"),
+            models.CheckConstraint(condition=Q(size__gte=0), name="shardfile_size_not_negative"),
+            models.CheckConstraint(
+                condition=Q(checksum="") | ~Q(checksum_algo=""), name="shardfile_checksum_has_algorithm"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["copy"], name="shardfile_copy"),
+            models.Index(fields=["changed_by"], name="shardfile_changed_by"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.location}:{self.path}"
+
+
+class IngestRow(models.Model):
+    """Staging for one file line of an inventory being ingested; emptied once merged or rejected."""
+
+    inventory = models.ForeignKey("fleet.Inventory", on_delete=models.CASCADE, related_name="+")
+    path = models.TextField()
+    size = models.BigIntegerField()
+    mtime = models.DateTimeField()
+    checksum = models.CharField(max_length=128, blank=True, default="")
+    checksum_algo = models.CharField(max_length=16, blank=True, default="")
+    facts = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["inventory", "path"], name="ingestrow_inventory_path_unique")]
+
+
+class AuditEventQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise PermissionError("audit events are append-only")
+
+    def delete(self):
+        raise PermissionError("audit events are append-only")
+
+
+class AuditEvent(models.Model):
+    """An append-only record of one action or job outcome: who, what, when, why, before and after.
+
+    Each event carries the hash of the one before it, so a changed or removed event breaks the chain.
+    """
+
+    at = models.DateTimeField(db_index=True)
+    actor_kind = models.CharField(max_length=8, choices=ActorKind.choices)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True)
+    actor_label = models.CharField(max_length=200)
+    source = models.CharField(max_length=8, choices=EventSource.choices)
+    action = models.CharField(max_length=60, db_index=True)
+    target_type = models.CharField(max_length=40)
+    target_id = models.BigIntegerField(null=True, blank=True)
+    target_label = models.CharField(max_length=500, blank=True)
+    reason = models.TextField(blank=True)
+    case_ref = models.CharField(max_length=200, blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    request_id = models.CharField(max_length=64, blank=True)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64, unique=True)
+
+    objects = AuditEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["target_type", "target_id"], name="audit_target")]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_label} {self.action} {self.target_label}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise PermissionError("audit events are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("audit events are append-only")
+
+
+class AuditChainHead(models.Model):
+    """A single row holding the newest audit hash; locking it serialises appends to the chain."""
+
+    last_hash = models.CharField(max_length=64)
+    count = models.BigIntegerField(default=0)

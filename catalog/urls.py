@@ -1,0 +1,11 @@
+from django.urls import path
+
+from catalog import views
+
+app_name = "catalog"
+urlpatterns = [
+    path("", views.run_list, name="home"),
+    path("runs/", views.run_list, name="run-list"),
+    path("runs/<int:pk>/", views.run_detail, name="run-detail"),
+    path("checkpoints/<int:pk>/", views.checkpoint_detail, name="checkpoint-detail"),
+]

@@ -1,0 +1,115 @@
+"""Strict parsers for settings that come from the environment.
+
+Every parser raises ``ImproperlyConfigured`` naming the variable when its value is malformed, so a
+bad deployment fails at start with a message instead of misbehaving later.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_secret(name: str) -> str | None:
+    """A secret from NAME, or from the file named by NAME_FILE (the Docker/Kubernetes convention)."""
+    value = os.environ.get(name)
+    file_name = os.environ.get(f"{name}_FILE")
+    if value and file_name:
+        raise ImproperlyConfigured(f"set {name} or {name}_FILE, not both")
+    if file_name:
+        try:
+            return Path(file_name).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE={file_name!r} cannot be read: {exc.strerror}") from None
+    return value or None
+
+
+def parse_database_url(name: str, url: str) -> dict:
+    """Turn ``postgres://user:pass@host:5432/db`` or ``sqlite:///path`` into a DATABASES entry."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme in {"postgres", "postgresql", "pgsql"}:
+        db_name = unquote(parts.path.lstrip("/"))
+        if not db_name:
+            raise ImproperlyConfigured(f"{name} has no database name: {_redact(url)}")
+        try:
+            port = parts.port
+        except ValueError:
+            raise ImproperlyConfigured(f"{name} has an invalid port: {_redact(url)}") from None
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": db_name,
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": parts.hostname or "",
+            "PORT": str(port or ""),
+            "CONN_MAX_AGE": 60,
+            "CONN_HEALTH_CHECKS": True,
+        }
+    if scheme == "sqlite":
+        # sqlite:///relative.db and sqlite:////absolute/path.db, as dj-database-url reads them.
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        if not path:
+            raise ImproperlyConfigured(f"{name} names no SQLite file: {url}")
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": path,
+            "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"},
+        }
+    raise ImproperlyConfigured(f"{name} has an unsupported scheme {scheme!r} (use postgres:// or sqlite://)")
+
+
+def check_url(name: str, url: str, schemes: set[str]) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in schemes or not parts.netloc:
+        raise ImproperlyConfigured(f"{name}={_redact(url)!r} is not a {'/'.join(sorted(schemes))} URL")
+    return url
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@")
+    return url

@@ -1,0 +1,100 @@
+"""API views of the fleet: inventory upload for agents, read-only lists for people."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import permissions, status, viewsets
+from rest_framework.parsers import BaseParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ckptfleet.errors import PermissionRefused, TooLarge
+from fleet.api.auth import HostPrincipal, HostTokenAuthentication
+from fleet.api.serializers import HostSerializer, InventorySerializer, StorageLocationSerializer
+from fleet.models import Host, Inventory, StorageLocation
+from fleet.services import inventory_receive
+
+
+class StreamParser(BaseParser):
+    """Leaves the body unread, so the view can stream it to disk without holding it in memory."""
+
+    media_type = "application/x-ndjson"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        return stream
+
+
+class IsHost(permissions.BasePermission):
+    message = "only a host agent's token may upload inventories"
+
+    def has_permission(self, request, view) -> bool:
+        return isinstance(request.user, HostPrincipal)
+
+
+class InventoryUploadView(APIView):
+    """POST: a host agent uploads one gzip NDJSON inventory (docs/wire-format.md)."""
+
+    authentication_classes = [HostTokenAuthentication]
+    permission_classes = [IsHost]
+    parser_classes = [StreamParser]
+
+    @extend_schema(
+        request={"application/x-ndjson": bytes},
+        responses={202: InventorySerializer, 400: OpenApiResponse(description="malformed header"),
+                   403: OpenApiResponse(description="token of another host"), 413: OpenApiResponse()},
+    )
+    def post(self, request):
+        declared = request.headers.get("Content-Length")
+        if declared and declared.isdigit() and int(declared) > settings.INVENTORY_MAX_BYTES:
+            raise TooLarge(
+                f"the inventory is {int(declared)} bytes compressed, over the limit of "
+                f"{settings.INVENTORY_MAX_BYTES} (CKPTFLEET_INVENTORY_MAX_BYTES)"
+            )
+        inventory = inventory_receive(
+            host=request.user.host,
+            stream=request._request,  # the WSGI stream, read in chunks
+            content_encoding=request.headers.get("Content-Encoding", ""),
+        )
+        body = {"id": inventory.pk, "status": inventory.status, "url": f"/api/v1/inventories/{inventory.pk}/"}
+        inventory.refresh_from_db(fields=["status"])
+        body["status"] = inventory.status
+        return Response(body, status=status.HTTP_202_ACCEPTED)
+
+
+class InventoryDetailView(APIView):
+    """GET: the state of one inventory. A host sees its own; a signed-in person sees any."""
+
+    authentication_classes = [HostTokenAuthentication, *APIView.authentication_classes]
+
+    @extend_schema(responses=InventorySerializer)
+    def get(self, request, pk: int):
+        inventory = get_object_or_404(Inventory.objects.select_related("location", "host"), pk=pk)
+        if isinstance(request.user, HostPrincipal) and inventory.host_id != request.user.host.pk:
+            raise PermissionRefused("this inventory belongs to another host")
+        return Response(InventorySerializer(inventory).data)
+
+
+class InventoryViewSet(viewsets.ReadOnlyModelViewSet):
+    """Inventories, newest first."""
+
+    queryset = Inventory.objects.select_related("location", "host")
+    serializer_class = InventorySerializer
+    filterset_fields = ["status", "location", "host", "source"]
+    ordering = "-id"
+
+
+class HostViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Host.objects.prefetch_related("locations__host")
+    serializer_class = HostSerializer
+    ordering = "name"
+
+
+class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = StorageLocation.objects.select_related("host")
+    serializer_class = StorageLocationSerializer
+    filterset_fields = ["kind", "tier", "host"]
+    ordering = "name"
+
+

@@ -1,0 +1,245 @@
+"""Writes of the fleet domain: hosts, their tokens and locations, and receiving inventories."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import hmac
+import json
+import secrets
+import zlib
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from django.conf import settings
+from django.core.files.base import File
+from django.db import transaction
+from django.utils import timezone
+
+from catalog.audit import audit_record
+from catalog.choices import ActorKind, EventSource
+from catalog.models import Team
+from ckptfleet.errors import DomainError, NotAuthenticated, PermissionRefused, TooLarge
+from fleet.choices import InventorySource, InventoryStatus, LocationKind, Tier
+from fleet.models import Host, HostToken, Inventory, StorageLocation
+
+TOKEN_PREFIX = "cfh"
+WIRE_FORMAT = "ckptfleet-inventory/1"
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who is acting, for the audit trail."""
+
+    kind: str
+    label: str
+    source: str
+    user: object | None = None
+
+    @classmethod
+    def command(cls, label: str = "manage.py") -> Actor:
+        return cls(kind=ActorKind.SYSTEM, label=label, source=EventSource.COMMAND)
+
+
+def _hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def host_register(*, name: str, site: str = "", region: str = "", description: str = "", actor: Actor) -> Host:
+    with transaction.atomic():
+        if Host.objects.filter(name=name).exists():
+            raise DomainError(f"a host named {name!r} is already registered", code="exists")
+        host = Host.objects.create(name=name, site=site, region=region, description=description)
+        audit_record(
+            actor_kind=actor.kind, actor=actor.user, actor_label=actor.label, source=actor.source,
+            action="host.register", target_type="host", target_id=host.pk, target_label=host.name,
+            after={"name": name, "site": site, "region": region},
+        )
+    return host
+
+
+def host_token_issue(*, host: Host, actor: Actor, revoke_others: bool = True) -> str:
+    """Make a new token for ``host`` and return it; it is shown once and only its hash is kept.
+
+    Rotating revokes every earlier token of the host in the same transaction, so a leaked token
+    stops working the moment a new one is issued.
+    """
+    prefix = secrets.token_hex(6)
+    raw = f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+    with transaction.atomic():
+        now = timezone.now()
+        revoked = 0
+        if revoke_others:
+            revoked = HostToken.objects.filter(host=host, revoked_at__isnull=True).update(revoked_at=now)
+        token = HostToken.objects.create(host=host, prefix=prefix, token_hash=_hash_token(raw))
+        audit_record(
+            actor_kind=actor.kind, actor=actor.user, actor_label=actor.label, source=actor.source,
+            action="host.token_issue", target_type="host", target_id=host.pk, target_label=host.name,
+            after={"token_prefix": token.prefix, "revoked_tokens": revoked},
+        )
+    return raw
+
+
+def host_authenticate(raw: str) -> Host:
+    """The host a bearer token belongs to, or NotAuthenticated. Constant-time on the secret part."""
+    parts = raw.split("_", 2)
+    if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
+        raise NotAuthenticated("the token is malformed; use the token printed by `manage.py fleet_host`")
+    token = HostToken.objects.select_related("host").filter(prefix=parts[1]).first()
+    if token is None or not hmac.compare_digest(token.token_hash, _hash_token(raw)):
+        raise NotAuthenticated("the token is not valid")
+    if token.revoked_at is not None:
+        raise NotAuthenticated("the token was revoked; issue a new one with `manage.py fleet_host rotate-token`")
+    now = timezone.now()
+    # Touch at most once a minute: a busy fleet should not turn every upload into two writes.
+    if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+        HostToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token.host
+
+
+def location_add(
+    *,
+    host: Host | None,
+    name: str,
+    kind: str,
+    tier: str,
+    root_path: str = "",
+    path_template: str = "{team}/{run}",
+    default_team: Team | None = None,
+    site: str = "",
+    region: str = "",
+    actor: Actor,
+) -> StorageLocation:
+    if kind not in LocationKind.values:
+        raise DomainError(f"unknown location kind {kind!r}; use one of {', '.join(LocationKind.values)}")
+    if tier not in Tier.values:
+        raise DomainError(f"unknown tier {tier!r}; use one of {', '.join(Tier.values)}")
+    if kind in (LocationKind.NVME, LocationKind.PFS):
+        if host is None or not root_path.startswith("/"):
+            raise DomainError("a host location needs a host and an absolute root path")
+        root_path = root_path.rstrip("/") or "/"
+    if "{run}" not in path_template:
+        raise DomainError("the path template must contain {run}, e.g. {team}/{run}")
+    with transaction.atomic():
+        if StorageLocation.objects.filter(name=name).exists():
+            raise DomainError(f"a storage location named {name!r} already exists", code="exists")
+        if host and StorageLocation.objects.filter(host=host, root_path=root_path).exists():
+            raise DomainError(f"{host.name} already has the root {root_path}", code="exists")
+        location = StorageLocation.objects.create(
+            host=host, name=name, kind=kind, tier=tier, root_path=root_path, path_template=path_template,
+            default_team=default_team, site=site, region=region,
+        )
+        audit_record(
+            actor_kind=actor.kind, actor=actor.user, actor_label=actor.label, source=actor.source,
+            action="location.add", target_type="location", target_id=location.pk, target_label=location.name,
+            after={"kind": kind, "tier": tier, "host": host.name if host else None, "root": root_path,
+                   "path_template": path_template},
+        )
+    return location
+
+
+class _LimitedReader:
+    """Reads at most ``limit`` bytes from a request stream and fails with 413 past that."""
+
+    def __init__(self, stream: BinaryIO, limit: int) -> None:
+        self.stream = stream
+        self.limit = limit
+        self.read_bytes = 0
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.stream.read(size if size and size > 0 else 1024 * 1024)
+        self.read_bytes += len(chunk)
+        if self.read_bytes > self.limit:
+            raise TooLarge(
+                f"the inventory is larger than {self.limit} bytes compressed "
+                "(CKPTFLEET_INVENTORY_MAX_BYTES); split the root or raise the limit"
+            )
+        return chunk
+
+
+def _read_header(first_chunk: bytes) -> dict:
+    """Decode just enough of the gzip stream to read and check the header line."""
+    try:
+        decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        text = decompressor.decompress(first_chunk, settings.INVENTORY_MAX_LINE + 1)
+    except zlib.error:
+        raise DomainError("the body is not gzip-compressed NDJSON", code="bad_inventory") from None
+    line, newline, _ = text.partition(b"\n")
+    if not newline:
+        raise DomainError("the inventory has no complete header line", code="bad_inventory")
+    try:
+        header = json.loads(line)
+    except ValueError:
+        raise DomainError("line 1: the header is not valid JSON", code="bad_inventory") from None
+    if not isinstance(header, dict) or header.get("type") != "header":
+        raise DomainError('line 1: the first line must be {"type": "header", ...}', code="bad_inventory")
+    if header.get("format") != WIRE_FORMAT:
+        raise DomainError(f"line 1: unsupported format {header.get('format')!r}; expected {WIRE_FORMAT}",
+                          code="bad_inventory")
+    return header
+
+
+def inventory_receive(*, host: Host, stream: BinaryIO, content_encoding: str) -> Inventory:
+    """Store an uploaded inventory of ``host`` and queue its ingestion. Nothing is applied here.
+
+    The header is checked before anything is stored: a token reports for its own host only, and
+    for one of that host's registered roots only.
+    """
+    from fleet.tasks import ingest_inventory
+
+    if content_encoding.strip().lower() != "gzip":
+        raise DomainError("send the inventory gzip-compressed with Content-Encoding: gzip", code="bad_inventory")
+    reader = _LimitedReader(stream, settings.INVENTORY_MAX_BYTES)
+    first = reader.read(256 * 1024)
+    header = _read_header(first)
+    if header.get("host") != host.name:
+        raise PermissionRefused(
+            f"this token belongs to host {host.name!r} and cannot report for {header.get('host')!r}"
+        )
+    root = header.get("root")
+    location = StorageLocation.objects.filter(host=host, root_path=root).first() if isinstance(root, str) else None
+    if location is None:
+        roots = ", ".join(host.locations.values_list("root_path", flat=True)) or "none"
+        raise DomainError(f"{root!r} is not a registered root of {host.name} (registered: {roots})",
+                          code="unknown_root")
+
+    import tempfile
+
+    with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024) as spool:
+        spool.write(first)
+        while chunk := reader.read(1024 * 1024):
+            spool.write(chunk)
+        spool.seek(0)
+        taken_at = None
+        if isinstance(header.get("started_at"), str):
+            from django.utils.dateparse import parse_datetime
+
+            taken_at = parse_datetime(header["started_at"])
+        with transaction.atomic():
+            inventory = Inventory(
+                location=location, host=host, source=InventorySource.AGENT, agent=str(header.get("agent", ""))[:100],
+                upload_bytes=reader.read_bytes, taken_at=taken_at,
+            )
+            inventory.upload.save(f"{host.name}-{location.pk}.ndjson.gz", File(spool), save=False)
+            inventory.save()
+            Host.objects.filter(pk=host.pk).update(last_seen_at=timezone.now())
+            transaction.on_commit(lambda: ingest_inventory.delay(inventory.pk))
+    return inventory
+
+
+def gzip_lines(lines) -> bytes:
+    """Encode NDJSON lines as an inventory body (used by the demo and tests)."""
+    payload = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines).encode()
+    return gzip.compress(payload)
+
+
+__all__ = [
+    "Actor",
+    "InventoryStatus",
+    "gzip_lines",
+    "host_authenticate",
+    "host_register",
+    "host_token_issue",
+    "inventory_receive",
+    "location_add",
+]
