@@ -201,7 +201,8 @@ def stage(inventory: Inventory, stream) -> tuple[int, int]:
         try:
             with transaction.atomic():
                 _stage_chunk(inventory.pk, chunk)
-        except IntegrityError:
+        except (IntegrityError, connection.Database.IntegrityError):
+            # COPY raises the driver's own error, not Django's wrapper.
             paths = [r.path for r in chunk]
             dupe = _first_duplicate(inventory.pk, paths)
             raise InventoryError(None, f"the path {dupe!r} is reported more than once") from None

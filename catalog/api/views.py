@@ -15,7 +15,6 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
 
     serializer_class = RunSerializer
     filterset_fields = ["team__name", "status"]
-    ordering = "id"
 
     def get_queryset(self):
         return selectors.run_list()
@@ -26,7 +25,6 @@ class CheckpointViewSet(viewsets.ReadOnlyModelViewSet):
 
     serializer_class = CheckpointSerializer
     filterset_fields = ["run", "importance", "step"]
-    ordering = "id"
 
     def get_queryset(self):
         copies = selectors.present_copies().select_related("location")

@@ -82,19 +82,16 @@ class InventoryViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = Inventory.objects.select_related("location", "host")
     serializer_class = InventorySerializer
     filterset_fields = ["status", "location", "host", "source"]
-    ordering = "-id"
 
 
 class HostViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = Host.objects.prefetch_related("locations__host")
     serializer_class = HostSerializer
-    ordering = "name"
 
 
 class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = StorageLocation.objects.select_related("host")
     serializer_class = StorageLocationSerializer
     filterset_fields = ["kind", "tier", "host"]
-    ordering = "name"
 
 

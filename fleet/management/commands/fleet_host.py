@@ -1,0 +1,99 @@
+"""Register hosts and their checkpoint roots, and issue or rotate their agent tokens.
+
+    manage.py fleet_host add gpu-a01 --site dc1 --region eu-west --root /mnt/nvme0/checkpoints --tier nvme
+    manage.py fleet_host add-root gpu-a01 /lustre/ckpt --kind pfs --tier pfs --template '{team}/{run}'
+    manage.py fleet_host rotate-token gpu-a01
+    manage.py fleet_host list
+
+A token is printed once, to stdout only; the server keeps its sha256.
+"""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from catalog.models import Team
+from ckptfleet.errors import DomainError
+from fleet.choices import LocationKind, Tier
+from fleet.models import Host
+from fleet.services import Actor, host_register, host_token_issue, location_add
+
+
+class Command(BaseCommand):
+    help = "Register hosts and roots, and issue agent tokens."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        add = sub.add_parser("add", help="register a host (and its roots) and print its token")
+        add.add_argument("name")
+        add.add_argument("--site", default="")
+        add.add_argument("--region", default="")
+        add.add_argument("--description", default="")
+        self._root_options(add, repeat=True)
+        add_root = sub.add_parser("add-root", help="register one more checkpoint root of a host")
+        add_root.add_argument("name")
+        add_root.add_argument("path")
+        self._root_options(add_root, repeat=False)
+        rotate = sub.add_parser("rotate-token", help="issue a new token and revoke the old ones")
+        rotate.add_argument("name")
+        sub.add_parser("list", help="list hosts and their roots")
+
+    def _root_options(self, parser, *, repeat: bool) -> None:
+        if repeat:
+            parser.add_argument("--root", action="append", default=[], help="absolute checkpoint root (repeatable)")
+        parser.add_argument("--kind", choices=[LocationKind.NVME, LocationKind.PFS], default=LocationKind.NVME)
+        parser.add_argument("--tier", choices=Tier.values, default=None, help="defaults to the kind")
+        parser.add_argument("--template", default="{team}/{run}", help="layout below the root, e.g. {team}/{run}")
+        parser.add_argument("--team", default="", help="team for runs the template does not name")
+
+    def handle(self, *args, **opts):
+        actor = Actor.command(label="manage.py fleet_host")
+        try:
+            if opts["action"] == "add":
+                host = host_register(
+                    name=opts["name"], site=opts["site"], region=opts["region"],
+                    description=opts["description"], actor=actor,
+                )
+                for root in opts["root"]:
+                    self._add_root(host, root, opts, actor)
+                self._print_token(host, host_token_issue(host=host, actor=actor))
+            elif opts["action"] == "add-root":
+                self._add_root(self._host(opts["name"]), opts["path"], opts, actor)
+            elif opts["action"] == "rotate-token":
+                host = self._host(opts["name"])
+                self._print_token(host, host_token_issue(host=host, actor=actor))
+            elif opts["action"] == "list":
+                self._list()
+        except DomainError as exc:
+            raise CommandError(exc.message) from None
+
+    def _host(self, name: str) -> Host:
+        host = Host.objects.filter(name=name).first()
+        if host is None:
+            raise CommandError(f"no host named {name!r}; register it with `fleet_host add {name}`")
+        return host
+
+    def _add_root(self, host: Host, root: str, opts, actor: Actor) -> None:
+        team = None
+        if opts.get("team"):
+            team, _ = Team.objects.get_or_create(name=opts["team"])
+        location = location_add(
+            host=host, name=f"{host.name}:{root.rstrip('/') or '/'}", kind=opts["kind"],
+            tier=opts["tier"] or opts["kind"], root_path=root, path_template=opts["template"],
+            default_team=team, actor=actor,
+        )
+        self.stdout.write(f"registered root {location.root_path} of {host.name} ({location.get_tier_display()})")
+
+    def _print_token(self, host: Host, token: str) -> None:
+        self.stdout.write(f"token for {host.name} (shown once; earlier tokens are revoked):")
+        self.stdout.write(token)
+
+    def _list(self) -> None:
+        hosts = Host.objects.prefetch_related("locations").order_by("name")
+        if not hosts:
+            self.stdout.write("no hosts registered yet; add one with `manage.py fleet_host add NAME --root PATH`")
+        for host in hosts:
+            seen = host.last_seen_at.isoformat() if host.last_seen_at else "never"
+            self.stdout.write(f"{host.name}  site={host.site or '-'} region={host.region or '-'} last seen {seen}")
+            for loc in host.locations.all():
+                self.stdout.write(f"    {loc.root_path}  {loc.kind}/{loc.tier}  template {loc.path_template}")

@@ -1,0 +1,102 @@
+"""The audit trail is append-only and tamper-evident."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection, transaction
+
+from catalog.audit import audit_record
+from catalog.models import AuditEvent
+from tests.conftest import is_postgres
+
+
+def record(action: str = "test.action", **kwargs) -> AuditEvent:
+    with transaction.atomic():
+        return audit_record(
+            actor_kind="system",
+            actor_label="tests",
+            source="command",
+            action=action,
+            target_type="host",
+            target_id=1,
+            target_label="gpu-a01",
+            **kwargs,
+        )
+
+
+def test_registering_a_host_writes_one_event(make_host):
+    kit = make_host()
+    events = list(AuditEvent.objects.filter(target_type="host", target_id=kit.host.pk).order_by("id"))
+    assert [e.action for e in events] == ["host.register", "host.token_issue"]
+    assert events[1].after["token_prefix"] in kit.token
+    assert kit.token not in str(events[1].after)
+
+
+def test_it_refuses_to_record_outside_a_transaction(transactional_db):
+    with pytest.raises(RuntimeError):
+        audit_record(actor_kind="system", actor_label="t", source="command", action="x", target_type="host")
+
+
+def test_the_model_refuses_update_and_delete(db):
+    event = record()
+    event.reason = "rewritten"
+    with pytest.raises(PermissionError):
+        event.save()
+    with pytest.raises(PermissionError):
+        event.delete()
+    with pytest.raises(PermissionError):
+        AuditEvent.objects.filter(pk=event.pk).update(reason="x")
+    with pytest.raises(PermissionError):
+        AuditEvent.objects.all().delete()
+
+
+def test_verify_audit_passes_an_intact_chain(db, capsys):
+    for i in range(5):
+        record(f"a{i}", before={"n": i}, after={"n": i + 1})
+    call_command("verify_audit")
+    assert "5 events" in capsys.readouterr().out
+
+
+def _tamper(sql: str, params: list) -> None:
+    with connection.cursor() as cursor:
+        if is_postgres():
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            cursor.execute("ALTER TABLE catalog_auditevent DISABLE TRIGGER USER")
+        cursor.execute(sql, params)
+        if is_postgres():
+            cursor.execute("ALTER TABLE catalog_auditevent ENABLE TRIGGER USER")
+
+
+def test_verify_audit_names_the_first_tampered_event(db):
+    events = [record(f"a{i}") for i in range(4)]
+    _tamper("UPDATE catalog_auditevent SET reason = %s WHERE id = %s", ["edited", events[2].pk])
+    with pytest.raises(CommandError, match=f"event {events[2].pk}"):
+        call_command("verify_audit")
+
+
+def test_verify_audit_notices_a_removed_event(db):
+    events = [record(f"a{i}") for i in range(4)]
+    _tamper("DELETE FROM catalog_auditevent WHERE id = %s", [events[1].pk])
+    with pytest.raises(CommandError, match=f"event {events[2].pk}"):
+        call_command("verify_audit")
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE catalog_auditevent SET reason = 'x'",
+        "DELETE FROM catalog_auditevent",
+        "TRUNCATE catalog_auditevent",
+    ],
+)
+def test_postgres_refuses_update_delete_and_truncate(db, statement):
+    if not is_postgres():
+        pytest.skip("the trigger exists on PostgreSQL; this runs in the PostgreSQL pass")
+    record()
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("ALTER TABLE catalog_auditevent ENABLE TRIGGER catalog_auditevent_no_truncate")
+    with pytest.raises(Exception, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(statement)
+    assert AuditEvent.objects.count() == 1

@@ -1,0 +1,164 @@
+"""Shared fixtures: personas, hosts with tokens, inventories, and real services.
+
+With REQUIRE_SERVICES=1 (CI) a test that needs PostgreSQL, Redis, a Celery worker, an S3 endpoint
+or a browser fails when that part is missing instead of skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+
+import pytest
+from django.db import connection
+
+from ckptfleet.celery import app as celery_app
+from fleet.services import Actor, gzip_lines, host_register, host_token_issue, location_add
+
+REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
+
+
+def need_service(name: str, available: bool, why: str = "") -> None:
+    """Skip when a service is missing, or fail when CI says every service must be there."""
+    if available:
+        return
+    message = f"{name} is not available{': ' + why if why else ''}"
+    if REQUIRE_SERVICES:
+        pytest.fail(f"REQUIRE_SERVICES=1 but {message}")
+    pytest.skip(message)
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex((host, port)) == 0
+
+
+def wait_for(predicate: Callable[[], bool], *, timeout: float = 30, interval: float = 0.1, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or predicate}")
+
+
+@pytest.fixture(autouse=True)
+def _tasks_run_in_process():
+    """Tasks run in the test process unless a test asks for the real worker."""
+    previous = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = previous
+
+
+@pytest.fixture
+def actor() -> Actor:
+    return Actor.command(label="tests")
+
+
+class HostKit:
+    """A registered host with one root and its token, as an operator would set it up."""
+
+    def __init__(self, name: str, root: str, *, template: str = "{team}/{run}") -> None:
+        actor = Actor.command(label="tests")
+        self.host = host_register(name=name, site="dc1", region="eu-west", actor=actor)
+        self.location = location_add(
+            host=self.host, name=f"{name}:{root}", kind="nvme", tier="nvme", root_path=root,
+            path_template=template, actor=actor,
+        )
+        self.token = host_token_issue(host=self.host, actor=actor)
+        self.root = self.location.root_path
+
+    def auth(self) -> dict[str, str]:
+        return {"HTTP_AUTHORIZATION": f"Bearer {self.token}"}
+
+    def lines(self, files: list[dict], *, host: str | None = None, root: str | None = None, end: bool = True):
+        header = {
+            "type": "header", "format": "ckptfleet-inventory/1", "host": host or self.host.name,
+            "root": root or self.root, "agent": "tests", "started_at": "2026-11-21T12:00:00Z",
+        }
+        out = [header, *({"type": "file", **f} for f in files)]
+        if end:
+            out.append({"type": "end", "files": len(files), "bytes": sum(f["size"] for f in files)})
+        return out
+
+    def body(self, files: list[dict], **kwargs) -> bytes:
+        return gzip_lines(self.lines(files, **kwargs))
+
+
+@pytest.fixture
+def make_host(db) -> Callable[..., HostKit]:
+    def make(name: str = "gpu-a01", root: str = "/mnt/nvme0/checkpoints", **kwargs) -> HostKit:
+        return HostKit(name, root, **kwargs)
+
+    return make
+
+
+def is_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """Let the test runner empty the audit table between transactional tests on PostgreSQL.
+
+    Production keeps the TRUNCATE trigger; here only the flush between tests needs it off, and the
+    test of that trigger switches it back on inside its own rolled-back transaction.
+    """
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("ALTER TABLE catalog_auditevent DISABLE TRIGGER catalog_auditevent_no_truncate")
+
+
+@pytest.fixture
+def celery_worker_process(transactional_db, settings, tmp_path):
+    """A real `celery worker` process on Redis and this test's PostgreSQL database.
+
+    Yields once the worker answers a ping; the test's tasks go through the broker, not in-process.
+    """
+    import subprocess
+    import sys
+
+    if connection.vendor != "postgresql":
+        pytest.skip("a separate worker process needs a shared database; this runs in the PostgreSQL pass")
+    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
+    need_service("Redis", port_open("127.0.0.1", 6379), "start it with scripts/services-up")
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        "REDIS_URL": redis_url,
+        "CKPTFLEET_DEBUG": "1",
+        "MEDIA_ROOT": str(settings.MEDIA_ROOT),
+        "CELERY_TASK_ALWAYS_EAGER": "0",
+    }
+    queue = f"tests-{os.getpid()}-{time.monotonic_ns()}"
+    log = tmp_path / "worker.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "ckptfleet", "worker", "-P", "solo", "-Q", queue, "-n",
+         f"{queue}@%h", "--without-gossip", "--without-mingle", "-l", "info"],
+        env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )
+    celery_app.conf.task_always_eager = False
+    previous = (celery_app.conf.broker_url, celery_app.conf.task_default_queue)
+    celery_app.conf.broker_url = redis_url
+    celery_app.conf.task_default_queue = queue
+    try:
+        def answers() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"the worker exited: {log.read_text()[-2000:]}")
+            return bool(celery_app.control.ping(destination=[f"{queue}@{socket.gethostname()}"], timeout=0.5))
+
+        wait_for(answers, timeout=60, what="the Celery worker to answer a ping")
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        celery_app.conf.broker_url, celery_app.conf.task_default_queue = previous
+        celery_app.conf.task_always_eager = True

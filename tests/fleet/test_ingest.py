@@ -1,0 +1,313 @@
+"""Inventory upload and ingestion: snapshots, idempotence, and bad input that changes nothing."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from django.test import override_settings
+
+from catalog.models import CheckpointCopy, ShardFile
+from fleet.choices import InventoryStatus
+from fleet.ingest import check_path
+from fleet.models import Inventory
+
+URL = "/api/v1/inventories/"
+
+
+def dcp(step: int, ranks: int = 2, *, missing: int | None = None, run: str = "llama-7b") -> list[dict]:
+    """Files of a DCP checkpoint with its .metadata facts (as the agent reads them)."""
+    base = f"llm/{run}/step-{step}"
+    names = {f"__{r}_0.distcp": 4096 for r in range(ranks)}
+    files = [{"path": f"{base}/.metadata", "size": 900, "mtime": 1763700000.0 + step,
+              "facts": {"kind": "dcp_metadata", "files": names}}]
+    for r in range(ranks):
+        if r != missing:
+            files.append({"path": f"{base}/__{r}_0.distcp", "size": 4096, "mtime": 1763699990.0 + step})
+    return files
+
+
+def post(client, kit, body: bytes, *, auth: dict | None = None, **extra):
+    headers = kit.auth() if auth is None else auth
+    return client.post(URL, data=body, content_type="application/x-ndjson", HTTP_CONTENT_ENCODING="gzip",
+                       **headers, **extra)
+
+
+@pytest.fixture
+def push(client, django_capture_on_commit_callbacks):
+    """Upload an inventory through the API and let its ingestion task run, as the worker would."""
+
+    def push(kit, body: bytes, **kwargs):
+        with django_capture_on_commit_callbacks(execute=True):
+            response = post(client, kit, body, **kwargs)
+        return response
+
+    return push
+
+
+def snapshot(location) -> list[tuple]:
+    return list(
+        ShardFile.objects.filter(location=location)
+        .order_by("path")
+        .values_list("path", "size", "mtime", "checksum", "facts", "gone_at", "changed_at", "copy_id")
+    )
+
+
+def test_it_accepts_an_inventory_and_answers_where_to_poll(make_host, push, client):
+    kit = make_host()
+    response = push(kit, kit.body(dcp(100)))
+    assert response.status_code == 202
+    body = response.json()
+    assert body["url"] == f"/api/v1/inventories/{body['id']}/"
+    polled = client.get(body["url"], **kit.auth()).json()
+    assert polled["status"] == "applied", polled
+    assert polled["files_count"] == 3
+    assert polled["files_added"] == 3
+    assert ShardFile.objects.filter(location=kit.location, gone_at__isnull=True).count() == 3
+
+
+def test_it_recognises_the_checkpoints_of_an_inventory(make_host, push):
+    kit = make_host()
+    push(kit, kit.body(dcp(100) + dcp(200, missing=1)))
+    copies = {c.checkpoint.step: c for c in CheckpointCopy.objects.select_related("checkpoint__run__team")}
+    assert set(copies) == {100, 200}
+    assert copies[100].state == "complete"
+    assert copies[100].checkpoint.run.name == "llama-7b"
+    assert copies[100].checkpoint.run.team.name == "llm"
+    assert copies[200].state == "partial"
+    assert any("__1_0.distcp" in r for r in copies[200].reasons)
+    assert ShardFile.objects.filter(copy=copies[100]).count() == 3
+
+
+def test_the_same_inventory_twice_changes_nothing(make_host, push):
+    kit = make_host()
+    body = kit.body(dcp(100) + dcp(200))
+    push(kit, body)
+    before = snapshot(kit.location)
+    push(kit, body)
+    second = Inventory.objects.order_by("-id").first()
+    assert second.status == InventoryStatus.APPLIED
+    assert (second.files_added, second.files_changed, second.files_gone) == (0, 0, 0)
+    assert snapshot(kit.location) == before
+
+
+def test_a_file_gone_since_the_last_inventory_is_marked_gone_and_kept(make_host, push):
+    kit = make_host()
+    push(kit, kit.body(dcp(100)))
+    files = [f for f in dcp(100) if not f["path"].endswith("__1_0.distcp")]
+    push(kit, kit.body(files))
+    latest = Inventory.objects.order_by("-id").first()
+    assert latest.files_gone == 1
+    gone = ShardFile.objects.get(path="llm/llama-7b/step-100/__1_0.distcp")
+    assert gone.gone_at is not None and gone.last_seen_at is not None
+    copy = CheckpointCopy.objects.get()
+    assert copy.state == "partial"
+    assert any("__1_0.distcp" in r for r in copy.reasons)
+    # The file comes back: the same row, present again, and the copy is complete again.
+    push(kit, kit.body(dcp(100)))
+    gone.refresh_from_db()
+    assert gone.gone_at is None
+    assert CheckpointCopy.objects.get().state == "complete"
+
+
+def test_a_checkpoint_whose_files_all_went_is_marked_gone(make_host, push):
+    kit = make_host()
+    push(kit, kit.body(dcp(100) + dcp(200)))
+    push(kit, kit.body(dcp(200)))
+    gone = CheckpointCopy.objects.get(checkpoint__step=100)
+    assert gone.gone_at is not None
+    assert CheckpointCopy.objects.get(checkpoint__step=200).gone_at is None
+
+
+def test_a_changed_file_is_updated(make_host, push):
+    kit = make_host()
+    push(kit, kit.body(dcp(100)))
+    files = dcp(100)
+    files[1] = {**files[1], "size": 10, "mtime": files[1]["mtime"] + 60}
+    push(kit, kit.body(files))
+    latest = Inventory.objects.order_by("-id").first()
+    assert (latest.files_added, latest.files_changed, latest.files_gone) == (0, 1, 0)
+    assert ShardFile.objects.get(path=files[1]["path"]).size == 10
+
+
+def test_it_rejects_a_token_of_another_host(make_host, push):
+    a = make_host("gpu-a01", "/mnt/nvme0/a")
+    b = make_host("gpu-b01", "/mnt/nvme0/b")
+    response = push(a, a.body(dcp(100), host="gpu-b01", root=b.root))
+    assert response.status_code == 403
+    assert "gpu-a01" in response.json()["detail"]
+    assert Inventory.objects.count() == 0
+    assert ShardFile.objects.count() == 0
+
+
+def test_it_rejects_a_root_the_host_has_not_registered(make_host, push):
+    kit = make_host()
+    response = push(kit, kit.body(dcp(100), root="/etc"))
+    assert response.status_code == 400
+    assert response.json()["error"] == "unknown_root"
+    assert Inventory.objects.count() == 0
+
+
+@pytest.mark.parametrize("auth", [{}, {"HTTP_AUTHORIZATION": "Bearer cfh_nope_nope"},
+                                  {"HTTP_AUTHORIZATION": "Bearer not-a-token"}])
+def test_it_rejects_a_missing_or_wrong_token(make_host, push, auth):
+    kit = make_host()
+    response = push(kit, kit.body(dcp(100)), auth=auth)
+    assert response.status_code in (401, 403)
+    assert Inventory.objects.count() == 0
+
+
+def test_a_rotated_token_stops_working(make_host, push, actor):
+    from fleet.services import host_token_issue
+
+    kit = make_host()
+    old = kit.auth()
+    kit.token = host_token_issue(host=kit.host, actor=actor)
+    assert push(kit, kit.body(dcp(100)), auth=old).status_code == 401
+    assert push(kit, kit.body(dcp(100))).status_code == 202
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("llm/run/../../../etc/passwd", "'..'"),
+        ("/etc/passwd", "absolute"),
+        ("llm/run/a\x00b", "control"),
+        ("llm/run/a\nb", "control"),
+        ("llm//run/x", "empty"),
+        ("llm/./run/x", "'.'"),
+        ("llm\\run\\x", "backslash"),
+        ("", "non-empty"),
+    ],
+)
+def test_it_rejects_a_hostile_path_and_applies_nothing(make_host, push, path, why):
+    kit = make_host()
+    push(kit, kit.body(dcp(100)))
+    before = snapshot(kit.location)
+    files = dcp(200) + [{"path": path, "size": 1, "mtime": 1763700000.0}]
+    response = push(kit, kit.body(files))
+    assert response.status_code == 202
+    inventory = Inventory.objects.get(pk=response.json()["id"])
+    assert inventory.status == InventoryStatus.FAILED
+    assert why in inventory.error
+    assert inventory.error_line == len(files) + 1
+    assert snapshot(kit.location) == before
+    assert not CheckpointCopy.objects.filter(checkpoint__step=200).exists()
+
+
+def test_check_path_accepts_ordinary_names():
+    assert check_path("team/run/checkpoint-100/model-00001-of-00002.safetensors")
+    assert check_path("team/run/epoch=0-step=100.ckpt")
+    assert check_path("team/ran ü/.metadata")
+
+
+def test_a_truncated_gzip_fails_and_applies_nothing(make_host, push):
+    kit = make_host()
+    push(kit, kit.body(dcp(100)))
+    before = snapshot(kit.location)
+    body = kit.body(dcp(100) + dcp(200) * 1)
+    response = push(kit, body[: len(body) - 30])
+    inventory = Inventory.objects.get(pk=response.json()["id"])
+    assert inventory.status == InventoryStatus.FAILED
+    assert "truncated" in inventory.error or "damaged" in inventory.error
+    assert snapshot(kit.location) == before
+
+
+def test_an_inventory_without_its_end_line_is_truncated(make_host, push):
+    kit = make_host()
+    response = push(kit, kit.body(dcp(100), end=False))
+    inventory = Inventory.objects.get(pk=response.json()["id"])
+    assert inventory.status == InventoryStatus.FAILED
+    assert "no end line" in inventory.error
+    assert ShardFile.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "why"),
+    [
+        (b"{not json\n", "not valid JSON"),
+        (b'["a list"]\n', "JSON object"),
+        (b'{"type": "file", "path": "a/b", "size": -1, "mtime": 1}\n', "size"),
+        (b'{"type": "file", "path": "a/b", "size": "12", "mtime": 1}\n', "size"),
+        (b'{"type": "file", "path": "a/b", "size": 1, "mtime": "yesterday"}\n', "mtime"),
+        (b'{"type": "file", "path": "a/b", "size": 1, "mtime": 1, "sha256": "xyz"}\n', "sha256"),
+        (b'{"type": "file", "path": "a/b", "size": 1, "mtime": 1, "facts": []}\n', "facts"),
+        (b'{"type": "surprise"}\n', "unknown line type"),
+        (b'{"type": "header", "format": "ckptfleet-inventory/1"}\n', "second header"),
+    ],
+)
+def test_a_malformed_line_fails_with_its_line_number(make_host, push, bad_line, why):
+    kit = make_host()
+    lines = kit.lines(dcp(100))
+    text = b"".join(json.dumps(line).encode() + b"\n" for line in lines[:-1]) + bad_line
+    response = push(kit, gzip.compress(text + json.dumps(lines[-1]).encode() + b"\n"))
+    inventory = Inventory.objects.get(pk=response.json()["id"])
+    assert inventory.status == InventoryStatus.FAILED
+    assert why in inventory.error
+    assert inventory.error_line == len(lines)
+    assert ShardFile.objects.count() == 0
+
+
+def test_a_path_reported_twice_fails(make_host, push):
+    kit = make_host()
+    files = dcp(100)
+    response = push(kit, kit.body([*files, files[1]]))
+    inventory = Inventory.objects.get(pk=response.json()["id"])
+    assert inventory.status == InventoryStatus.FAILED
+    assert "more than once" in inventory.error
+    assert ShardFile.objects.count() == 0
+
+
+def test_end_counts_that_disagree_fail(make_host, push):
+    kit = make_host()
+    lines = kit.lines(dcp(100))
+    lines[-1]["files"] = 99
+    response = push(kit, gzip.compress(b"".join(json.dumps(x).encode() + b"\n" for x in lines)))
+    assert Inventory.objects.get(pk=response.json()["id"]).status == InventoryStatus.FAILED
+
+
+def test_it_refuses_an_oversized_body_before_storing_it(make_host, push):
+    kit = make_host()
+    with override_settings(INVENTORY_MAX_BYTES=1024):
+        files = [{"path": f"llm/r/step-1/f{i}", "size": i, "mtime": 1763700000.0 + i} for i in range(3000)]
+        response = push(kit, kit.body(files))
+    assert response.status_code == 413
+    assert "CKPTFLEET_INVENTORY_MAX_BYTES" in response.json()["detail"]
+    assert Inventory.objects.count() == 0
+
+
+def test_it_refuses_an_uncompressed_or_garbage_body(make_host, client):
+    kit = make_host()
+    response = client.post(URL, data=b'{"type": "header"}\n', content_type="application/x-ndjson", **kit.auth())
+    assert response.status_code == 400
+    response = client.post(URL, data=b"garbage", content_type="application/x-ndjson",
+                           HTTP_CONTENT_ENCODING="gzip", **kit.auth())
+    assert response.status_code == 400
+    assert response.json()["error"] == "bad_inventory"
+    assert Inventory.objects.count() == 0
+
+
+def test_an_inventory_is_ingested_once_even_if_the_task_runs_twice(make_host, push):
+    from fleet import ingest
+
+    kit = make_host()
+    response = push(kit, kit.body(dcp(100)))
+    assert ingest.ingest(response.json()["id"]) is None
+    assert ingest.ingest(response.json()["id"], claim="another-task") is None
+
+
+def test_a_host_cannot_read_another_hosts_inventory(make_host, push, client):
+    a = make_host("gpu-a01", "/mnt/a")
+    b = make_host("gpu-b01", "/mnt/b")
+    response = push(a, a.body(dcp(100)))
+    assert client.get(response.json()["url"], **b.auth()).status_code == 403
+
+
+def test_people_need_to_sign_in_to_read_the_api(client, admin_client, make_host, push):
+    kit = make_host()
+    push(kit, kit.body(dcp(100)))
+    assert client.get("/api/v1/runs/").status_code in (401, 403)
+    runs = admin_client.get("/api/v1/runs/").json()["results"]
+    assert [r["name"] for r in runs] == ["llama-7b"]
+    assert runs[0]["checkpoint_count"] == 1
