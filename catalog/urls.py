@@ -8,4 +8,5 @@ urlpatterns = [
     path("runs/", views.run_list, name="run-list"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("checkpoints/<int:pk>/", views.checkpoint_detail, name="checkpoint-detail"),
+    path("copies/<int:pk>/files/", views.copy_files, name="copy-files"),
 ]

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import re
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -303,6 +304,7 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
     inventory = Inventory.objects.select_related("location").get(pk=inventory_id)
     location = inventory.location
     unstage(inventory.pk)  # a worker killed mid-staging may have left rows behind
+    t0 = time.monotonic()
     try:
         with inventory.upload.open("rb") as stream:
             files, total = stage(inventory, stream)
@@ -320,8 +322,11 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
             # One inventory of a location is merged at a time; a newer snapshot waits for an older one.
             location = StorageLocation.objects.select_for_update().get(pk=location.pk)
             now = timezone.now()
+            t1 = time.monotonic()
             counts = merge(inventory, location, now=now)
+            t2 = time.monotonic()
             found = location_recognize(location=location, inventory=inventory)
+            t3 = time.monotonic()
             taken = inventory.taken_at or now
             StorageLocation.objects.filter(pk=location.pk).update(last_inventory=inventory, last_applied_at=taken)
             Inventory.objects.filter(pk=inventory.pk).update(
@@ -331,6 +336,12 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
             )
     finally:
         unstage(inventory.pk)
+    log.info(
+        "inventory %s applied: staged %s rows in %.2f s, merged (+%s ~%s -%s) in %.2f s, "
+        "judged %s checkpoint copies in %.2f s, committed in %.2f s",
+        inventory.pk, files, t1 - t0, counts.added, counts.changed, counts.gone, t2 - t1, found, t3 - t2,
+        time.monotonic() - t3,
+    )
     inventory.refresh_from_db()
     return inventory
 

@@ -9,8 +9,9 @@ storage, so every format is testable from a list of ``FileEntry`` values.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 COMPLETE = "complete"
 PARTIAL = "partial"
@@ -108,6 +109,8 @@ class CheckpointFormat:
     """
 
     name: ClassVar[str]
+    # Human-readable name for pages and choices; optional (added after the first version, defaults to name).
+    label: ClassVar[str] = ""
     priority: ClassVar[int] = 100
 
     def claim(self, directory: DirView) -> list[Found]:
