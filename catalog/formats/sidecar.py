@@ -1,0 +1,197 @@
+"""``ckptfleet.json``: the sidecar manifest a training job can write next to a checkpoint.
+
+The sidecar is the most trustworthy thing we can find -- the writer's own list of what it wrote -- so it
+has the highest priority. It does not replace the format: the directory is still recognised by the
+other formats (DCP, HF, ...), and the sidecar adds what only the job knows (run, team, importance) and
+the exact expected files with their sizes and checksums.
+
+Schema ``ckptfleet/1`` (a JSON object, UTF-8, at most 1 MiB)::
+
+    {
+      "schema": "ckptfleet/1",              # optional; other values are noted, not refused
+      "run": "llama-7b-pretrain",           # optional str: the run this checkpoint belongs to
+      "team": "llm",                        # optional str: the owning team
+      "step": 2000,                         # optional int >= 0: the training step
+      "importance": "milestone",            # optional: critical | milestone | routine | transient
+      "format": "pytorch_dcp",              # optional str: informational only
+      "files": [                            # required: every file of the checkpoint except this one
+        {"path": "__0_0.distcp",            #   '/'-separated, relative to the sidecar's directory,
+         "size": 1048576,                   #   no '..'; size in bytes (int >= 0)
+         "sha256": "ab12..."},              #   optional lowercase hex sha256 of the content
+        ...
+      ]
+    }
+
+Where it lives: in the checkpoint's directory (``step-2000/ckptfleet.json``). For a single-file
+checkpoint, in the directory that holds the file, listing that file; one sidecar describes one
+checkpoint, so such a file wants a directory of its own.
+
+Judgement: a listed file missing -> partial; a size differing -> corrupt; a sha256 differing from the
+checksum the inventory carries -> corrupt (when the inventory has sha256s); an unreadable or malformed
+sidecar -> corrupt. The listed sha256s become ``Found.reference_checksums`` for later verification.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from catalog.formats.base import CORRUPT, PARTIAL, CheckpointFormat, DirView, Found
+from catalog.formats.common import json_content, lookup, size_words, step_from_name
+
+SIDECAR = "ckptfleet.json"
+SCHEMA = "ckptfleet/1"
+IMPORTANCE = ("critical", "milestone", "routine", "transient")
+
+
+class SidecarFormat(CheckpointFormat):
+    """A directory with a ``ckptfleet.json``: the underlying format's copy, enriched and checked."""
+
+    name = "sidecar"
+    label = "ckptfleet.json sidecar"
+    priority = 0
+
+    def claim(self, directory: DirView) -> list[Found]:
+        entry = directory.files.get(SIDECAR)
+        if entry is None:
+            return []
+        # Imported here: the registry imports this module to build itself.
+        from catalog.formats import FORMATS
+
+        underlying: list[Found] = []
+        for fmt in FORMATS:
+            if fmt is self or isinstance(fmt, SidecarFormat):
+                continue
+            underlying = fmt.claim(directory)
+            if underlying:
+                break
+
+        probe = Found(path=directory.path, format=self.name, step=None)
+        content = json_content(probe, entry, SIDECAR)
+        if entry.facts is None:
+            # Not read (e.g. a bucket listing): the sidecar is a member file of whatever is here.
+            if not underlying:
+                return []
+            target = self._pick(underlying, set(), directory)
+            if target is not None:
+                target.reasons.append(f"{SIDECAR} was not read: its hints and file list are unknown")
+                self._add_files(target, [entry.path])
+            return underlying
+
+        listed = self._validate(probe, content)
+        listed_paths = {directory.child_path(f["path"]) for f in listed}
+        target = self._pick(underlying, listed_paths, directory)
+        if target is None:
+            # No single copy fits: the sidecar alone makes this directory a checkpoint, owning the
+            # directory's files that no other copy here owns.
+            taken = {path for found in underlying for path in found.files}
+            target = Found(
+                path=directory.path,
+                format=self.name,
+                step=step_from_name(directory.name),
+                files=sorted(e.path for e in directory.files.values() if e.path not in taken),
+            )
+            underlying.append(target)
+        target.reasons.extend(probe.reasons)
+        self._merge_state(target, probe)
+        if isinstance(content, dict):
+            self._apply(target, content, listed, directory)
+        self._add_files(target, [entry.path])
+        return underlying
+
+    @staticmethod
+    def _pick(underlying: list[Found], listed: set[str], directory: DirView) -> Found | None:
+        """The copy the sidecar describes: the directory itself, else the one file copy it lists (or the
+        only one there is, when its list is unknown); None when that is ambiguous."""
+        for found in underlying:
+            if found.path == directory.path:
+                return found
+        candidates = [f for f in underlying if listed & set(f.files)] if listed else underlying
+        return candidates[0] if len(candidates) == 1 else None
+
+    @staticmethod
+    def _merge_state(target: Found, probe: Found) -> None:
+        rank = {"complete": 0, "partial": 1, "corrupt": 2}
+        if rank[probe.state] > rank[target.state]:
+            target.state = probe.state
+
+    @staticmethod
+    def _add_files(target: Found, paths: list[str]) -> None:
+        merged = set(target.files)
+        merged.update(paths)
+        target.files = sorted(merged)
+
+    @staticmethod
+    def _validate(found: Found, content: Any) -> list[dict[str, Any]]:
+        """The well-formed file records; every problem with the sidecar itself makes the copy corrupt."""
+        if content is None:
+            return []
+        if not isinstance(content, dict):
+            found.fail(CORRUPT, f"{SIDECAR} is not a JSON object")
+            return []
+        files = content.get("files")
+        if not isinstance(files, list):
+            found.fail(CORRUPT, f'{SIDECAR} has no "files" list')
+            return []
+        good = []
+        for i, record in enumerate(files):
+            path = record.get("path") if isinstance(record, dict) else None
+            size = record.get("size") if isinstance(record, dict) else None
+            if (
+                not isinstance(path, str)
+                or not path
+                or path.startswith("/")
+                or any(part in ("", ".", "..") for part in path.split("/"))
+                or not isinstance(size, int)
+                or isinstance(size, bool)
+                or size < 0
+            ):
+                found.fail(CORRUPT, f"{SIDECAR}: files[{i}] is not a {{path, size[, sha256]}} record")
+                continue
+            good.append(record)
+        return good
+
+    @staticmethod
+    def _apply(
+        target: Found, content: dict[str, Any], listed: list[dict[str, Any]], directory: DirView
+    ) -> None:
+        schema = content.get("schema")
+        if schema is not None and schema != SCHEMA:
+            target.reasons.append(f"{SIDECAR} declares schema {schema!r}; read as {SCHEMA}")
+        for key in ("run", "team"):
+            value = content.get(key)
+            if isinstance(value, str) and value:
+                setattr(target, key, value)
+        importance = content.get("importance")
+        if importance in IMPORTANCE:
+            target.importance = importance
+        elif importance is not None:
+            target.reasons.append(f"{SIDECAR}: unknown importance {importance!r} ignored")
+        step = content.get("step")
+        if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+            if target.step is not None and target.step != step:
+                target.reasons.append(f"{SIDECAR} says step {step}, the name says {target.step}")
+            target.step = step
+
+        for record in listed:
+            relative, size = record["path"], record["size"]
+            member = lookup(directory, relative)
+            if member is None:
+                target.fail(PARTIAL, f"{relative} is missing (listed in {SIDECAR})")
+                continue
+            if member.size != size:
+                word = "shorter" if member.size < size else "longer"
+                target.fail(
+                    CORRUPT, f"{relative} is {size_words(member.size - size)} {word} than {SIDECAR} says"
+                )
+            digest = record.get("sha256")
+            if isinstance(digest, str) and digest:
+                digest = digest.lower()
+                target.reference_checksums[member.path] = ("sha256", digest)
+                if member.checksum_algo == "sha256" and member.checksum and member.checksum.lower() != digest:
+                    target.fail(CORRUPT, f"{relative}: its sha256 does not match {SIDECAR}")
+            if member.path not in target.files:
+                target.files.append(member.path)
+        target.files.sort()
+        sidecar = directory.files[SIDECAR]
+        target.expected_files = len(listed) + 1
+        target.expected_bytes = sum(r["size"] for r in listed) + sidecar.size
