@@ -39,22 +39,38 @@ class Run(models.Model):
 
 
 class Checkpoint(models.Model):
-    """One step of one run: a logical checkpoint, whatever copies of it exist."""
+    """One step of one run: a logical checkpoint, whatever copies of it exist.
+
+    A few checkpoints carry no step (a run's final exported model, ``last.ckpt``, Megatron's
+    ``release``); they are told apart by ``tag``, the name they were saved under.
+    """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
-    step = models.BigIntegerField()
+    step = models.BigIntegerField(null=True, blank=True)
+    tag = models.CharField(max_length=200, blank=True, help_text="The name of a checkpoint that has no step.")
     importance = models.CharField(max_length=12, choices=Importance.choices, default=Importance.ROUTINE)
     first_seen_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["run", "-step"]
+        ordering = ["run", models.F("step").desc(nulls_first=True)]
         constraints = [
-            models.UniqueConstraint(fields=["run", "step"], name="checkpoint_run_step_unique"),
-            models.CheckConstraint(condition=Q(step__gte=0), name="checkpoint_step_not_negative"),
+            models.UniqueConstraint(
+                fields=["run", "step"], condition=Q(step__isnull=False), name="checkpoint_run_step_unique"
+            ),
+            models.UniqueConstraint(
+                fields=["run", "tag"], condition=Q(step__isnull=True), name="checkpoint_run_tag_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(step__gte=0) | (Q(step__isnull=True) & ~Q(tag="")), name="checkpoint_has_step_or_tag"
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.run} step {self.step}"
+        return f"{self.run} {self.label}"
+
+    @property
+    def label(self) -> str:
+        return f"step {self.step}" if self.step is not None else self.tag
 
 
 class CheckpointCopy(models.Model):

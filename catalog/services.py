@@ -39,9 +39,9 @@ class PathTemplate:
         return self.parts.index("{run}") + 1
 
     def match(self, path: str) -> dict[str, str] | None:
-        """The team and run a path below the root belongs to, if the path lies inside a run directory."""
+        """The team and run a path below the root belongs to, if it is a run directory or lies inside one."""
         comps = path.split("/")
-        if len(comps) <= self.depth:
+        if len(comps) < self.depth:
             return None
         found: dict[str, str] = {}
         for part, comp in zip(self.parts[: self.depth], comps, strict=False):
@@ -147,7 +147,7 @@ def location_recognize(*, location: StorageLocation, inventory: Inventory | None
             current[pk] = copy_id
             entries.append(entry)
             ids_by_path[entry.path] = pk
-        found = [f for f in recognize(entries) if f.step is not None]
+        found = recognize(entries)
         by_path = {e.path: e for e in entries}
         existing = {
             c.path: c
@@ -161,7 +161,11 @@ def location_recognize(*, location: StorageLocation, inventory: Inventory | None
         seen_paths: set[str] = set()
         for f in found:
             run = _team_and_run(location, template, f, teams, runs)
-            checkpoint, _ = Checkpoint.objects.get_or_create(run=run, step=f.step)
+            if f.step is not None:
+                checkpoint, _ = Checkpoint.objects.get_or_create(run=run, step=f.step)
+            else:
+                tag = f.path.rsplit("/", 1)[-1] or location.name
+                checkpoint, _ = Checkpoint.objects.get_or_create(run=run, step=None, tag=tag)
             if f.importance in Importance.values and checkpoint.importance != f.importance:
                 checkpoint.importance = f.importance
                 checkpoint.save(update_fields=["importance"])

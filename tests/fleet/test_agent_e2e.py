@@ -1,0 +1,101 @@
+"""The agent against a real directory tree, pushing over HTTP to the running app."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from catalog.models import CheckpointCopy, Run, ShardFile
+from fleet import agent
+from fleet.choices import InventoryStatus
+from fleet.models import Inventory
+
+TREES = Path(__file__).resolve().parent.parent / "fixtures" / "trees"
+
+
+@pytest.fixture
+def host_tree(tmp_path, make_host, monkeypatch):
+    """A GPU host whose NVMe root holds real DCP and Lightning checkpoints, registered with a token."""
+    root = tmp_path / "nvme0"
+    shutil.copytree(TREES / "nvme-a", root)
+    kit = make_host("gpu-a01", str(root))
+    monkeypatch.setenv("CKPTFLEET_TOKEN", kit.token)
+    monkeypatch.delenv("CKPTFLEET_TOKEN_FILE", raising=False)
+    return kit, root
+
+
+def run_agent(server: str, root: Path, *extra: str) -> int:
+    return agent.main(["--server", server, "--host", "gpu-a01", "--root", str(root), "--wait", *extra])
+
+
+def copies() -> dict[tuple[str, int], CheckpointCopy]:
+    rows = CheckpointCopy.objects.filter(gone_at__isnull=True).select_related("checkpoint__run")
+    return {(c.checkpoint.run.name, c.checkpoint.step): c for c in rows}
+
+
+def test_the_agent_reports_a_host_and_its_checkpoints_appear(live_server, host_tree, capsys):
+    kit, root = host_tree
+    assert run_agent(live_server.url, root) == 0
+    out = capsys.readouterr().out
+    assert "gpu-a01" in out
+    inventory = Inventory.objects.get()
+    assert inventory.status == InventoryStatus.APPLIED, inventory.error
+    found = copies()
+    assert {("llama-tiny", 100), ("llama-tiny", 200)} <= set(found)
+    assert all(c.state == "complete" for c in found.values()), {k: c.reasons for k, c in found.items()}
+    assert set(Run.objects.values_list("team__name", flat=True)) == {"llm", "vision"}
+    files_on_disk = sum(1 for p in root.rglob("*") if p.is_file())
+    assert ShardFile.objects.filter(gone_at__isnull=True).count() == files_on_disk
+
+
+def test_pushing_the_same_tree_twice_changes_nothing(live_server, host_tree):
+    kit, root = host_tree
+    assert run_agent(live_server.url, root) == 0
+    before = list(ShardFile.objects.order_by("path").values_list("path", "size", "mtime", "changed_at", "copy_id"))
+    assert run_agent(live_server.url, root) == 0
+    second = Inventory.objects.order_by("-id").first()
+    assert (second.files_added, second.files_changed, second.files_gone) == (0, 0, 0)
+    after = list(ShardFile.objects.order_by("path").values_list("path", "size", "mtime", "changed_at", "copy_id"))
+    assert after == before
+
+
+def test_a_file_deleted_between_two_pushes(live_server, host_tree):
+    kit, root = host_tree
+    assert run_agent(live_server.url, root) == 0
+    victim = sorted((root / "llm" / "llama-tiny" / "step-200").glob("__1_*.distcp"))[0]
+    victim.unlink()
+    assert run_agent(live_server.url, root) == 0
+    latest = Inventory.objects.order_by("-id").first()
+    assert latest.files_gone == 1
+    copy = copies()[("llama-tiny", 200)]
+    assert copy.state == "partial"
+    assert any(victim.name in reason for reason in copy.reasons), copy.reasons
+    assert ShardFile.objects.get(path__endswith=f"step-200/{victim.name}").gone_at is not None
+
+
+def test_the_agent_says_one_line_when_the_token_is_wrong(live_server, host_tree, monkeypatch, capsys):
+    kit, root = host_tree
+    monkeypatch.setenv("CKPTFLEET_TOKEN", "cfh_000000000000_wrong")
+    assert run_agent(live_server.url, root) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ckptfleet-agent:"), err
+    assert Inventory.objects.count() == 0
+
+
+def test_the_agent_runs_as_a_plain_copied_file(tmp_path):
+    copied = tmp_path / "agent.py"
+    shutil.copy(agent.__file__, copied)
+    root = tmp_path / "root"
+    shutil.copytree(TREES / "nvme-a", root)
+    result = subprocess.run(
+        [sys.executable, "-I", str(copied), "--dry-run", "--host", "gpu-x", "--root", str(root)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert '"type":"header"' in lines[0] and '"type":"end"' in lines[-1]
+    assert any(".metadata" in line and "dcp_metadata" in line for line in lines)
