@@ -98,9 +98,7 @@ class CheckpointCopy(models.Model):
         verbose_name_plural = "checkpoint copies"
         constraints = [
             models.UniqueConstraint(fields=["location", "path"], name="copy_location_path_unique"),
-            models.CheckConstraint(
-                condition=Q(file_count__gte=0) & Q(bytes__gte=0), name="copy_counts_not_negative"
-            ),
+            models.CheckConstraint(condition=Q(file_count__gte=0) & Q(bytes__gte=0), name="copy_counts_not_negative"),
         ]
         indexes = [models.Index(fields=["checkpoint", "gone_at"], name="copy_checkpoint_present")]
 
@@ -166,6 +164,9 @@ class IngestRow(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["inventory", "path"], name="ingestrow_inventory_path_unique")]
 
+    def __str__(self) -> str:
+        return f"staged {self.path} of inventory {self.inventory_id}"
+
 
 class AuditEventQuerySet(models.QuerySet):
     def update(self, **kwargs):
@@ -221,3 +222,6 @@ class AuditChainHead(models.Model):
 
     last_hash = models.CharField(max_length=64)
     count = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"audit chain head after {self.count} events"

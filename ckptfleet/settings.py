@@ -33,9 +33,7 @@ def _secret_key() -> str:
     if key:
         return key
     if not DEBUG:
-        raise ImproperlyConfigured(
-            "DJANGO_SECRET_KEY (or DJANGO_SECRET_KEY_FILE) must be set unless CKPTFLEET_DEBUG=1"
-        )
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY (or DJANGO_SECRET_KEY_FILE) must be set unless CKPTFLEET_DEBUG=1")
     # A development key made once per checkout and kept out of git, so sessions survive restarts.
     key_file = VAR_DIR / "dev-secret-key"
     if not key_file.exists():

@@ -18,7 +18,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -330,8 +330,13 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
             taken = inventory.taken_at or now
             StorageLocation.objects.filter(pk=location.pk).update(last_inventory=inventory, last_applied_at=taken)
             Inventory.objects.filter(pk=inventory.pk).update(
-                status=InventoryStatus.APPLIED, finished_at=timezone.now(), files_count=files, bytes_total=total,
-                files_added=counts.added, files_changed=counts.changed, files_gone=counts.gone,
+                status=InventoryStatus.APPLIED,
+                finished_at=timezone.now(),
+                files_count=files,
+                bytes_total=total,
+                files_added=counts.added,
+                files_changed=counts.changed,
+                files_gone=counts.gone,
                 checkpoints_found=found,
             )
     finally:
@@ -339,7 +344,15 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
     log.info(
         "inventory %s applied: staged %s rows in %.2f s, merged (+%s ~%s -%s) in %.2f s, "
         "judged %s checkpoint copies in %.2f s, committed in %.2f s",
-        inventory.pk, files, t1 - t0, counts.added, counts.changed, counts.gone, t2 - t1, found, t3 - t2,
+        inventory.pk,
+        files,
+        t1 - t0,
+        counts.added,
+        counts.changed,
+        counts.gone,
+        t2 - t1,
+        found,
+        t3 - t2,
         time.monotonic() - t3,
     )
     inventory.refresh_from_db()
@@ -354,3 +367,55 @@ def _fail(inventory: Inventory, reason: str, line: int | None) -> Inventory:
     inventory.refresh_from_db()
     log.warning("inventory %s of %s failed: %s", inventory.pk, inventory.location, reason)
     return inventory
+
+
+RESEND_AFTER = timedelta(minutes=10)
+STALE_AFTER = timedelta(hours=2)
+KEEP_APPLIED_UPLOADS = timedelta(days=1)
+KEEP_FAILED_UPLOADS = timedelta(days=30)
+
+
+@dataclass
+class SweepCounts:
+    resent: int = 0
+    abandoned: int = 0
+    uploads_removed: int = 0
+
+
+def sweep(*, now: datetime | None = None) -> SweepCounts:
+    """Periodic care of the inventory queue, so that no upload waits or lingers forever.
+
+    - received but never picked up (the broker lost the message): queued again;
+    - claimed but not finished long after (the worker died and its message is gone): failed, with why;
+    - stored uploads removed once applied (a day later) or failed (a month later, for diagnosis).
+    """
+    from fleet.tasks import ingest_inventory
+
+    now = now or timezone.now()
+    counts = SweepCounts()
+    waiting = Inventory.objects.filter(status=InventoryStatus.RECEIVED, received_at__lt=now - RESEND_AFTER)
+    for pk in waiting.values_list("pk", flat=True)[:1000]:
+        ingest_inventory.delay(pk)
+        counts.resent += 1
+    stale = list(
+        Inventory.objects.filter(status=InventoryStatus.PROCESSING, started_at__lt=now - STALE_AFTER).values_list(
+            "pk", flat=True
+        )[:1000]
+    )
+    for pk in stale:
+        unstage(pk)
+        counts.abandoned += Inventory.objects.filter(pk=pk, status=InventoryStatus.PROCESSING).update(
+            status=InventoryStatus.FAILED,
+            finished_at=now,
+            error=f"abandoned: not finished {STALE_AFTER} after it started (the worker stopped); "
+            "the host's next inventory replaces it",
+        )
+    old = Inventory.objects.exclude(upload="").filter(
+        Q(status=InventoryStatus.APPLIED, finished_at__lt=now - KEEP_APPLIED_UPLOADS)
+        | Q(status=InventoryStatus.FAILED, finished_at__lt=now - KEEP_FAILED_UPLOADS)
+    )
+    for inventory in old[:1000]:
+        inventory.upload.delete(save=False)
+        Inventory.objects.filter(pk=inventory.pk).update(upload="")
+        counts.uploads_removed += 1
+    return counts

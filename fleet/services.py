@@ -23,7 +23,7 @@ from ckptfleet.errors import DomainError, NotAuthenticated, PermissionRefused, T
 from fleet.choices import InventorySource, InventoryStatus, LocationKind, Tier
 from fleet.models import Host, HostToken, Inventory, StorageLocation
 
-TOKEN_PREFIX = "cfh"
+TOKEN_PREFIX = "cfh"  # noqa: S105 - the public marker of a host token, not a secret
 WIRE_FORMAT = "ckptfleet-inventory/1"
 
 
@@ -51,8 +51,14 @@ def host_register(*, name: str, site: str = "", region: str = "", description: s
             raise DomainError(f"a host named {name!r} is already registered", code="exists")
         host = Host.objects.create(name=name, site=site, region=region, description=description)
         audit_record(
-            actor_kind=actor.kind, actor=actor.user, actor_label=actor.label, source=actor.source,
-            action="host.register", target_type="host", target_id=host.pk, target_label=host.name,
+            actor_kind=actor.kind,
+            actor=actor.user,
+            actor_label=actor.label,
+            source=actor.source,
+            action="host.register",
+            target_type="host",
+            target_id=host.pk,
+            target_label=host.name,
             after={"name": name, "site": site, "region": region},
         )
     return host
@@ -73,8 +79,14 @@ def host_token_issue(*, host: Host, actor: Actor, revoke_others: bool = True) ->
             revoked = HostToken.objects.filter(host=host, revoked_at__isnull=True).update(revoked_at=now)
         token = HostToken.objects.create(host=host, prefix=prefix, token_hash=_hash_token(raw))
         audit_record(
-            actor_kind=actor.kind, actor=actor.user, actor_label=actor.label, source=actor.source,
-            action="host.token_issue", target_type="host", target_id=host.pk, target_label=host.name,
+            actor_kind=actor.kind,
+            actor=actor.user,
+            actor_label=actor.label,
+            source=actor.source,
+            action="host.token_issue",
+            target_type="host",
+            target_id=host.pk,
+            target_label=host.name,
             after={"token_prefix": token.prefix, "revoked_tokens": revoked},
         )
     return raw
@@ -126,14 +138,32 @@ def location_add(
         if host and StorageLocation.objects.filter(host=host, root_path=root_path).exists():
             raise DomainError(f"{host.name} already has the root {root_path}", code="exists")
         location = StorageLocation.objects.create(
-            host=host, name=name, kind=kind, tier=tier, root_path=root_path, path_template=path_template,
-            default_team=default_team, site=site, region=region,
+            host=host,
+            name=name,
+            kind=kind,
+            tier=tier,
+            root_path=root_path,
+            path_template=path_template,
+            default_team=default_team,
+            site=site,
+            region=region,
         )
         audit_record(
-            actor_kind=actor.kind, actor=actor.user, actor_label=actor.label, source=actor.source,
-            action="location.add", target_type="location", target_id=location.pk, target_label=location.name,
-            after={"kind": kind, "tier": tier, "host": host.name if host else None, "root": root_path,
-                   "path_template": path_template},
+            actor_kind=actor.kind,
+            actor=actor.user,
+            actor_label=actor.label,
+            source=actor.source,
+            action="location.add",
+            target_type="location",
+            target_id=location.pk,
+            target_label=location.name,
+            after={
+                "kind": kind,
+                "tier": tier,
+                "host": host.name if host else None,
+                "root": root_path,
+                "path_template": path_template,
+            },
         )
     return location
 
@@ -174,8 +204,9 @@ def _read_header(first_chunk: bytes) -> dict:
     if not isinstance(header, dict) or header.get("type") != "header":
         raise DomainError('line 1: the first line must be {"type": "header", ...}', code="bad_inventory")
     if header.get("format") != WIRE_FORMAT:
-        raise DomainError(f"line 1: unsupported format {header.get('format')!r}; expected {WIRE_FORMAT}",
-                          code="bad_inventory")
+        raise DomainError(
+            f"line 1: unsupported format {header.get('format')!r}; expected {WIRE_FORMAT}", code="bad_inventory"
+        )
     return header
 
 
@@ -200,8 +231,9 @@ def inventory_receive(*, host: Host, stream: BinaryIO, content_encoding: str) ->
     location = StorageLocation.objects.filter(host=host, root_path=root).first() if isinstance(root, str) else None
     if location is None:
         roots = ", ".join(host.locations.values_list("root_path", flat=True)) or "none"
-        raise DomainError(f"{root!r} is not a registered root of {host.name} (registered: {roots})",
-                          code="unknown_root")
+        raise DomainError(
+            f"{root!r} is not a registered root of {host.name} (registered: {roots})", code="unknown_root"
+        )
 
     import tempfile
 
@@ -217,8 +249,12 @@ def inventory_receive(*, host: Host, stream: BinaryIO, content_encoding: str) ->
             taken_at = parse_datetime(header["started_at"])
         with transaction.atomic():
             inventory = Inventory(
-                location=location, host=host, source=InventorySource.AGENT, agent=str(header.get("agent", ""))[:100],
-                upload_bytes=reader.read_bytes, taken_at=taken_at,
+                location=location,
+                host=host,
+                source=InventorySource.AGENT,
+                agent=str(header.get("agent", ""))[:100],
+                upload_bytes=reader.read_bytes,
+                taken_at=taken_at,
             )
             inventory.upload.save(f"{host.name}-{location.pk}.ndjson.gz", File(spool), save=False)
             inventory.save()

@@ -38,7 +38,7 @@ def copies() -> dict[tuple[str, int], CheckpointCopy]:
 
 
 def test_the_agent_reports_a_host_and_its_checkpoints_appear(live_server, host_tree, capsys):
-    kit, root = host_tree
+    _kit, root = host_tree
     assert run_agent(live_server.url, root) == 0
     out = capsys.readouterr().out
     assert "gpu-a01" in out
@@ -53,7 +53,7 @@ def test_the_agent_reports_a_host_and_its_checkpoints_appear(live_server, host_t
 
 
 def test_pushing_the_same_tree_twice_changes_nothing(live_server, host_tree):
-    kit, root = host_tree
+    _kit, root = host_tree
     assert run_agent(live_server.url, root) == 0
     before = list(ShardFile.objects.order_by("path").values_list("path", "size", "mtime", "changed_at", "copy_id"))
     assert run_agent(live_server.url, root) == 0
@@ -64,7 +64,7 @@ def test_pushing_the_same_tree_twice_changes_nothing(live_server, host_tree):
 
 
 def test_a_file_deleted_between_two_pushes(live_server, host_tree):
-    kit, root = host_tree
+    _kit, root = host_tree
     assert run_agent(live_server.url, root) == 0
     victim = sorted((root / "llm" / "llama-tiny" / "step-200").glob("__1_*.distcp"))[0]
     victim.unlink()
@@ -78,7 +78,7 @@ def test_a_file_deleted_between_two_pushes(live_server, host_tree):
 
 
 def test_the_agent_says_one_line_when_the_token_is_wrong(live_server, host_tree, monkeypatch, capsys):
-    kit, root = host_tree
+    _kit, root = host_tree
     monkeypatch.setenv("CKPTFLEET_TOKEN", "cfh_000000000000_wrong")
     assert run_agent(live_server.url, root) != 0
     err = capsys.readouterr().err.strip().splitlines()
@@ -93,7 +93,10 @@ def test_the_agent_runs_as_a_plain_copied_file(tmp_path):
     shutil.copytree(TREES / "nvme-a", root)
     result = subprocess.run(
         [sys.executable, "-I", str(copied), "--dry-run", "--host", "gpu-x", "--root", str(root)],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

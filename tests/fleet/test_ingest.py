@@ -20,8 +20,14 @@ def dcp(step: int, ranks: int = 2, *, missing: int | None = None, run: str = "ll
     """Files of a DCP checkpoint with its .metadata facts (as the agent reads them)."""
     base = f"llm/{run}/step-{step}"
     names = {f"__{r}_0.distcp": 4096 for r in range(ranks)}
-    files = [{"path": f"{base}/.metadata", "size": 900, "mtime": 1763700000.0 + step,
-              "facts": {"kind": "dcp_metadata", "files": names}}]
+    files = [
+        {
+            "path": f"{base}/.metadata",
+            "size": 900,
+            "mtime": 1763700000.0 + step,
+            "facts": {"kind": "dcp_metadata", "files": names},
+        }
+    ]
     for r in range(ranks):
         if r != missing:
             files.append({"path": f"{base}/__{r}_0.distcp", "size": 4096, "mtime": 1763699990.0 + step})
@@ -30,8 +36,9 @@ def dcp(step: int, ranks: int = 2, *, missing: int | None = None, run: str = "ll
 
 def post(client, kit, body: bytes, *, auth: dict | None = None, **extra):
     headers = kit.auth() if auth is None else auth
-    return client.post(URL, data=body, content_type="application/x-ndjson", HTTP_CONTENT_ENCODING="gzip",
-                       **headers, **extra)
+    return client.post(
+        URL, data=body, content_type="application/x-ndjson", HTTP_CONTENT_ENCODING="gzip", **headers, **extra
+    )
 
 
 @pytest.fixture
@@ -149,8 +156,9 @@ def test_it_rejects_a_root_the_host_has_not_registered(make_host, push):
     assert Inventory.objects.count() == 0
 
 
-@pytest.mark.parametrize("auth", [{}, {"HTTP_AUTHORIZATION": "Bearer cfh_nope_nope"},
-                                  {"HTTP_AUTHORIZATION": "Bearer not-a-token"}])
+@pytest.mark.parametrize(
+    "auth", [{}, {"HTTP_AUTHORIZATION": "Bearer cfh_nope_nope"}, {"HTTP_AUTHORIZATION": "Bearer not-a-token"}]
+)
 def test_it_rejects_a_missing_or_wrong_token(make_host, push, auth):
     kit = make_host()
     response = push(kit, kit.body(dcp(100)), auth=auth)
@@ -185,7 +193,7 @@ def test_it_rejects_a_hostile_path_and_applies_nothing(make_host, push, path, wh
     kit = make_host()
     push(kit, kit.body(dcp(100)))
     before = snapshot(kit.location)
-    files = dcp(200) + [{"path": path, "size": 1, "mtime": 1763700000.0}]
+    files = [*dcp(200), {"path": path, "size": 1, "mtime": 1763700000.0}]
     response = push(kit, kit.body(files))
     assert response.status_code == 202
     inventory = Inventory.objects.get(pk=response.json()["id"])
@@ -281,8 +289,9 @@ def test_it_refuses_an_uncompressed_or_garbage_body(make_host, client):
     kit = make_host()
     response = client.post(URL, data=b'{"type": "header"}\n', content_type="application/x-ndjson", **kit.auth())
     assert response.status_code == 400
-    response = client.post(URL, data=b"garbage", content_type="application/x-ndjson",
-                           HTTP_CONTENT_ENCODING="gzip", **kit.auth())
+    response = client.post(
+        URL, data=b"garbage", content_type="application/x-ndjson", HTTP_CONTENT_ENCODING="gzip", **kit.auth()
+    )
     assert response.status_code == 400
     assert response.json()["error"] == "bad_inventory"
     assert Inventory.objects.count() == 0
@@ -311,3 +320,25 @@ def test_people_need_to_sign_in_to_read_the_api(client, admin_client, make_host,
     runs = admin_client.get("/api/v1/runs/").json()["results"]
     assert [r["name"] for r in runs] == ["llama-7b"]
     assert runs[0]["checkpoint_count"] == 1
+
+
+def test_the_sweeper_requeues_lost_fails_abandoned_and_removes_old_uploads(make_host, client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from fleet import ingest
+
+    kit = make_host()
+    lost = post(client, kit, kit.body(dcp(100))).json()["id"]  # on_commit never ran: the message was lost
+    abandoned = post(client, kit, kit.body(dcp(200))).json()["id"]
+    Inventory.objects.filter(pk=abandoned).update(status=InventoryStatus.PROCESSING, started_at=timezone.now())
+    later = timezone.now() + timedelta(hours=3)
+    counts = ingest.sweep(now=later)
+    assert (counts.resent, counts.abandoned) == (1, 1)
+    assert Inventory.objects.get(pk=lost).status == InventoryStatus.APPLIED
+    gave_up = Inventory.objects.get(pk=abandoned)
+    assert gave_up.status == InventoryStatus.FAILED and "abandoned" in gave_up.error
+    counts = ingest.sweep(now=later + timedelta(days=2))
+    assert counts.uploads_removed == 1
+    assert Inventory.objects.get(pk=lost).upload == ""
