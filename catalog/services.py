@@ -78,7 +78,9 @@ def _affected_groups(location: StorageLocation, template: PathTemplate, inventor
     return sorted(groups)
 
 
-def _group_files(location: StorageLocation, template: PathTemplate, group: str) -> Iterator[tuple[int, int | None, FileEntry]]:
+def _group_files(
+    location: StorageLocation, template: PathTemplate, group: str
+) -> Iterator[tuple[int, int | None, FileEntry]]:
     qs = ShardFile.objects.filter(location=location, gone_at__isnull=True)
     depth = len(group.split("/")) if group else 0
     shallow = depth < template.depth
@@ -101,8 +103,10 @@ def _group_files(location: StorageLocation, template: PathTemplate, group: str) 
 
 def _team_and_run(location: StorageLocation, template: PathTemplate, found: Found, teams: dict, runs: dict) -> Run:
     matched = template.match(found.path) or {}
-    team_name = found.team or matched.get("team") or (
-        location.default_team.name if location.default_team_id else UNASSIGNED_TEAM
+    team_name = (
+        found.team
+        or matched.get("team")
+        or (location.default_team.name if location.default_team_id else UNASSIGNED_TEAM)
     )
     run_name = found.run or matched.get("run")
     if not run_name:
@@ -223,5 +227,3 @@ def location_rejudge(*, location: StorageLocation) -> int:
     """Judge every checkpoint at a location again (after a format module changed, say)."""
     location = StorageLocation.objects.select_for_update().get(pk=location.pk)
     return location_recognize(location=location, inventory=None)
-
-

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from catalog.models import IngestRow
+from catalog.models import CheckpointCopy, IngestRow, ShardFile
 from fleet.choices import InventoryStatus
 from fleet.models import Inventory, StorageLocation
 
@@ -101,10 +101,13 @@ def _parse_file_line(obj: dict) -> Row:
         if not isinstance(facts, dict) or not isinstance(facts.get("kind"), str):
             raise ValueError('facts must be an object with a "kind"')
         facts_text = json.dumps(facts, sort_keys=True, separators=(",", ":"))
+        if "\\u0000" in facts_text:
+            # PostgreSQL's jsonb cannot hold NUL; such a manifest is unreadable to us, not fatal.
+            facts_text = json.dumps({"kind": str(facts["kind"])[:40], "error": "facts contain a NUL character"})
     return Row(path, size, when, checksum, algo, facts_text)
 
 
-def read_inventory(stream, *, max_line: int) -> Iterator[Row]:
+def read_inventory(stream, *, max_line: int, header: dict | None = None) -> Iterator[Row]:
     """Yield every file row of a gzip NDJSON inventory, raising InventoryError at the first problem.
 
     The header was checked when the upload was received; the trailer must be present (else the
@@ -137,6 +140,8 @@ def read_inventory(stream, *, max_line: int) -> Iterator[Row]:
             if lineno == 1:
                 if kind != "header":
                     raise InventoryError(1, "the first line must be the header")
+                if header is not None:
+                    header.update(obj)
                 continue
             if kind == "file":
                 try:
@@ -193,11 +198,11 @@ def _stage_chunk(inventory_id: int, chunk: list[Row]) -> None:
             )
 
 
-def stage(inventory: Inventory, stream) -> tuple[int, int]:
+def stage(inventory: Inventory, stream, header: dict | None = None) -> tuple[int, int]:
     """Parse and stage every row. Raises InventoryError; the caller discards the staged rows then."""
     files = 0
     total = 0
-    rows = read_inventory(stream, max_line=settings.INVENTORY_MAX_LINE)
+    rows = read_inventory(stream, max_line=settings.INVENTORY_MAX_LINE, header=header)
     for chunk in _chunks(rows, settings.INGEST_CHUNK_ROWS):
         try:
             with transaction.atomic():
@@ -305,15 +310,27 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
     location = inventory.location
     unstage(inventory.pk)  # a worker killed mid-staging may have left rows behind
     t0 = time.monotonic()
+    header: dict = {}
     try:
         with inventory.upload.open("rb") as stream:
-            files, total = stage(inventory, stream)
+            files, total = stage(inventory, stream, header)
+        if files == 0 and not header.get("allow_empty"):
+            present = ShardFile.objects.filter(location=location, gone_at__isnull=True).count()
+            if present:
+                raise InventoryError(
+                    None,
+                    f"the root reported no files, but {present} were present: is its file system mounted? "
+                    "If it is really empty now, run the agent with --allow-empty",
+                )
     except InventoryError as exc:
         unstage(inventory.pk)
         return _fail(inventory, exc.reason, exc.line)
     except OSError as exc:
         unstage(inventory.pk)
         return _fail(inventory, f"the stored upload cannot be read: {exc}", None)
+    except DatabaseError as exc:
+        unstage(inventory.pk)
+        return _fail(inventory, f"the database refused a value: {str(exc).splitlines()[0]}", None)
 
     from catalog.services import location_recognize
 
@@ -325,7 +342,8 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
             t1 = time.monotonic()
             counts = merge(inventory, location, now=now)
             t2 = time.monotonic()
-            found = location_recognize(location=location, inventory=inventory)
+            judged = location_recognize(location=location, inventory=inventory)
+            found = CheckpointCopy.objects.filter(location=location, gone_at__isnull=True).count()
             t3 = time.monotonic()
             taken = inventory.taken_at or now
             StorageLocation.objects.filter(pk=location.pk).update(last_inventory=inventory, last_applied_at=taken)
@@ -351,7 +369,7 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
         counts.changed,
         counts.gone,
         t2 - t1,
-        found,
+        judged,
         t3 - t2,
         time.monotonic() - t3,
     )

@@ -60,17 +60,15 @@ class StorageLocation(models.Model):
     host = models.ForeignKey(Host, on_delete=models.PROTECT, null=True, blank=True, related_name="locations")
     root_path = models.CharField(max_length=1024, blank=True)
     path_template = models.CharField(max_length=200, default="{team}/{run}")
-    default_team = models.ForeignKey(
-        "catalog.Team", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
+    default_team = models.ForeignKey("catalog.Team", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     site = models.CharField(max_length=100, blank=True, help_text="Failure domain; defaults to the host's site.")
     region = models.CharField(max_length=100, blank=True, help_text="Failure domain; defaults to the host's.")
     created_at = models.DateTimeField(auto_now_add=True)
-    last_inventory = models.ForeignKey(
-        "Inventory", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
+    last_inventory = models.ForeignKey("Inventory", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     last_applied_at = models.DateTimeField(
-        null=True, blank=True, help_text="When the newest applied inventory was taken: every present file was seen then."
+        null=True,
+        blank=True,
+        help_text="When the newest applied inventory was taken: every present file was seen then.",
     )
 
     class Meta:
@@ -118,7 +116,9 @@ class Inventory(models.Model):
     files_added = models.BigIntegerField(default=0)
     files_changed = models.BigIntegerField(default=0)
     files_gone = models.BigIntegerField(default=0)
-    checkpoints_found = models.IntegerField(default=0)
+    checkpoints_found = models.IntegerField(
+        default=0, help_text="Checkpoint copies present at the location once applied."
+    )
     error = models.TextField(blank=True)
     error_line = models.BigIntegerField(null=True, blank=True)
 

@@ -66,8 +66,13 @@ class HostKit:
         actor = Actor.command(label="tests")
         self.host = host_register(name=name, site="dc1", region="eu-west", actor=actor)
         self.location = location_add(
-            host=self.host, name=f"{name}:{root}", kind="nvme", tier="nvme", root_path=root,
-            path_template=template, actor=actor,
+            host=self.host,
+            name=f"{name}:{root}",
+            kind="nvme",
+            tier="nvme",
+            root_path=root,
+            path_template=template,
+            actor=actor,
         )
         self.token = host_token_issue(host=self.host, actor=actor)
         self.root = self.location.root_path
@@ -77,8 +82,12 @@ class HostKit:
 
     def lines(self, files: list[dict], *, host: str | None = None, root: str | None = None, end: bool = True):
         header = {
-            "type": "header", "format": "ckptfleet-inventory/1", "host": host or self.host.name,
-            "root": root or self.root, "agent": "tests", "started_at": "2026-11-21T12:00:00Z",
+            "type": "header",
+            "format": "ckptfleet-inventory/1",
+            "host": host or self.host.name,
+            "root": root or self.root,
+            "agent": "tests",
+            "started_at": "2026-11-21T12:00:00Z",
         }
         out = [header, *({"type": "file", **f} for f in files)]
         if end:
@@ -138,15 +147,34 @@ def celery_worker_process(transactional_db, settings, tmp_path):
     queue = f"tests-{os.getpid()}-{time.monotonic_ns()}"
     log = tmp_path / "worker.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "ckptfleet", "worker", "-P", "solo", "-Q", queue, "-n",
-         f"{queue}@%h", "--without-gossip", "--without-mingle", "-l", "info"],
-        env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "ckptfleet",
+            "worker",
+            "-P",
+            "solo",
+            "-Q",
+            queue,
+            "-n",
+            f"{queue}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "-l",
+            "info",
+        ],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
     )
     celery_app.conf.task_always_eager = False
     previous = (celery_app.conf.broker_url, celery_app.conf.task_default_queue)
     celery_app.conf.broker_url = redis_url
     celery_app.conf.task_default_queue = queue
     try:
+
         def answers() -> bool:
             if proc.poll() is not None:
                 raise AssertionError(f"the worker exited: {log.read_text()[-2000:]}")

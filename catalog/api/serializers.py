@@ -11,8 +11,23 @@ class CopySerializer(serializers.ModelSerializer):
 
     class Meta:
         model = CheckpointCopy
-        fields = ["id", "location", "tier", "path", "format", "state", "reasons", "temporary", "verification",
-                  "file_count", "bytes", "expected_files", "expected_bytes", "newest_mtime", "judged_at"]
+        fields = [
+            "id",
+            "location",
+            "tier",
+            "path",
+            "format",
+            "state",
+            "reasons",
+            "temporary",
+            "verification",
+            "file_count",
+            "bytes",
+            "expected_files",
+            "expected_bytes",
+            "newest_mtime",
+            "judged_at",
+        ]
 
 
 class CheckpointSerializer(serializers.ModelSerializer):
@@ -35,5 +50,15 @@ class RunSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Run
-        fields = ["id", "team", "name", "status", "checkpoint_count", "copy_count", "bytes", "newest_step",
-                  "bad_copies", "created_at"]
+        fields = [
+            "id",
+            "team",
+            "name",
+            "status",
+            "checkpoint_count",
+            "copy_count",
+            "bytes",
+            "newest_step",
+            "bad_copies",
+            "created_at",
+        ]

@@ -14,9 +14,27 @@ class InventorySerializer(serializers.ModelSerializer):
     class Meta:
         model = Inventory
         fields = [
-            "id", "url", "status", "location", "host", "source", "agent", "taken_at", "received_at",
-            "started_at", "finished_at", "duration_seconds", "upload_bytes", "files_count", "bytes_total",
-            "files_added", "files_changed", "files_gone", "checkpoints_found", "error", "error_line",
+            "id",
+            "url",
+            "status",
+            "location",
+            "host",
+            "source",
+            "agent",
+            "taken_at",
+            "received_at",
+            "started_at",
+            "finished_at",
+            "duration_seconds",
+            "upload_bytes",
+            "files_count",
+            "bytes_total",
+            "files_added",
+            "files_changed",
+            "files_gone",
+            "checkpoints_found",
+            "error",
+            "error_line",
         ]
 
     def get_url(self, obj: Inventory) -> str:
@@ -28,8 +46,18 @@ class StorageLocationSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = StorageLocation
-        fields = ["id", "name", "kind", "tier", "host", "root_path", "path_template", "site", "region",
-                  "last_applied_at"]
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "tier",
+            "host",
+            "root_path",
+            "path_template",
+            "site",
+            "region",
+            "last_applied_at",
+        ]
 
 
 class HostSerializer(serializers.ModelSerializer):

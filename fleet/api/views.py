@@ -42,8 +42,12 @@ class InventoryUploadView(APIView):
 
     @extend_schema(
         request={"application/x-ndjson": bytes},
-        responses={202: InventorySerializer, 400: OpenApiResponse(description="malformed header"),
-                   403: OpenApiResponse(description="token of another host"), 413: OpenApiResponse()},
+        responses={
+            202: InventorySerializer,
+            400: OpenApiResponse(description="malformed header"),
+            403: OpenApiResponse(description="token of another host"),
+            413: OpenApiResponse(),
+        },
     )
     def post(self, request):
         declared = request.headers.get("Content-Length")
@@ -93,5 +97,3 @@ class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = StorageLocation.objects.select_related("host")
     serializer_class = StorageLocationSerializer
     filterset_fields = ["kind", "tier", "host"]
-
-

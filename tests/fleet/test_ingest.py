@@ -342,3 +342,35 @@ def test_the_sweeper_requeues_lost_fails_abandoned_and_removes_old_uploads(make_
     counts = ingest.sweep(now=later + timedelta(days=2))
     assert counts.uploads_removed == 1
     assert Inventory.objects.get(pk=lost).upload == ""
+
+
+def test_an_empty_inventory_of_a_root_that_had_files_is_refused(make_host, push):
+    kit = make_host()
+    push(kit, kit.body(dcp(100)))
+    before = snapshot(kit.location)
+    response = push(kit, kit.body([]))
+    inventory = Inventory.objects.get(pk=response.json()["id"])
+    assert inventory.status == InventoryStatus.FAILED
+    assert "mounted" in inventory.error
+    assert snapshot(kit.location) == before
+    lines = kit.lines([])
+    lines[0]["allow_empty"] = True
+    from fleet.services import gzip_lines
+
+    response = push(kit, gzip_lines(lines))
+    assert Inventory.objects.get(pk=response.json()["id"]).files_gone == 3
+
+
+def test_facts_with_a_nul_character_become_an_error_fact(make_host, push):
+    kit = make_host()
+    files = [
+        {
+            "path": "llm/r/ckptfleet.json",
+            "size": 10,
+            "mtime": 1763700000.0,
+            "facts": {"kind": "json", "content": {"run": "a\u0000b"}},
+        }
+    ]
+    response = push(kit, kit.body(files))
+    assert Inventory.objects.get(pk=response.json()["id"]).status == InventoryStatus.APPLIED
+    assert ShardFile.objects.get().facts == {"kind": "json", "error": "facts contain a NUL character"}

@@ -11,8 +11,13 @@ from tests.fleet.test_ingest import URL, dcp
 
 def test_a_worker_ingests_an_uploaded_inventory(celery_worker_process, make_host, client):
     kit = make_host()
-    response = client.post(URL, data=kit.body(dcp(100) + dcp(200, missing=0)), content_type="application/x-ndjson",
-                           HTTP_CONTENT_ENCODING="gzip", **kit.auth())
+    response = client.post(
+        URL,
+        data=kit.body(dcp(100) + dcp(200, missing=0)),
+        content_type="application/x-ndjson",
+        HTTP_CONTENT_ENCODING="gzip",
+        **kit.auth(),
+    )
     assert response.status_code == 202
     inventory_id = response.json()["id"]
 

@@ -1,6 +1,6 @@
 """Walk the audit chain and name the first broken link.
 
-    manage.py verify_audit        # exit 0 when intact, 1 with the first broken event otherwise
+manage.py verify_audit        # exit 0 when intact, 1 with the first broken event otherwise
 """
 
 from django.core.management.base import BaseCommand, CommandError

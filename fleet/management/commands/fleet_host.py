@@ -51,8 +51,11 @@ class Command(BaseCommand):
         try:
             if opts["action"] == "add":
                 host = host_register(
-                    name=opts["name"], site=opts["site"], region=opts["region"],
-                    description=opts["description"], actor=actor,
+                    name=opts["name"],
+                    site=opts["site"],
+                    region=opts["region"],
+                    description=opts["description"],
+                    actor=actor,
                 )
                 for root in opts["root"]:
                     self._add_root(host, root, opts, actor)
@@ -78,9 +81,14 @@ class Command(BaseCommand):
         if opts.get("team"):
             team, _ = Team.objects.get_or_create(name=opts["team"])
         location = location_add(
-            host=host, name=f"{host.name}:{root.rstrip('/') or '/'}", kind=opts["kind"],
-            tier=opts["tier"] or opts["kind"], root_path=root, path_template=opts["template"],
-            default_team=team, actor=actor,
+            host=host,
+            name=f"{host.name}:{root.rstrip('/') or '/'}",
+            kind=opts["kind"],
+            tier=opts["tier"] or opts["kind"],
+            root_path=root,
+            path_template=opts["template"],
+            default_team=team,
+            actor=actor,
         )
         self.stdout.write(f"registered root {location.root_path} of {host.name} ({location.get_tier_display()})")
 

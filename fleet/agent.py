@@ -1,0 +1,1254 @@
+"""ckptfleet-agent: report the checkpoint files below this host's roots to a Checkpoint Fleet server.
+
+The agent walks each root it is given, reads a few small facts from the files that checkpoint
+formats use as manifests (DCP ``.metadata``, safetensors headers, HF index files, trainer state,
+tracker files, the tail of ``torch.save`` zips), optionally hashes file contents, and uploads one
+inventory per root as gzip-compressed NDJSON (see ``docs/wire-format.md``). It reports facts; the
+server judges what is complete.
+
+It is one file that needs only the Python standard library (3.8 or newer), so it can be copied onto
+a locked-down GPU host and run as ``python3 agent.py``; installed with the project it is
+``ckptfleet-agent``, and in a checkout ``python -m fleet.agent`` (not ``python fleet/agent.py``, which
+would put ``fleet/`` on ``sys.path``, where ``fleet/selectors.py`` shadows the standard library's).
+
+Usage::
+
+    export CKPTFLEET_SERVER=https://fleet.example.com
+    export CKPTFLEET_TOKEN_FILE=/etc/ckptfleet/token        # or CKPTFLEET_TOKEN=cfh_...
+    ckptfleet-agent --root /mnt/nvme0/checkpoints --root /mnt/nvme1/checkpoints [--checksums] [--wait]
+    ckptfleet-agent --root /mnt/nvme0/checkpoints --dry-run   # print the NDJSON, contact nobody
+
+The token is never taken from the command line (it would show in ``ps`` and shell history) and is
+never printed. Every error is one line on stderr starting with ``ckptfleet-agent:`` and the exit
+status is non-zero: 1 when something failed, 2 for a usage error.
+
+What is reported and what is skipped:
+
+- one ``file`` line per regular file below the root, in path order; symlinks (even ``last.ckpt``
+  style ones) and special files are skipped and never followed;
+- a name the server would refuse (not valid UTF-8, a control character or a backslash, a path over
+  4096 bytes) is skipped with a warning on stderr, and so is a directory that cannot be read or a
+  file that vanishes during the walk: one odd entry must not cost the host its whole inventory, and
+  a missing file makes the server see a checkpoint as less complete, never more;
+- the root itself is given as an absolute path with symlinks left as they are, because it must
+  match a registered root exactly; it must exist, else nothing is sent.
+
+With ``--checksums`` every file is hashed with sha256 once; the digest is cached in SQLite keyed by
+(device, inode, size, mtime_ns), so an unchanged file is never read again. A file that changes while
+it is hashed is sent without a checksum.
+"""
+
+from __future__ import annotations
+
+import os as _os
+import sys as _sys
+
+# Run as `python3 fleet/agent.py` inside the repository, the script's folder would come first on
+# sys.path and its sibling modules (fleet/selectors.py) would shadow the standard library's.
+if (
+    __name__ == "__main__"
+    and _sys.path
+    and _os.path.abspath(_sys.path[0]) == _os.path.dirname(_os.path.abspath(__file__))
+):
+    del _sys.path[0]
+
+import argparse
+import base64
+import builtins
+import collections
+import contextlib
+import gzip
+import hashlib
+import http.client
+import io
+import json
+import os
+import pickle
+import re
+import socket
+import sqlite3
+import ssl
+import stat
+import struct
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, Protocol
+
+__version__ = "0.1.0"
+__all__ = [
+    "AgentError",
+    "ChecksumCache",
+    "encode_line",
+    "facts_kind",
+    "file_facts",
+    "inventory_lines",
+    "main",
+    "scan_root",
+    "sha256_file",
+    "upload_inventory",
+    "wait_for_inventory",
+]
+
+PROG = "ckptfleet-agent"
+AGENT = f"{PROG}/{__version__}"
+WIRE_FORMAT = "ckptfleet-inventory/1"
+INVENTORIES_PATH = "/api/v1/inventories/"
+
+MAX_PATH_BYTES = 4096
+MAX_LINE_BYTES = 4 * 1024 * 1024  # the server's default CKPTFLEET_INVENTORY_MAX_LINE
+HASH_BLOCK = 1024 * 1024
+SAFETENSORS_MAX_HEADER = 100_000_000  # huggingface/safetensors refuses larger headers
+DCP_MAX_BYTES = 64 * 1024 * 1024
+JSON_FACTS_MAX_BYTES = 1024 * 1024
+BIG_JSON_MAX_BYTES = 64 * 1024 * 1024  # index and trainer_state files: only a field is sent
+TEXT_FACTS_BYTES = 256
+ZIP_TAIL_BYTES = 64 * 1024
+CACHE_FORGET_SECONDS = 90 * 24 * 3600
+DEFAULT_CACHE = "~/.cache/ckptfleet-agent/checksums.sqlite3"
+
+# The server's own path rules (fleet/ingest.py check_path); anything else fails the whole inventory.
+_REFUSED_CHARS = re.compile(r"[\x00-\x1f\x7f\\\ud800-\udfff]")
+_DCP_METADATA = re.compile(r"^(?:\.metadata|__\d+\.metadata)$")
+_JSON_NAMES = frozenset({"metadata.json", "integrity.json", "_CHECKPOINT_METADATA", "ckptfleet.json", "config.json"})
+_TEXT_NAMES = frozenset({"latest", "latest_checkpointed_iteration.txt", "commit_success.txt"})
+_TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+# torch.save's legacy (pre-zip) format starts with this magic number as a pickled long.
+_LEGACY_TORCH_MAGIC = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
+
+if TYPE_CHECKING:  # only in annotations: subscripting abc.Callable fails at run time before 3.9
+    Warn = Callable[[str], None]
+
+
+class _Writer(Protocol):
+    def write(self, data: bytes, /) -> object: ...
+
+
+class AgentError(Exception):
+    """A failure explained in one line. ``fatal`` ones (no server, bad token) stop the other roots too."""
+
+    def __init__(self, message: str, *, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.fatal = fatal
+
+
+def _one_line(text: object, limit: int = 300) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _printable(path: str) -> str:
+    """A path as it can safely be shown on a terminal: undecodable bytes and controls escaped."""
+    text = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _stderr_warn(message: str) -> None:
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
+# --- walking a root -------------------------------------------------------------------------------
+
+
+def _check_root(root: str) -> None:
+    try:
+        root.encode("utf-8")
+    except UnicodeEncodeError:
+        raise AgentError(f"root {_printable(root)} is not valid UTF-8, so no server can match it") from None
+    if not os.path.exists(root):
+        raise AgentError(f"root {_printable(root)} does not exist")
+    if not os.path.isdir(root):
+        raise AgentError(f"root {_printable(root)} is not a directory")
+
+
+def _refusal_reason(name: str) -> str | None:
+    bad = _REFUSED_CHARS.search(name)
+    if bad is None:
+        return None
+    if "\ud800" <= bad.group() <= "\udfff":
+        return "its name is not valid UTF-8"
+    if bad.group() == "\\":
+        return "its name contains a backslash"
+    return "its name contains a control character"
+
+
+def _list_dir(path: str, prefix: str, root: str, warn: Warn) -> list[tuple[str, os.DirEntry, bool]]:
+    """One directory's regular files and subdirectories as (relative path, entry, is_dir), in path order.
+
+    Subdirectories sort as ``name/`` so that walking depth-first yields paths in plain string order
+    (``a.txt`` before ``a/x``), which is what "sorted by path" means to every reader of the output.
+    """
+    keyed: list[tuple[str, str, os.DirEntry, bool]] = []
+    with os.scandir(path) as it:
+        for entry in it:
+            try:
+                if entry.is_symlink():
+                    continue
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if not is_dir and not entry.is_file(follow_symlinks=False):
+                    continue  # sockets, FIFOs, devices
+            except OSError as exc:
+                warn(f"{_printable(os.path.join(root, prefix + entry.name))}: skipped: {_os_reason(exc)}")
+                continue
+            rel = prefix + entry.name
+            why = _refusal_reason(entry.name)
+            if why:
+                what = "directory and everything below it" if is_dir else "file"
+                warn(f"{_printable(os.path.join(root, rel))}: {what} skipped because {why}")
+                continue
+            keyed.append((entry.name + "/" if is_dir else entry.name, rel, entry, is_dir))
+    keyed.sort(key=lambda item: item[0])
+    return [(rel, entry, is_dir) for _, rel, entry, is_dir in keyed]
+
+
+def scan_root(
+    root: str, *, checksums: bool = False, cache: ChecksumCache | None = None, warn: Warn | None = None
+) -> Iterator[dict[str, Any]]:
+    """Yield a ``file`` line (docs/wire-format.md) for every regular file below ``root``, sorted by path.
+
+    Symlinks and special files are skipped, never followed. Entries the server would refuse (names
+    that are not UTF-8 or hold control characters or backslashes, paths over 4096 bytes), unreadable
+    directories and files that vanish mid-walk are skipped with a message to ``warn`` (stderr by
+    default), so that one odd entry does not fail the host's inventory. Memory holds one listing per
+    directory level being walked, never the whole tree. Raises AgentError if ``root`` is unusable.
+    """
+    warn = _stderr_warn if warn is None else warn
+    root = os.path.abspath(root)
+    _check_root(root)
+    try:
+        top = _list_dir(root, "", root, warn)
+    except OSError as exc:
+        raise AgentError(f"cannot read root {_printable(root)}: {_os_reason(exc)}") from None
+    # An explicit stack rather than recursion: trees may nest deeper than Python's recursion limit.
+    stack: list[Iterator[tuple[str, os.DirEntry, bool]]] = [iter(top)]
+    while stack:
+        item = next(stack[-1], None)
+        if item is None:
+            stack.pop()
+            continue
+        rel, entry, is_dir = item
+        if is_dir:
+            try:
+                stack.append(iter(_list_dir(entry.path, rel + "/", root, warn)))
+            except OSError as exc:
+                warn(
+                    f"{_printable(entry.path)}: directory skipped, its files are left out of the "
+                    f"inventory: {_os_reason(exc)}"
+                )
+            continue
+        line = _file_line(entry, rel, checksums=checksums, cache=cache, warn=warn)
+        if line is not None:
+            yield line
+
+
+def _file_line(
+    entry: os.DirEntry, rel: str, *, checksums: bool, cache: ChecksumCache | None, warn: Warn
+) -> dict[str, Any] | None:
+    if len(rel.encode("utf-8")) > MAX_PATH_BYTES:
+        warn(f"{_printable(entry.path)}: skipped because its path is longer than {MAX_PATH_BYTES} bytes")
+        return None
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except OSError as exc:
+        warn(f"{_printable(entry.path)}: skipped: {_os_reason(exc)}")
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None  # replaced by something else since the directory was listed
+    line: dict[str, Any] = {"type": "file", "path": rel, "size": st.st_size, "mtime": st.st_mtime_ns / 1e9}
+    if checksums:
+        digest = _checksum(entry.path, st, cache, warn)
+        if digest is not None:
+            line["sha256"] = digest
+    facts = file_facts(entry.path)
+    if facts is not None:
+        line["facts"] = facts
+    return line
+
+
+def inventory_lines(
+    root: str,
+    host: str,
+    *,
+    checksums: bool = False,
+    cache: ChecksumCache | None = None,
+    warn: Warn | None = None,
+    started_at: str | None = None,
+    allow_empty: bool = False,
+) -> Iterator[dict[str, Any]]:
+    """Yield one whole inventory of ``root``: the header, every file line, then the ``end`` trailer.
+
+    ``allow_empty`` tells the server that an empty root is really empty: without it the server
+    refuses an empty inventory for a root that had files, since that is what an unmounted file
+    system looks like, and it would otherwise mark every file gone.
+    """
+    root = os.path.abspath(root)
+    _check_root(root)
+    header = {
+        "type": "header",
+        "format": WIRE_FORMAT,
+        "host": host,
+        "root": root,
+        "agent": AGENT,
+        "started_at": started_at or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    if allow_empty:
+        header["allow_empty"] = True
+    yield header
+    files = 0
+    total = 0
+    for line in scan_root(root, checksums=checksums, cache=cache, warn=warn):
+        files += 1
+        total += line["size"]
+        yield line
+    yield {"type": "end", "files": files, "bytes": total}
+
+
+def encode_line(line: dict[str, Any]) -> bytes:
+    """One NDJSON line, UTF-8, newline included.
+
+    Facts that would push the line over the server's line limit, or that hold text which is not
+    valid Unicode (a lone surrogate escaped in a JSON manifest or pickled in DCP metadata), are
+    replaced by an error fact: one odd manifest is reported as unreadable instead of failing the
+    whole inventory.
+    """
+    try:
+        data = _dumps(line)
+        problem = f"facts of {len(data)} bytes exceed the line limit" if len(data) > MAX_LINE_BYTES else None
+    except UnicodeEncodeError:
+        data, problem = b"", "facts hold text that is not valid Unicode"
+    if problem and isinstance(line.get("facts"), dict):
+        line = {**line, "facts": {"kind": line["facts"].get("kind"), "error": problem}}
+        data = _dumps(line)
+    return data
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8") + b"\n"
+
+
+def _write_lines(lines: Iterable[dict[str, Any]], out: _Writer) -> dict[str, Any]:
+    """Write encoded lines to ``out`` in batches; return the last line (the trailer)."""
+    batch: list[bytes] = []
+    pending = 0
+    last: dict[str, Any] = {}
+    for line in lines:
+        data = encode_line(line)
+        batch.append(data)
+        pending += len(data)
+        last = line
+        if pending >= 256 * 1024:
+            out.write(b"".join(batch))
+            batch, pending = [], 0
+    out.write(b"".join(batch))
+    return last
+
+
+# --- facts ----------------------------------------------------------------------------------------
+
+
+class _FactsError(Exception):
+    pass
+
+
+def facts_kind(name: str) -> str | None:
+    """Which facts (if any) the wire format asks for about a file with this name."""
+    if _DCP_METADATA.match(name):
+        return "dcp_metadata"
+    if name == "trainer_state.json":
+        return "trainer_state"
+    if name in _JSON_NAMES:
+        return "json"
+    if name in _TEXT_NAMES:
+        return "text"
+    if name.endswith(".index.json"):
+        return "hf_index"
+    if name.endswith(".safetensors"):
+        return "safetensors"
+    if name.endswith(_TORCH_SUFFIXES):
+        return "torch_file"
+    return None
+
+
+def file_facts(path: str) -> dict[str, Any] | None:
+    """The facts object for the file at ``path``, or None when its name calls for none.
+
+    Only headers, tails and small manifests are read. Any failure becomes
+    ``{"kind": ..., "error": "one line"}``; this never raises for a bad or unreadable file.
+    """
+    kind = facts_kind(os.path.basename(path))
+    if kind is None:
+        return None
+    try:
+        with _open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            return _READERS[kind](f, size)
+    except _FactsError as exc:
+        return {"kind": kind, "error": _one_line(exc)}
+    except OSError as exc:
+        return {"kind": kind, "error": _one_line(f"cannot read: {_os_reason(exc)}")}
+    except Exception as exc:  # a hostile or corrupt file must never stop the scan
+        return {"kind": kind, "error": _one_line(f"{type(exc).__name__}: {exc}")}
+
+
+def _open_regular(path: str) -> BinaryIO:
+    # O_NOFOLLOW and O_NONBLOCK: a file swapped for a symlink or a FIFO after the listing is neither
+    # followed nor allowed to block the agent.
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _FactsError("not a regular file")
+        return os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read_exact(f: BinaryIO, n: int) -> bytes:
+    chunks: list[bytes] = []
+    while n > 0:
+        chunk = f.read(min(n, HASH_BLOCK))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_at(f: BinaryIO, offset: int, n: int) -> bytes:
+    f.seek(offset)
+    return _read_exact(f, n)
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _reject_constant(name: str) -> Any:
+    raise _FactsError(f"invalid JSON: {name} is not a number")
+
+
+def _load_json(f: BinaryIO, size: int, limit: int) -> Any:
+    if size > limit:
+        raise _FactsError(f"file is {size} bytes, over the {limit // (1024 * 1024)} MiB read limit")
+    raw = _read_exact(f, limit + 1)
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise _FactsError("not UTF-8 text") from None
+    except ValueError as exc:
+        raise _FactsError(f"invalid JSON: {exc}") from None
+
+
+def _safetensors_facts(f: BinaryIO, size: int) -> dict[str, Any]:
+    if size < 8:
+        raise _FactsError(f"file is {size} bytes, shorter than the 8-byte header length")
+    (n,) = struct.unpack("<Q", _read_exact(f, 8))
+    if n > SAFETENSORS_MAX_HEADER:
+        raise _FactsError(f"header length {n} is over the {SAFETENSORS_MAX_HEADER}-byte limit")
+    if 8 + n > size:
+        raise _FactsError(f"header of {n} bytes is cut off: the file has {size} bytes")
+    try:
+        header = json.loads(_read_exact(f, n).decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _FactsError(f"header is not valid JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise _FactsError("header is not a JSON object")
+    tensors = 0
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(_is_count(o) for o in offsets)
+            and offsets[0] <= offsets[1]
+        ):
+            raise _FactsError(f"tensor {name[:80]!r} has no valid data_offsets")
+        tensors += 1
+        end = max(end, offsets[1])
+    return {"kind": "safetensors", "expected_size": 8 + n + end, "tensors": tensors}
+
+
+def _hf_index_facts(f: BinaryIO, size: int) -> dict[str, Any]:
+    doc = _load_json(f, size, BIG_JSON_MAX_BYTES)
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise _FactsError("no weight_map of tensor names to shard files")
+    metadata = doc.get("metadata")
+    total = metadata.get("total_size") if isinstance(metadata, dict) else None
+    return {
+        "kind": "hf_index",
+        "total_size": total if _is_count(total) else None,
+        "shards": sorted(set(weight_map.values())),
+    }
+
+
+def _trainer_state_facts(f: BinaryIO, size: int) -> dict[str, Any]:
+    doc = _load_json(f, size, BIG_JSON_MAX_BYTES)
+    step = doc.get("global_step") if isinstance(doc, dict) else None
+    if not _is_count(step):
+        raise _FactsError("no integer global_step")
+    return {"kind": "trainer_state", "global_step": step}
+
+
+def _json_facts(f: BinaryIO, size: int) -> dict[str, Any]:
+    content = _load_json(f, size, JSON_FACTS_MAX_BYTES)
+    return {"kind": "json", "content": content}
+
+
+def _text_facts(f: BinaryIO, size: int) -> dict[str, Any]:
+    raw = _read_exact(f, TEXT_FACTS_BYTES)
+    if b"\x00" in raw:
+        # A tracker full of zeros is what a crash between allocation and write leaves behind.
+        raise _FactsError("file contains NUL bytes")
+    return {"kind": "text", "content": raw.decode("utf-8", "replace").strip()}
+
+
+def _torch_file_facts(f: BinaryIO, size: int) -> dict[str, Any]:
+    head = _read_exact(f, 32)
+    if head.startswith(b"PK\x03\x04"):
+        return {"kind": "torch_file", "container": "zip", "complete": _zip_complete(f, size)}
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        if _LEGACY_TORCH_MAGIC in head:
+            # Legacy torch.save appends raw tensor storages after its pickles, so the last byte
+            # says nothing about completeness.
+            return {"kind": "torch_file", "container": "pickle", "complete": None}
+        return {"kind": "torch_file", "container": "pickle", "complete": _read_at(f, size - 1, 1) == b"."}
+    return {"kind": "torch_file", "container": "unknown", "complete": None}
+
+
+def _zip_complete(f: BinaryIO, size: int) -> bool:
+    """True when a well-formed end-of-central-directory record ends the file.
+
+    A mere signature match is not enough: the tail of a truncated shard is tensor data, which may
+    contain ``PK\\x05\\x06`` by chance, and a partial write must never look complete. The record
+    must end exactly at the end of the file (after its comment), its central directory must lie
+    before it, and a ZIP64 archive's record must be preceded by its ZIP64 locator.
+    """
+    tail_len = min(size, ZIP_TAIL_BYTES + 22)
+    base = size - tail_len
+    tail = _read_at(f, base, tail_len)
+    pos = tail.rfind(b"PK\x05\x06")
+    while pos >= 0:
+        record = tail[pos : pos + 22]
+        if len(record) == 22:
+            cd_size, cd_offset, comment_len = struct.unpack("<IIH", record[12:22])
+            if pos + 22 + comment_len == len(tail):
+                if cd_offset == 0xFFFFFFFF or cd_size == 0xFFFFFFFF:
+                    if pos >= 20 and tail[pos - 20 : pos - 16] == b"PK\x06\x07":
+                        return True
+                elif cd_offset + cd_size <= base + pos:
+                    return True
+        pos = tail.rfind(b"PK\x05\x06", 0, pos)
+    return False
+
+
+def _dcp_metadata_facts(f: BinaryIO, size: int) -> dict[str, Any]:
+    if size > DCP_MAX_BYTES:
+        raise _FactsError(f"file is {size} bytes, over the 64 MiB read limit")
+    data = _read_exact(f, DCP_MAX_BYTES)
+    if not data:
+        raise _FactsError("file is empty")
+    try:
+        metadata = _RestrictedUnpickler(io.BytesIO(data)).load()
+    except (pickle.UnpicklingError, EOFError) as exc:
+        raise _FactsError(f"cannot unpickle: {exc or 'truncated'}") from None
+    return {"kind": "dcp_metadata", "files": _dcp_files(metadata)}
+
+
+_READERS: dict[str, Callable[[BinaryIO, int], dict[str, Any]]] = {
+    "dcp_metadata": _dcp_metadata_facts,
+    "safetensors": _safetensors_facts,
+    "hf_index": _hf_index_facts,
+    "trainer_state": _trainer_state_facts,
+    "json": _json_facts,
+    "text": _text_facts,
+    "torch_file": _torch_file_facts,
+}
+
+
+# --- reading DCP metadata without torch and without running anything ------------------------------
+
+
+class _Stub:
+    """Inert stand-in for a torch.* or pathlib.* class: it keeps what it is given and runs nothing.
+
+    It accepts every way pickle builds an object: positional and keyword constructor arguments
+    (REDUCE, NEWOBJ, NEWOBJ_EX) and any ``__setstate__`` state, whether a dataclass ``__dict__``,
+    a ``(dict, slots-dict)`` pair, or a tuple or list such as TensorProperties sends.
+    """
+
+    _ckpt_global = "?"
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _Stub:
+        self = object.__new__(cls)
+        self.__dict__["_ckpt_args"] = args
+        self.__dict__["_ckpt_attrs"] = dict(kwargs)
+        self.__dict__["_ckpt_state"] = None
+        return self
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        attrs = self.__dict__["_ckpt_attrs"]
+        if isinstance(state, dict):
+            attrs.update(state)
+        elif isinstance(state, tuple) and len(state) == 2 and all(s is None or isinstance(s, dict) for s in state):
+            for part in state:
+                attrs.update(part or {})
+        else:
+            self.__dict__["_ckpt_state"] = state
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a stub of a pickled class cannot be pickled again")
+
+    def __repr__(self) -> str:
+        return f"<stub {self._ckpt_global}>"
+
+
+_SAFE_BUILTINS: dict[str, Any] = {
+    name: getattr(builtins, name) for name in ("set", "frozenset", "slice", "complex", "tuple", "list", "dict")
+}
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Unpickles DCP metadata with stubs for torch and pathlib classes, and refuses every other global."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        super().__init__(file)
+        self._stubs: dict[tuple[str, str], type] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "torch" and name == "Size":
+            return tuple
+        if module == "collections" and name == "OrderedDict":
+            return collections.OrderedDict
+        if module in ("builtins", "__builtin__") and name in _SAFE_BUILTINS:
+            return _SAFE_BUILTINS[name]
+        if module in ("torch", "pathlib") or module.startswith(("torch.", "pathlib.")):
+            key = (module, name)
+            if key not in self._stubs:
+                self._stubs[key] = type("Stub", (_Stub,), {"_ckpt_global": f"{module}.{name}"})
+            return self._stubs[key]
+        raise pickle.UnpicklingError(f"refused to load global {module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("refused a persistent id")
+
+
+def _field(obj: Any, name: str, index: int) -> Any:
+    """Attribute ``name`` of an unpickled object, else its ``index``-th positional value (field order)."""
+    if isinstance(obj, _Stub):
+        attrs = obj.__dict__["_ckpt_attrs"]
+        if name in attrs:
+            return attrs[name]
+        for values in (obj.__dict__["_ckpt_state"], obj.__dict__["_ckpt_args"]):
+            if isinstance(values, (list, tuple)) and len(values) > index:
+                return values[index]
+        raise _FactsError(f"{obj._ckpt_global} has no {name}")
+    if isinstance(obj, dict) and name in obj:
+        return obj[name]
+    if isinstance(obj, (list, tuple)) and len(obj) > index:
+        return obj[index]
+    raise _FactsError(f"{type(obj).__name__} has no {name}")
+
+
+def _dcp_files(metadata: Any) -> dict[str, int]:
+    """Every file named in Metadata.storage_data with the least size it must have: max(offset + length)."""
+    # Field order of torch's dataclasses, for states that arrive as bare sequences.
+    storage = _field(metadata, "storage_data", 2)
+    if not isinstance(storage, dict):
+        raise _FactsError("Metadata.storage_data is not a mapping")
+    files: dict[str, int] = {}
+    for info in storage.values():
+        rel = _field(info, "relative_path", 0)
+        offset = _field(info, "offset", 1)
+        length = _field(info, "length", 2)
+        if not isinstance(rel, str) or not rel:
+            raise _FactsError("a storage entry has no relative_path")
+        if not (_is_count(offset) and _is_count(length)):
+            raise _FactsError(f"storage entry of {rel[:80]!r} has a bad offset or length")
+        files[rel] = max(files.get(rel, 0), offset + length)
+    return dict(sorted(files.items()))
+
+
+# --- checksums ------------------------------------------------------------------------------------
+
+
+def _signed64(value: int) -> int:
+    # SQLite integers are signed 64-bit; st_dev and st_ino are unsigned on some file systems.
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+class ChecksumCache:
+    """sha256 digests of file contents in SQLite, keyed by (st_dev, st_ino, size, mtime_ns).
+
+    Rows not looked up for 90 days are dropped on close, so the cache follows the files on disk
+    instead of growing with every checkpoint ever written.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.expanduser(path)
+        self._seen: list[tuple[int, ...]] = []
+        try:
+            parent = os.path.dirname(self.path)
+            if parent:
+                os.makedirs(parent, mode=0o700, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=60)
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS checksums (dev INTEGER NOT NULL, ino INTEGER NOT NULL, "
+                "size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL, "
+                "last_seen INTEGER NOT NULL, PRIMARY KEY (dev, ino, size, mtime_ns)) WITHOUT ROWID"
+            )
+            self._db.commit()
+        except (OSError, sqlite3.Error) as exc:
+            raise AgentError(f"cannot use checksum cache {_printable(self.path)}: {exc}", fatal=True) from None
+
+    @staticmethod
+    def _key(st: os.stat_result) -> tuple[int, int, int, int]:
+        return (_signed64(st.st_dev), _signed64(st.st_ino), st.st_size, st.st_mtime_ns)
+
+    @contextlib.contextmanager
+    def _failing(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            # A locked or full cache is not worth silently re-hashing petabytes: stop and say so.
+            raise AgentError(f"checksum cache {_printable(self.path)}: {exc}", fatal=True) from None
+
+    def get(self, st: os.stat_result) -> str | None:
+        key = self._key(st)
+        with self._failing():
+            row = self._db.execute(
+                "SELECT sha256 FROM checksums WHERE dev = ? AND ino = ? AND size = ? AND mtime_ns = ?", key
+            ).fetchone()
+        if row is None:
+            return None
+        self._seen.append(key)
+        if len(self._seen) >= 10_000:
+            self._flush_seen()
+        return row[0]
+
+    def put(self, st: os.stat_result, digest: str) -> None:
+        with self._failing():
+            self._db.execute(
+                "INSERT OR REPLACE INTO checksums (dev, ino, size, mtime_ns, sha256, last_seen) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (*self._key(st), digest, int(time.time())),
+            )
+            # Committed at once: hashing a shard takes seconds, and an interrupted run keeps its work.
+            self._db.commit()
+
+    def _flush_seen(self) -> None:
+        now = int(time.time())
+        with self._failing():
+            self._db.executemany(
+                "UPDATE checksums SET last_seen = ? WHERE dev = ? AND ino = ? AND size = ? AND mtime_ns = ?",
+                [(now, *key) for key in self._seen],
+            )
+            self._db.commit()
+        self._seen.clear()
+
+    def close(self) -> None:
+        try:
+            self._flush_seen()
+            with self._failing():
+                forget_before = int(time.time()) - CACHE_FORGET_SECONDS
+                self._db.execute("DELETE FROM checksums WHERE last_seen < ?", (forget_before,))
+                self._db.commit()
+        finally:
+            self._db.close()
+
+    def __enter__(self) -> ChecksumCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def sha256_file(f: BinaryIO) -> str:
+    """Lowercase hex sha256 of everything left in ``f``, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    buffer = bytearray(HASH_BLOCK)
+    view = memoryview(buffer)
+    while True:
+        n = f.readinto(buffer)
+        if not n:
+            return digest.hexdigest()
+        digest.update(view[:n])
+
+
+def _checksum(path: str, st: os.stat_result, cache: ChecksumCache | None, warn: Warn) -> str | None:
+    if cache is not None:
+        known = cache.get(st)
+        if known is not None:
+            return known
+    try:
+        with _open_regular(path) as f:
+            before = os.fstat(f.fileno())
+            digest = sha256_file(f)
+            after = os.fstat(f.fileno())
+    except (OSError, _FactsError) as exc:
+        warn(f"{_printable(path)}: no checksum sent: {_os_reason(exc)}")
+        return None
+    listed = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if any((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) != listed for s in (before, after)):
+        warn(f"{_printable(path)}: no checksum sent: the file changed while it was read")
+        return None
+    if cache is not None:
+        cache.put(st, digest)
+    return digest
+
+
+# --- talking to the server ------------------------------------------------------------------------
+
+
+def _os_reason(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError):
+        return _one_line(getattr(exc, "verify_message", None) or exc.reason or exc)
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return _one_line(exc) or type(exc).__name__
+
+
+def _connection(
+    url: urllib.parse.SplitResult, timeout: float
+) -> tuple[http.client.HTTPConnection, str, list[tuple[str, str]]]:
+    """A connection for ``url``, through the proxy the environment names if any; the request target;
+    and the headers the proxy needs on each request."""
+    host = url.hostname or ""
+    port = url.port
+    target = (url.path or "/") + (f"?{url.query}" if url.query else "")
+    proxy_url = None if urllib.request.proxy_bypass(host) else urllib.request.getproxies().get(url.scheme)
+    if not proxy_url:
+        if url.scheme == "https":
+            return (
+                http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl.create_default_context()),
+                target,
+                [],
+            )
+        return http.client.HTTPConnection(host, port, timeout=timeout), target, []
+    proxy = urllib.parse.urlsplit(proxy_url if "://" in proxy_url else f"http://{proxy_url}")
+    auth: list[tuple[str, str]] = []
+    if proxy.username:
+        credentials = f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password or '')}"
+        auth.append(("Proxy-Authorization", "Basic " + base64.b64encode(credentials.encode()).decode()))
+    if url.scheme == "https":
+        conn = http.client.HTTPSConnection(
+            proxy.hostname or "", proxy.port or 80, timeout=timeout, context=ssl.create_default_context()
+        )
+        conn.set_tunnel(host, port or 443, headers=dict(auth))
+        return conn, target, []
+    # A plain-HTTP proxy takes the absolute URL as the request target.
+    return (
+        http.client.HTTPConnection(proxy.hostname or "", proxy.port or 80, timeout=timeout),
+        url.geturl(),
+        auth,
+    )
+
+
+def _request(
+    method: str,
+    url: str,
+    token: str,
+    *,
+    timeout: float,
+    body: BinaryIO | None = None,
+    length: int = 0,
+    headers: Iterable[tuple[str, str]] = (),
+) -> tuple[int, str, bytes]:
+    """Send one request; return (status, reason, up to 1 MiB of the answer). Network trouble -> AgentError."""
+    parts = urllib.parse.urlsplit(url)
+    where = f"{parts.scheme}://{parts.netloc}"
+    try:
+        conn, target, proxy_headers = _connection(parts, timeout)
+    except ValueError as exc:
+        raise AgentError(f"bad server URL {url!r}: {exc}", fatal=True) from None
+    try:
+        try:
+            conn.putrequest(method, target, skip_accept_encoding=True)
+            conn.putheader("Authorization", f"Bearer {token}")
+            conn.putheader("User-Agent", AGENT)
+            conn.putheader("Accept", "application/json")
+            for name, value in [*proxy_headers, *headers]:
+                conn.putheader(name, value)
+            if body is not None:
+                conn.putheader("Content-Length", str(length))
+            conn.endheaders()
+        except (OSError, http.client.HTTPException) as exc:
+            raise AgentError(f"cannot reach server {where}: {_os_reason(exc)}", fatal=True) from None
+        sent_error: BaseException | None = None
+        if body is not None:
+            try:
+                while True:
+                    block = body.read(HASH_BLOCK)
+                    if not block:
+                        break
+                    conn.send(block)
+            except OSError as exc:
+                # The server may refuse after reading the header and hang up; its answer, if it got
+                # through, explains more than the broken pipe does.
+                sent_error = exc
+        try:
+            response = conn.getresponse()
+            answer = response.read(1024 * 1024)
+        except (OSError, http.client.HTTPException) as exc:
+            cause = sent_error or exc
+            raise AgentError(f"connection to server {where} failed: {_os_reason(cause)}", fatal=True) from None
+        return response.status, response.reason, answer
+    finally:
+        conn.close()
+
+
+def _answer_json(answer: bytes) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(answer.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _refusal(status: int, reason: str, answer: bytes) -> str:
+    """One line from an error answer: the server's JSON ``detail`` (or ``error``) when it sent one."""
+    message = f"server answered {status} {reason}".rstrip()
+    doc = _answer_json(answer)
+    if doc:
+        detail = doc.get("detail") or doc.get("error")
+        if detail is not None and not isinstance(detail, str):
+            detail = json.dumps(detail)
+        if detail:
+            message += f": {detail}"
+        if doc.get("fields"):
+            message += f" {json.dumps(doc['fields'])}"
+    return _one_line(message, 500)
+
+
+def upload_inventory(server: str, token: str, body: BinaryIO, length: int, *, timeout: float = 60.0) -> dict[str, Any]:
+    """POST a gzip NDJSON inventory of ``length`` bytes, streamed from ``body``; return the 202 answer."""
+    url = server.rstrip("/") + INVENTORIES_PATH
+    status, reason, answer = _request(
+        "POST",
+        url,
+        token,
+        timeout=timeout,
+        body=body,
+        length=length,
+        headers=[("Content-Type", "application/x-ndjson"), ("Content-Encoding", "gzip")],
+    )
+    if status != 202:
+        raise AgentError(_refusal(status, reason, answer), fatal=status == 401)
+    doc = _answer_json(answer)
+    if doc is None or "id" not in doc:
+        raise AgentError(f"server answered 202 without an inventory id: {_one_line(answer[:200])}")
+    return doc
+
+
+def wait_for_inventory(
+    server: str, token: str, url: str, *, timeout: float = 60.0, wait_timeout: float = 1800.0
+) -> dict[str, Any]:
+    """Poll an inventory until it is applied or failed; return its last state."""
+    poll = urllib.parse.urljoin(server.rstrip("/") + INVENTORIES_PATH, url)
+    deadline = time.monotonic() + wait_timeout
+    delay = 0.5
+    while True:
+        status, reason, answer = _request("GET", poll, token, timeout=timeout)
+        if status != 200:
+            raise AgentError(_refusal(status, reason, answer), fatal=status == 401)
+        doc = _answer_json(answer) or {}
+        if doc.get("status") in ("applied", "failed"):
+            return doc
+        if time.monotonic() + delay > deadline:
+            raise AgentError(f"inventory still {doc.get('status')!r} after {wait_timeout:g} s; see {poll}")
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
+
+
+def _human_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        value /= 1024
+        if value < 1024 or unit == "PiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def _spool_error(exc: OSError) -> AgentError:
+    return AgentError(
+        f"cannot write the inventory to a temporary file in {tempfile.gettempdir()} "
+        f"(point TMPDIR elsewhere?): {_os_reason(exc)}",
+        fatal=True,
+    )
+
+
+def write_inventory(
+    out: IO[bytes],
+    root: str,
+    host: str,
+    *,
+    checksums: bool = False,
+    cache: ChecksumCache | None = None,
+    warn: Warn | None = None,
+    allow_empty: bool = False,
+) -> dict[str, Any]:
+    """Write one whole inventory of ``root`` to ``out`` as the gzip NDJSON body; return the trailer."""
+    lines = inventory_lines(root, host, checksums=checksums, cache=cache, warn=warn, allow_empty=allow_empty)
+    with gzip.GzipFile(filename="", mode="wb", fileobj=out, compresslevel=6, mtime=0) as gz:
+        return _write_lines(lines, gz)
+
+
+def _send_root(args: argparse.Namespace, root: str, server: str, token: str, cache: ChecksumCache | None) -> None:
+    label = f"{args.host}:{root}"
+    try:
+        try:
+            # On disk, not in memory: a root of millions of files makes a body of hundreds of MB.
+            spool = tempfile.TemporaryFile(prefix="ckptfleet-agent-")
+        except OSError as exc:
+            raise _spool_error(exc) from None
+        with spool:
+            try:
+                trailer = write_inventory(
+                    spool, root, args.host, checksums=args.checksums, cache=cache, allow_empty=args.allow_empty
+                )
+                length = spool.tell()
+                spool.seek(0)
+            except OSError as exc:
+                raise _spool_error(exc) from None
+            answer = upload_inventory(server, token, spool, length, timeout=args.timeout)
+    except AgentError as exc:
+        raise AgentError(f"{label}: {exc}", fatal=exc.fatal) from None
+    print(
+        f"{label}: {trailer['files']} files, {_human_bytes(trailer['bytes'])} sent as inventory "
+        f"{answer['id']} ({answer.get('status', '?')})",
+        flush=True,
+    )
+    if not args.wait:
+        return
+    url = answer.get("url") or f"{INVENTORIES_PATH}{answer['id']}/"
+    try:
+        state = wait_for_inventory(server, token, url, timeout=args.timeout, wait_timeout=args.wait_timeout)
+    except AgentError as exc:
+        raise AgentError(f"{label}: inventory {answer['id']}: {exc}", fatal=exc.fatal) from None
+    if state["status"] == "failed":
+        where = f" at line {state['error_line']}" if state.get("error_line") else ""
+        raise AgentError(f"{label}: inventory {answer['id']} failed{where}: {_one_line(state.get('error'))}")
+    counts = [
+        f"{state[key]} {word}"
+        for key, word in (
+            ("files_added", "added"),
+            ("files_changed", "changed"),
+            ("files_gone", "gone"),
+            ("checkpoints_found", "checkpoints found"),
+        )
+        if state.get(key) is not None
+    ]
+    print(
+        f"{label}: inventory {answer['id']} applied" + (f": {', '.join(counts)}" if counts else ""),
+        flush=True,
+    )
+
+
+# --- command line ---------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        if message.startswith("unrecognized arguments"):
+            # Only option names are echoed: a misplaced value might be a secret.
+            names = [word for word in message.split(":", 1)[1].split() if word.startswith("-")]
+            message = "unrecognized arguments" + (f": {' '.join(names)}" if names else "")
+        print(f"{PROG}: {_one_line(message)} (see --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Report the checkpoint files below this host's roots to a Checkpoint Fleet server.",
+        epilog="The token comes from CKPTFLEET_TOKEN, or from the file named by --token-file or "
+        "CKPTFLEET_TOKEN_FILE; never from the command line.",
+        allow_abbrev=False,  # else "--token SECRET" would be taken as --token-file and echoed back
+    )
+    parser.add_argument(
+        "--server",
+        default=os.environ.get("CKPTFLEET_SERVER"),
+        help="server base URL (default: $CKPTFLEET_SERVER)",
+    )
+    parser.add_argument("--token-file", help="file holding the host token (default: $CKPTFLEET_TOKEN_FILE)")
+    parser.add_argument("--token", nargs="?", const="", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--host", default=socket.gethostname(), help="this host's registered name (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--root",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="a registered root to report; repeat for more (one inventory each)",
+    )
+    parser.add_argument("--checksums", action="store_true", help="send the sha256 of every file (cached)")
+    parser.add_argument(
+        "--cache", default=DEFAULT_CACHE, metavar="PATH", help="checksum cache, SQLite (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the NDJSON lines to stdout instead of sending them"
+    )
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="after the upload, wait until the server has applied or failed the inventory",
+    )
+    parser.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="give up waiting after this long (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="network timeout of each request (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="report a root with no files as empty (else the server refuses it, as an unmounted disk looks so)",
+    )
+    parser.add_argument("--version", action="version", version=AGENT)
+    return parser
+
+
+def _read_token(args: argparse.Namespace) -> str:
+    path = args.token_file
+    token = None
+    if not path:
+        token = os.environ.get("CKPTFLEET_TOKEN") or None
+        path = None if token else os.environ.get("CKPTFLEET_TOKEN_FILE")
+    if token is None:
+        if not path:
+            raise AgentError("no token: set CKPTFLEET_TOKEN, or CKPTFLEET_TOKEN_FILE or --token-file to a file")
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(4096)
+        except OSError as exc:
+            raise AgentError(f"cannot read token file {_printable(path)}: {_os_reason(exc)}") from None
+        try:
+            token = raw.decode("ascii").strip()
+        except UnicodeDecodeError:
+            raise AgentError(f"token file {_printable(path)} does not hold a token (not ASCII)") from None
+        source = f"token file {_printable(path)}"
+    else:
+        token = token.strip()
+        source = "CKPTFLEET_TOKEN"
+    if not token or not token.isprintable() or any(c.isspace() for c in token):
+        raise AgentError(f"{source} does not hold a single-line token")
+    return token
+
+
+def _check_server(server: str | None) -> str:
+    if not server:
+        raise AgentError("no server: pass --server URL or set CKPTFLEET_SERVER")
+    parts = urllib.parse.urlsplit(server)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise AgentError(f"server URL {server!r} must look like https://fleet.example.com")
+    return server.rstrip("/")
+
+
+def _run(argv: list[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    if args.token is not None:
+        raise AgentError("--token is not accepted: put the token in CKPTFLEET_TOKEN or a --token-file")
+    if not args.host or _REFUSED_CHARS.search(args.host):
+        raise AgentError("--host must be a plain host name")
+    roots = list(dict.fromkeys(os.path.abspath(root) for root in args.root))
+    for root in roots:
+        _check_root(root)  # all roots are checked before anything is sent: a typo is a config error
+    server = token = None
+    if not args.dry_run:
+        server = _check_server(args.server)
+        token = _read_token(args)
+    cache = ChecksumCache(args.cache) if args.checksums else None
+    failed = False
+    try:
+        if args.dry_run:
+            out = getattr(sys.stdout, "buffer", None)
+            sys.stdout.flush()
+            for root in roots:
+                lines = inventory_lines(
+                    root, args.host, checksums=args.checksums, cache=cache, allow_empty=args.allow_empty
+                )
+                if out is not None:
+                    _write_lines(lines, out)
+                else:
+                    _write_lines(lines, _TextOut(sys.stdout))
+            if out is not None:
+                out.flush()
+            return 0
+        for root in roots:
+            try:
+                _send_root(args, root, server or "", token or "", cache)
+            except AgentError as exc:
+                failed = True
+                _error(str(exc))
+                if exc.fatal:
+                    break
+    finally:
+        if cache is not None:
+            cache.close()
+    return 1 if failed else 0
+
+
+class _TextOut:
+    """Lets byte lines go to a text-only stdout (when tests or IDEs replace sys.stdout)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, data: bytes) -> int:
+        return self.stream.write(data.decode("utf-8"))
+
+
+def _error(message: str) -> None:
+    print(f"{PROG}: {_one_line(message, 1000)}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the agent; return the exit status (0 ok, 1 failure, 2 usage error)."""
+    try:
+        return _run(argv)
+    except SystemExit as exc:  # argparse: --help, --version, usage errors
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+    except AgentError as exc:
+        _error(str(exc))
+        return 1
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+    except BrokenPipeError:
+        # stdout went away (``--dry-run | head``): nothing left to report to.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as exc:
+        if os.environ.get("CKPTFLEET_AGENT_DEBUG"):
+            raise
+        _error(f"internal error: {type(exc).__name__}: {exc} (set CKPTFLEET_AGENT_DEBUG=1 for a traceback)")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
