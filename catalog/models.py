@@ -52,7 +52,7 @@ class Checkpoint(models.Model):
     first_seen_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["run", models.F("step").desc(nulls_first=True)]
+        ordering = ["run", models.F("step").desc(nulls_last=True)]
         constraints = [
             models.UniqueConstraint(
                 fields=["run", "step"], condition=Q(step__isnull=False), name="checkpoint_run_step_unique"

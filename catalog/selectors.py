@@ -11,6 +11,9 @@ from catalog.choices import CopyState
 from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
 
 
+NEWEST_STEP_FIRST = F("step").desc(nulls_last=True)
+
+
 def present_copies() -> QuerySet[CheckpointCopy]:
     return CheckpointCopy.objects.filter(gone_at__isnull=True)
 
@@ -31,21 +34,25 @@ def run_list() -> QuerySet[Run]:
 
 
 def run_checkpoints(run: Run) -> QuerySet[Checkpoint]:
-    """A run's checkpoints, newest step first, each with its present copies and their locations."""
+    """A run's checkpoints, newest step first (step-less exports last), each with its present copies."""
     copies = present_copies().select_related("location", "location__host").order_by("location__name")
     return (
         Checkpoint.objects.filter(run=run, copies__gone_at__isnull=True)
         .distinct()
-        .order_by("-step")
+        .order_by(NEWEST_STEP_FIRST, "tag")
         .prefetch_related(Prefetch("copies", queryset=copies, to_attr="present"))
     )
 
 
 def newest_complete(run: Run) -> Checkpoint | None:
-    """The newest checkpoint of a run with at least one complete copy."""
+    """The newest checkpoint of a run with at least one complete copy.
+
+    A step-less export (a final model, ``last.ckpt``) only counts when no stepped checkpoint is
+    complete: the same on every database, which sort NULL steps differently by default.
+    """
     return (
         Checkpoint.objects.filter(run=run, copies__gone_at__isnull=True, copies__state=CopyState.COMPLETE)
-        .order_by("-step")
+        .order_by(NEWEST_STEP_FIRST, "tag")
         .first()
     )
 

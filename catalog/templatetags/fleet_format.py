@@ -1,0 +1,195 @@
+"""Formatting for pages: every number with its unit, every time with its absolute UTC value, every
+state in words as well as colour."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from django import template
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+register = template.Library()
+
+_IEC_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+_TIB = 4
+
+
+@register.filter
+def bytes_iec(value) -> str:
+    """Bytes in binary units, the unit always shown: "0 B", "1.5 KiB", "12.3 GiB", "4.00 TiB".
+
+    TiB and above keep two decimals: at fleet scale 0.01 TiB is still 10 GiB of somebody's budget.
+    """
+    if value is None or value == "":
+        return "—"
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        return str(value)
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    if n < 1024:
+        return f"{sign}{n} B"
+    size = float(n)
+    unit = 0
+    while size >= 1024 and unit < len(_IEC_UNITS) - 1:
+        size /= 1024
+        unit += 1
+    decimals = 2 if unit >= _TIB else 1
+    text = f"{size:.{decimals}f}"
+    if float(text) >= 1024 and unit < len(_IEC_UNITS) - 1:
+        # 1023.96 KiB rounds to "1024.0 KiB"; say "1.0 MiB" instead.
+        unit += 1
+        text = f"{size / 1024:.{2 if unit >= _TIB else 1}f}"
+    return f"{sign}{text} {_IEC_UNITS[unit]}"
+
+
+@register.filter
+def count(value, noun: str = "") -> str:
+    """A count with thousands separators and, given a noun, the noun: ``n|count:"file"`` → "12,345 files".
+
+    The noun may be "singular,plural" for irregular words: ``n|count:"copy,copies"``.
+    """
+    if value is None or value == "":
+        return "—"
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        return str(value)
+    text = f"{n:,}"
+    if not noun:
+        return text
+    singular, _, plural = noun.partition(",")
+    return f"{text} {singular if n == 1 else (plural or singular + 's')}"
+
+
+def _as_utc(value: datetime) -> datetime:
+    if timezone.is_naive(value):
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+@register.filter
+def utc(value) -> str:
+    """An absolute time in UTC, to the second: "2026-11-21 12:00:00 UTC"."""
+    if not isinstance(value, datetime):
+        return "—"
+    return f"{_as_utc(value):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _ago(delta: timedelta) -> str:
+    seconds = int(abs(delta.total_seconds()))
+    if seconds < 10:
+        return ""
+    if seconds < 60:
+        amount = f"{seconds} s"
+    elif seconds < 3600:
+        amount = f"{seconds // 60} min"
+    elif seconds < 48 * 3600:
+        amount = f"{seconds // 3600} h"
+    else:
+        amount = f"{seconds // 86400} d"
+    return amount
+
+
+@register.filter
+def relative_time(value, never: str = "never"):
+    """ "3 min ago" in a ``<time>`` element whose datetime and title carry the absolute UTC time.
+
+    Older than 90 days, the date itself reads better than a number of days.
+    """
+    if not isinstance(value, datetime):
+        return format_html('<span class="muted">{}</span>', never)
+    moment = _as_utc(value)
+    delta = timezone.now() - moment
+    amount = _ago(delta)
+    if abs(delta) > timedelta(days=90):
+        text = f"{moment:%Y-%m-%d}"
+    elif not amount:
+        text = "just now"
+    elif delta >= timedelta(0):
+        text = f"{amount} ago"
+    else:
+        text = f"in {amount}"
+    iso = moment.isoformat().replace("+00:00", "Z")
+    return format_html('<time datetime="{}" title="{}">{}</time>', iso, utc(moment), text)
+
+
+@register.filter
+def duration(seconds) -> str:
+    """A duration in seconds as "0.4 s", "42 s", "3 min 4 s", "2 h 5 min" or "3 d 4 h"."""
+    if seconds is None or seconds == "":
+        return "—"
+    if isinstance(seconds, timedelta):
+        seconds = seconds.total_seconds()
+    try:
+        s = float(seconds)
+    except (TypeError, ValueError):
+        return str(seconds)
+    if s < 10:
+        return f"{s:.1f} s"
+    whole = round(s)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60} min"
+    return f"{whole // 86400} d {whole % 86400 // 3600} h"
+
+
+# Every state a page shows, with a symbol so that colour is never the only signal.
+_BADGES = {
+    "complete": ("ok", "✓", "Complete"),
+    "partial": ("warn", "◐", "Partial"),
+    "corrupt": ("bad", "✗", "Corrupt"),
+    "verified": ("ok", "✓", "Verified"),
+    "unverified": ("neutral", "?", "Unverified"),
+    "mismatch": ("bad", "✗", "Checksums disagree"),
+    "applied": ("ok", "✓", "Applied"),
+    "failed": ("bad", "✗", "Failed"),
+    "processing": ("info", "…", "Processing"),
+    "received": ("info", "…", "Waiting"),
+    "active": ("info", "●", "Active"),
+    "finished": ("neutral", "■", "Finished"),
+    "deleted": ("neutral", "○", "Finished and deleted"),
+    "temporary": ("warn", "!", "Left-over of an interrupted save"),
+    "gone": ("neutral", "○", "Gone"),
+}
+
+
+@register.filter
+def state_badge(value):
+    """A badge with a symbol and words for a copy state (complete, partial, corrupt) and the other
+    states pages show (verification, inventory status, run status)."""
+    key = str(value or "").lower()
+    tone, symbol, label = _BADGES.get(key, ("neutral", "•", key.replace("_", " ").capitalize() or "Unknown"))
+    return format_html(
+        '<span class="badge badge--{}"><span class="badge__icon" aria-hidden="true">{}</span>{}</span>',
+        tone,
+        symbol,
+        label,
+    )
+
+
+@register.filter
+def location_href(location) -> str:
+    """The fleet page row of a storage location: its host's page when it has one, so it is never on page 2."""
+    url = reverse("fleet:overview")
+    if getattr(location, "host_id", None):
+        url += f"?host={location.host_id}"
+    return f"{url}#location-{location.pk}"
+
+
+@register.filter
+def ckpt_label(checkpoint, word: str = "step") -> str:
+    """ "step 12,000", or for a checkpoint saved without a step its tag ("final", "last.ckpt").
+
+    ``word`` capitalises the start of a heading: ``checkpoint|ckpt_label:"Step"``.
+    """
+    step = getattr(checkpoint, "step", None)
+    if step is not None:
+        return f"{word} {step:,}"
+    return getattr(checkpoint, "tag", "") or "untagged"
