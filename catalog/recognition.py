@@ -103,9 +103,7 @@ def recognize(
     # Unclaimed files per directory subtree, so "is everything below here claimed?" is O(1).
     remaining: dict[str, int] = {}
     for directory in _post_order(root):
-        remaining[directory.path] = len(directory.files) + sum(
-            remaining[s.path] for s in directory.dirs.values()
-        )
+        remaining[directory.path] = len(directory.files) + sum(remaining[s.path] for s in directory.dirs.values())
     total = dict(remaining)
     claimed: set[str] = set()
 
@@ -138,9 +136,7 @@ def recognize(
             results.extend(found)
             for copy in found:
                 claim_files(copy.files)
-            if any(copy.path == directory.path for copy in found) or not _has_own_unclaimed(
-                directory, claimed
-            ):
+            if any(copy.path == directory.path for copy in found) or not _has_own_unclaimed(directory, claimed):
                 break
             view = None  # the next formats see only what is left
         # Children in reverse name order onto the stack, so they are visited in name order.

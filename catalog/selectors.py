@@ -10,7 +10,6 @@ from django.db.models.functions import RowNumber
 from catalog.choices import CopyState
 from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
 
-
 NEWEST_STEP_FIRST = F("step").desc(nulls_last=True)
 
 

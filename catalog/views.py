@@ -14,6 +14,7 @@ from django.shortcuts import get_object_or_404, render
 from catalog import selectors
 from catalog.choices import CopyState
 from catalog.models import Checkpoint, CheckpointCopy
+from ckptfleet.params import positive_int_param
 
 RUNS_PER_PAGE = 50
 CHECKPOINTS_PER_PAGE = 50
@@ -21,18 +22,10 @@ FILES_SHOWN = 200
 FILES_PER_PAGE = 200
 
 
-def _int_param(request, name: str) -> int | None:
-    try:
-        value = int(request.GET.get(name, ""))
-    except ValueError:
-        return None
-    return value if value > 0 else None
-
-
 @login_required
 def run_list(request):
     q = request.GET.get("q", "").strip()[:200]
-    team_id = _int_param(request, "team")
+    team_id = positive_int_param(request, "team")
     paginator = Paginator(selectors.run_search(q=q, team_id=team_id), RUNS_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
     teams = list(selectors.team_choices())

@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from catalog.api.views import CheckpointViewSet, RunViewSet
+from ckptfleet.health import healthz
 from fleet.api.views import (
     HostViewSet,
     InventoryDetailView,
@@ -31,6 +32,7 @@ api = [
 ]
 
 urlpatterns = [
+    path("healthz/", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

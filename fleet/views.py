@@ -7,6 +7,7 @@ from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import render
 
+from ckptfleet.params import positive_int_param
 from fleet import selectors
 from fleet.models import Inventory
 
@@ -14,18 +15,10 @@ HOSTS_PER_PAGE = 100
 CHANGED_FILES_SHOWN = 100
 
 
-def _int_param(request, name: str) -> int | None:
-    try:
-        value = int(request.GET.get(name, ""))
-    except ValueError:
-        return None
-    return value if value > 0 else None
-
-
 @login_required
 def fleet_overview(request):
     q = request.GET.get("q", "").strip()[:200]
-    host_id = _int_param(request, "host")
+    host_id = positive_int_param(request, "host")
     filtered = bool(q or host_id)
     paginator = Paginator(selectors.host_list(q=q, host_id=host_id), HOSTS_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))

@@ -190,3 +190,21 @@ def celery_worker_process(transactional_db, settings, tmp_path):
             proc.kill()
         celery_app.conf.broker_url, celery_app.conf.task_default_queue = previous
         celery_app.conf.task_always_eager = True
+
+
+@pytest.fixture
+def signed_in(client, django_user_model):
+    """A client signed in as an ordinary person (no staff rights)."""
+    user = django_user_model.objects.create_user(username="ada", password="a-long-password-1")
+    client.force_login(user)
+    return client
+
+
+def queries_for(client, url: str) -> int:
+    """How many queries one page view makes (it must answer 200)."""
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.get(url)
+    assert response.status_code == 200
+    return len(ctx.captured_queries)

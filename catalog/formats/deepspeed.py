@@ -76,9 +76,7 @@ def _most_partitions(parent: DirView) -> dict[int, tuple[int, str]]:
     return cached
 
 
-def check_deepspeed_tag(
-    found: Found, directory: DirView, where: str = "", tracker_dir: DirView | None = None
-) -> None:
+def check_deepspeed_tag(found: Found, directory: DirView, where: str = "", tracker_dir: DirView | None = None) -> None:
     """Judge one DeepSpeed tag directory; ``tracker_dir`` is where ``latest`` lives (its parent)."""
     files = directory.files
     model_mps: set[int] = set()
@@ -98,9 +96,7 @@ def check_deepspeed_tag(
     optim_prefix = "bf16_zero_pp_rank" if bf16 else "zero_pp_rank"
 
     for mp in contiguous_gaps(all_mps):
-        found.fail(
-            PARTIAL, f"no files of model-parallel rank {mp:02d} (ranks {ranks_list(all_mps)} are there)"
-        )
+        found.fail(PARTIAL, f"no files of model-parallel rank {mp:02d} (ranks {ranks_list(all_mps)} are there)")
     for mp in sorted(all_mps):
         if mp not in model_mps and mp not in zero3:
             found.fail(PARTIAL, f"{where}mp_rank_{mp:02d}_model_states.pt is missing")
@@ -114,9 +110,7 @@ def check_deepspeed_tag(
             # ZeRO-3: every data-parallel rank writes its own model states too.
             for dp in range(max(zero3[mp] | partitions.get(mp, set())) + 1):
                 if dp not in zero3[mp]:
-                    found.fail(
-                        PARTIAL, f"{where}zero_pp_rank_{dp}_mp_rank_{mp:02d}_model_states.pt is missing"
-                    )
+                    found.fail(PARTIAL, f"{where}zero_pp_rank_{dp}_mp_rank_{mp:02d}_model_states.pt is missing")
     counts = {mp: max(dps) + 1 for mp, dps in partitions.items()}
     if len(set(counts.values())) > 1:
         found.fail(

@@ -116,9 +116,7 @@ def check_hf_weights(found: Found, directory: DirView, where: str = "") -> bool:
             found.fail(PARTIAL, f"{where}{index} is missing (it is written after the shards)")
     stray = sorted(name for name in files if _SHARD.match(name) and listed and name not in listed)
     if stray:
-        found.reasons.append(
-            f"{where}{stray[0]} is not listed in the index (left over from an earlier save?)"
-        )
+        found.reasons.append(f"{where}{stray[0]} is not listed in the index (left over from an earlier save?)")
 
     weights = False
     for name, entry in sorted(files.items()):
@@ -170,9 +168,7 @@ class HFTrainerFormat(CheckpointFormat):
 
         state = files.get("trainer_state.json")
         if state is None:
-            found.fail(
-                PARTIAL, "trainer_state.json is missing (the Trainer writes it last: the save did not finish)"
-            )
+            found.fail(PARTIAL, "trainer_state.json is missing (the Trainer writes it last: the save did not finish)")
         else:
             facts = facts_of(state, "trainer_state")
             if facts is not None and "error" in facts:
@@ -196,9 +192,7 @@ class HFTrainerFormat(CheckpointFormat):
             else:
                 check_member_files(found, sub, where)
         if not weights:
-            found.fail(
-                PARTIAL, "no model weights (model*.safetensors, pytorch_model*.bin, FSDP or DeepSpeed state)"
-            )
+            found.fail(PARTIAL, "no model weights (model*.safetensors, pytorch_model*.bin, FSDP or DeepSpeed state)")
 
         ranks = {int(m.group(1) or 0) for name in files if (m := _RNG.match(name))}
         for rank in contiguous_gaps(ranks):
@@ -224,6 +218,5 @@ class HFTrainerFormat(CheckpointFormat):
         if any(name in files for name in _TRAINER_FILES) or any(_RNG.match(name) for name in files):
             return True
         return is_hf_model_dir(directory) or any(
-            name.startswith("pytorch_model_fsdp") or is_deepspeed_dir(sub)
-            for name, sub in directory.dirs.items()
+            name.startswith("pytorch_model_fsdp") or is_deepspeed_dir(sub) for name, sub in directory.dirs.items()
         )

@@ -76,20 +76,13 @@ class MegatronLegacyFormat(CheckpointFormat):
             return []
         found = new_found(directory, self.name)
 
-        coords = {
-            name: (int(m.group(1)), int(m.group(2) or 0), int(m.group(3) or 0)) for name, m in ranks.items()
-        }
+        coords = {name: (int(m.group(1)), int(m.group(2) or 0), int(m.group(3) or 0)) for name, m in ranks.items()}
         has_pp = any(m.group(2) for m in ranks.values())
         has_ep = any(m.group(3) for m in ranks.values())
         tps = {c[0] for c in coords.values()}
         pps = {c[1] for c in coords.values()}
         eps = {c[2] for c in coords.values()}
-        grid = [
-            (tp, pp, ep)
-            for tp in range(max(tps) + 1)
-            for pp in range(max(pps) + 1)
-            for ep in range(max(eps) + 1)
-        ]
+        grid = [(tp, pp, ep) for tp in range(max(tps) + 1) for pp in range(max(pps) + 1) for ep in range(max(eps) + 1)]
         present = set(coords.values())
         dims = [(tps, "tensor", True), (pps, "pipeline", has_pp), (eps, "expert", has_ep)]
         used = [(values, word) for values, word, on in dims if on]

@@ -27,9 +27,7 @@ COMMIT_SUCCESS = "commit_success.txt"
 
 
 def _is_item(sub: DirView) -> bool:
-    return (
-        "_METADATA" in sub.files or "manifest.ocdbt" in sub.files or any(_PROCESS.match(n) for n in sub.dirs)
-    )
+    return "_METADATA" in sub.files or "manifest.ocdbt" in sub.files or any(_PROCESS.match(n) for n in sub.dirs)
 
 
 class OrbaxFormat(CheckpointFormat):
@@ -91,9 +89,7 @@ class OrbaxFormat(CheckpointFormat):
                 f"{name}/ocdbt.process_{rank}/ is missing (processes {ranks_list(processes)} wrote theirs)",
             )
         if processes and "manifest.ocdbt" not in item.files:
-            found.fail(
-                PARTIAL, f"{name}/manifest.ocdbt is missing: the per-process manifests were never merged"
-            )
+            found.fail(PARTIAL, f"{name}/manifest.ocdbt is missing: the per-process manifests were never merged")
         if ("manifest.ocdbt" in item.files or processes) and "_METADATA" not in item.files:
             found.fail(PARTIAL, f"{name}/_METADATA is missing")
         for process in sorted(processes):

@@ -151,9 +151,7 @@ class SidecarFormat(CheckpointFormat):
         return good
 
     @staticmethod
-    def _apply(
-        target: Found, content: dict[str, Any], listed: list[dict[str, Any]], directory: DirView
-    ) -> None:
+    def _apply(target: Found, content: dict[str, Any], listed: list[dict[str, Any]], directory: DirView) -> None:
         schema = content.get("schema")
         if schema is not None and schema != SCHEMA:
             target.reasons.append(f"{SIDECAR} declares schema {schema!r}; read as {SCHEMA}")
@@ -180,9 +178,7 @@ class SidecarFormat(CheckpointFormat):
                 continue
             if member.size != size:
                 word = "shorter" if member.size < size else "longer"
-                target.fail(
-                    CORRUPT, f"{relative} is {size_words(member.size - size)} {word} than {SIDECAR} says"
-                )
+                target.fail(CORRUPT, f"{relative} is {size_words(member.size - size)} {word} than {SIDECAR} says")
             digest = record.get("sha256")
             if isinstance(digest, str) and digest:
                 digest = digest.lower()

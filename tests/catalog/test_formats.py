@@ -89,8 +89,7 @@ class TestDCP:
 
     def test_a_rank_file_shorter_than_the_manifest_says_is_corrupt(self):
         entries = [
-            f(e.path, e.size - 1024, e.facts, e.mtime) if e.path.endswith("__0_0.distcp") else e
-            for e in dcp_dir()
+            f(e.path, e.size - 1024, e.facts, e.mtime) if e.path.endswith("__0_0.distcp") else e for e in dcp_dir()
         ]
         found = only(entries)
         assert found.state == CORRUPT
@@ -115,8 +114,7 @@ class TestDCP:
 
     def test_a_manifest_older_than_its_shards_is_the_overwrite_trap(self):
         entries = [
-            f(e.path, e.size, e.facts, mtime=9000.0) if e.path.endswith("__1_0.distcp") else e
-            for e in dcp_dir()
+            f(e.path, e.size, e.facts, mtime=9000.0) if e.path.endswith("__1_0.distcp") else e for e in dcp_dir()
         ]
         found = only(entries)
         assert found.state == PARTIAL
@@ -124,8 +122,7 @@ class TestDCP:
 
     def test_the_overwrite_check_is_off_when_mtimes_are_not_write_order(self):
         entries = [
-            f(e.path, e.size, e.facts, mtime=9000.0) if e.path.endswith("__1_0.distcp") else e
-            for e in dcp_dir()
+            f(e.path, e.size, e.facts, mtime=9000.0) if e.path.endswith("__1_0.distcp") else e for e in dcp_dir()
         ]
         assert only(entries, write_order_mtimes=False).state == COMPLETE
 
@@ -232,9 +229,7 @@ class TestHFSafetensors:
         entries = [e for e in hf_model("m") if not e.path.endswith("model-00002-of-00002.safetensors")]
         found = only(entries)
         assert found.state == PARTIAL
-        assert "model-00002-of-00002.safetensors is missing (listed in model.safetensors.index.json)" in (
-            found.reasons
-        )
+        assert "model-00002-of-00002.safetensors is missing (listed in model.safetensors.index.json)" in (found.reasons)
 
     def test_a_shard_shorter_than_its_header_is_corrupt(self):
         entries = [
@@ -343,9 +338,7 @@ class TestHFTrainer:
         assert found.state == PARTIAL and has_reason(found, "no model weights")
 
     def test_a_truncated_optimizer_is_corrupt(self):
-        entries = [
-            f(e.path, e.size, ZIP_CUT) if e.path.endswith("optimizer.pt") else e for e in trainer_dir()
-        ]
+        entries = [f(e.path, e.size, ZIP_CUT) if e.path.endswith("optimizer.pt") else e for e in trainer_dir()]
         found = only(entries)
         assert found.state == CORRUPT
         assert has_reason(found, "optimizer.pt is truncated")
@@ -412,9 +405,7 @@ class TestDeepSpeed:
 
     def test_a_gap_in_the_data_parallel_ranks_is_partial(self):
         entries = [
-            e
-            for e in ds_save(dp=4)
-            if e.path != "speech/ds/global_step200/zero_pp_rank_2_mp_rank_00_optim_states.pt"
+            e for e in ds_save(dp=4) if e.path != "speech/ds/global_step200/zero_pp_rank_2_mp_rank_00_optim_states.pt"
         ]
         found = by_path(entries)["speech/ds/global_step200"]
         assert found.state == PARTIAL
@@ -422,9 +413,7 @@ class TestDeepSpeed:
 
     def test_a_missing_highest_rank_is_noted_from_a_sibling_tag_but_not_judged(self):
         entries = [
-            e
-            for e in ds_save()
-            if e.path != "speech/ds/global_step200/zero_pp_rank_1_mp_rank_00_optim_states.pt"
+            e for e in ds_save() if e.path != "speech/ds/global_step200/zero_pp_rank_1_mp_rank_00_optim_states.pt"
         ]
         found = by_path(entries)["speech/ds/global_step200"]
         assert found.state == COMPLETE
@@ -462,9 +451,7 @@ class TestDeepSpeed:
     def test_zero3_model_states_per_data_parallel_rank(self):
         d = "s/r/global_step1"
         entries = [
-            f(f"{d}/zero_pp_rank_{r}_mp_rank_00_{k}_states.pt", 10, ZIP_OK)
-            for r in (0, 1)
-            for k in ("model", "optim")
+            f(f"{d}/zero_pp_rank_{r}_mp_rank_00_{k}_states.pt", 10, ZIP_OK) for r in (0, 1) for k in ("model", "optim")
         ]
         assert only(entries).state == COMPLETE
         broken = only([e for e in entries if e.path != f"{d}/zero_pp_rank_0_mp_rank_00_model_states.pt"])
@@ -510,8 +497,7 @@ class TestMegatron:
         found = only(entries)
         assert found.state == PARTIAL
         assert (
-            "mp_rank_01_001/model_optim_rng.pt is missing (the tensor x pipeline rank grid is 2 x 2)"
-            in found.reasons
+            "mp_rank_01_001/model_optim_rng.pt is missing (the tensor x pipeline rank grid is 2 x 2)" in found.reasons
         )
 
     def test_a_rank_dir_without_its_model_file_is_partial(self):
@@ -542,31 +528,22 @@ class TestMegatron:
 
     def test_torch_dist_judges_its_dcp_manifest(self):
         found = only([e for e in megatron_dist() if not e.path.endswith("__0_0.distcp")])
-        assert (
-            found.state == PARTIAL
-            and "rank file __0_0.distcp is missing (listed in .metadata)" in found.reasons
-        )
+        assert found.state == PARTIAL and "rank file __0_0.distcp is missing (listed in .metadata)" in found.reasons
 
     def test_integrity_json_gives_reference_checksums_and_catches_mismatches(self):
         d = "llm/meg/iter_0000300"
         good, bad = "a" * 64, "b" * 64
-        integrity = f(
-            f"{d}/integrity.json", 300, js({"algorithm": "sha256", "files": {"__0_0.distcp": good}})
-        )
+        integrity = f(f"{d}/integrity.json", 300, js({"algorithm": "sha256", "files": {"__0_0.distcp": good}}))
         entries = [*megatron_dist(d), integrity]
         found = only(entries)
         assert found.reference_checksums == {f"{d}/__0_0.distcp": ("sha256", good)}
         assert found.state == COMPLETE
         tampered = [
-            f(e.path, e.size, e.facts, checksum=bad, checksum_algo="sha256")
-            if e.path.endswith("__0_0.distcp")
-            else e
+            f(e.path, e.size, e.facts, checksum=bad, checksum_algo="sha256") if e.path.endswith("__0_0.distcp") else e
             for e in entries
         ]
         found = only(tampered)
-        assert found.state == CORRUPT and has_reason(
-            found, "__0_0.distcp: its sha256 does not match integrity.json"
-        )
+        assert found.state == CORRUPT and has_reason(found, "__0_0.distcp: its sha256 does not match integrity.json")
         missing = [*megatron_dist(d), f(f"{d}/integrity.json", 300, js({"files": {"gone.pt": good}}))]
         assert "gone.pt is missing (listed in integrity.json)" in only(missing).reasons
 
@@ -616,10 +593,7 @@ class TestOrbax:
 
     def test_an_item_named_in_the_metadata_but_missing_is_partial(self):
         found = only([e for e in orbax_step() if "/state/" not in e.path])
-        assert (
-            found.state == PARTIAL
-            and "item state/ is missing (listed in _CHECKPOINT_METADATA)" in found.reasons
-        )
+        assert found.state == PARTIAL and "item state/ is missing (listed in _CHECKPOINT_METADATA)" in found.reasons
 
     def test_unmerged_process_manifests_are_partial(self):
         found = only([e for e in orbax_step() if not e.path.endswith("state/manifest.ocdbt")])
@@ -685,9 +659,7 @@ class TestSingleFile:
 
 
 def sidecar_for(d: str, entries: list[FileEntry], **fields) -> FileEntry:
-    records = [
-        {"path": e.path[len(d) + 1 :], "size": e.size, "sha256": f"{i:064x}"} for i, e in enumerate(entries)
-    ]
+    records = [{"path": e.path[len(d) + 1 :], "size": e.size, "sha256": f"{i:064x}"} for i, e in enumerate(entries)]
     content = {
         "schema": "ckptfleet/1",
         "run": "llama",
@@ -723,18 +695,11 @@ class TestSidecar:
         d = "llm/llama/step-100"
         members = dcp_dir(d)
         sidecar = sidecar_for(d, members)
-        grown = [
-            f(e.path, e.size + 10, e.facts, e.mtime) if e.path.endswith("__0_0.distcp") else e
-            for e in members
-        ]
+        grown = [f(e.path, e.size + 10, e.facts, e.mtime) if e.path.endswith("__0_0.distcp") else e for e in members]
         found = only([*grown, sidecar])
-        assert (
-            found.state == CORRUPT
-            and "__0_0.distcp is 10 bytes longer than ckptfleet.json says" in found.reasons
-        )
+        assert found.state == CORRUPT and "__0_0.distcp is 10 bytes longer than ckptfleet.json says" in found.reasons
         hashed = [
-            FileEntry(e.path, e.size, e.mtime, e.facts, checksum="f" * 64, checksum_algo="sha256")
-            for e in members
+            FileEntry(e.path, e.size, e.mtime, e.facts, checksum="f" * 64, checksum_algo="sha256") for e in members
         ]
         found = only([*hashed, sidecar])
         assert found.state == CORRUPT and has_reason(found, "sha256 does not match ckptfleet.json")

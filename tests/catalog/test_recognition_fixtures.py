@@ -212,10 +212,7 @@ class TestDamagedHuggingFace:
         found, _ = scan(root)
         final = at(found, "nlp/gpt2-tiny")
         assert final.state == PARTIAL
-        assert (
-            "model-00001-of-00002.safetensors is missing (listed in model.safetensors.index.json)"
-            in final.reasons
-        )
+        assert "model-00001-of-00002.safetensors is missing (listed in model.safetensors.index.json)" in final.reasons
         assert at(found, "nlp/gpt2-tiny/checkpoint-100").state == COMPLETE
 
     def test_a_trainer_state_for_another_step_is_corrupt(self, tmp_path):

@@ -5,9 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
 from django.test import RequestFactory
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django.views.defaults import server_error
 
@@ -15,6 +13,7 @@ from catalog.choices import CopyState, Importance, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
 from catalog.templatetags.fleet_format import bytes_iec, count, duration, relative_time, state_badge
 from fleet.models import Host, StorageLocation
+from tests.conftest import queries_for
 
 pytestmark = pytest.mark.django_db
 
@@ -79,20 +78,6 @@ def make_copy(
         for i in range(files)
     )
     return copy
-
-
-@pytest.fixture
-def signed_in(client, django_user_model):
-    user = django_user_model.objects.create_user(username="ada", password="a-long-password-1")
-    client.force_login(user)
-    return client
-
-
-def queries_for(client, url: str) -> int:
-    with CaptureQueriesContext(connection) as ctx:
-        response = client.get(url)
-    assert response.status_code == 200
-    return len(ctx.captured_queries)
 
 
 # --- signing in ---------------------------------------------------------------------------------

@@ -97,3 +97,9 @@ def test_the_app_refuses_to_start_on_a_bad_setting(tmp_path, extra, named):
 def test_the_embedded_default_starts_with_nothing_set(tmp_path):
     result = _start({"CKPTFLEET_DEBUG": "1"}, tmp_path)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_health_check_answers_without_a_login(client, db):
+    response = client.get("/healthz/")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}

@@ -102,3 +102,12 @@ def test_the_agent_runs_as_a_plain_copied_file(tmp_path):
     lines = result.stdout.splitlines()
     assert '"type":"header"' in lines[0] and '"type":"end"' in lines[-1]
     assert any(".metadata" in line and "dcp_metadata" in line for line in lines)
+
+
+def test_the_agent_is_installed_as_a_console_script():
+    script = Path(sys.executable).parent / "ckptfleet-agent"
+    if not script.exists():
+        pytest.skip("the project is not installed into this interpreter (pip install -e .)")
+    result = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    assert result.stdout.strip().startswith("ckptfleet-agent/")

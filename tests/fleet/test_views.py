@@ -5,13 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from catalog.models import ShardFile
 from fleet.choices import InventoryStatus
 from fleet.models import Host, Inventory, StorageLocation
+from tests.conftest import queries_for
 
 pytestmark = pytest.mark.django_db
 
@@ -53,20 +52,6 @@ def make_inventory(location: StorageLocation, status: str = InventoryStatus.APPL
     if status in (InventoryStatus.APPLIED, InventoryStatus.FAILED):
         StorageLocation.objects.filter(pk=location.pk).update(last_inventory=inventory)
     return inventory
-
-
-@pytest.fixture
-def signed_in(client, django_user_model):
-    user = django_user_model.objects.create_user(username="grace", password="a-long-password-1")
-    client.force_login(user)
-    return client
-
-
-def queries_for(client, url: str) -> int:
-    with CaptureQueriesContext(connection) as ctx:
-        response = client.get(url)
-    assert response.status_code == 200
-    return len(ctx.captured_queries)
 
 
 @pytest.mark.parametrize("url", ["/fleet/", "/fleet/inventories/1/"])

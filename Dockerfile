@@ -1,0 +1,38 @@
+# Checkpoint Fleet, the image that docker-compose.yml runs as web, worker, beat and migrate.
+# No secret goes into the image: the run-time secret key and database password come in as files
+# (see docker-compose.yml); collectstatic gets a throwaway key for its one RUN only.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    CKPTFLEET_VAR_DIR=/var/lib/ckptfleet \
+    MEDIA_ROOT=/var/lib/ckptfleet/media \
+    STATIC_ROOT=/app/staticfiles
+
+WORKDIR /app
+
+# The dependencies first, from pyproject.toml alone, so a code change does not reinstall them.
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+
+COPY . .
+# Editable, so BASE_DIR stays /app and templates/ and static/ are found beside the packages.
+RUN pip install --no-deps -e . \
+    && DJANGO_SECRET_KEY=collectstatic-build-only CKPTFLEET_VAR_DIR=/tmp/build-var \
+        python manage.py collectstatic --no-input \
+    && rm -rf /tmp/build-var
+
+RUN groupadd --system --gid 10001 ckptfleet \
+    && useradd --system --uid 10001 --gid ckptfleet --home-dir /var/lib/ckptfleet --shell /usr/sbin/nologin ckptfleet \
+    && mkdir -p /var/lib/ckptfleet/media \
+    && chown -R ckptfleet:ckptfleet /var/lib/ckptfleet
+USER ckptfleet
+
+EXPOSE 8000
+ENTRYPOINT ["/app/scripts/docker-entrypoint"]
+CMD ["gunicorn", "ckptfleet.wsgi:application", "--bind=0.0.0.0:8000", "--access-logfile=-"]

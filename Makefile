@@ -1,0 +1,98 @@
+# Checkpoint Fleet: every set-up step is a target here, so two commands do it all on a new machine:
+#   make demo   install, then run the product on its embedded default (SQLite, in-process tasks, demo data)
+#   make test   install, then lint and run the whole test suite on SQLite and on PostgreSQL + Redis
+# `make help` lists the targets.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# Where the PostgreSQL run of the suite points; pytest-django creates and drops test_ckptfleet itself.
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/ckptfleet
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+# Extra arguments for pytest, e.g. `make test-sqlite PYTEST_ARGS='-k ingest -x'`.
+PYTEST_ARGS ?=
+
+# One pytest run: $(1) is a header, $(2) the environment. A fresh temporary folder holds the run's
+# CKPTFLEET_VAR_DIR (so it stays off the checkout's var/: its SQLite file and development key) and
+# pytest's basetemp, and is removed afterwards with rm -rf, which also copes with the very deep trees
+# some tests make (pytest's own clean-up at exit recurses and fails on them).
+define run_pytest
+	@printf '\n==================== %s ====================\n' $(1)
+	@tmp=$$(mktemp -d -t ckptfleet-test.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
+	env -u DATABASE_URL -u REDIS_URL CKPTFLEET_DEBUG=1 CKPTFLEET_VAR_DIR="$$tmp/var" $(2) \
+		$(PY) -m pytest --basetemp="$$tmp/pytest" $(PYTEST_ARGS)
+endef
+PYTEST_SQLITE = $(call run_pytest,"pytest on SQLite (embedded default)",)
+PYTEST_POSTGRES = $(call run_pytest,"pytest on PostgreSQL + Redis",DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL))
+
+.PHONY: help venv demo test test-sqlite test-postgres lint test-deps services bench compose-check
+
+help: ## List the targets
+	@echo "Checkpoint Fleet: make TARGET"
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | \
+		awk 'BEGIN {FS = ":.*## "}; {printf "  %-15s %s\n", $$1, $$2}'
+
+venv: $(STAMP) ## Create .venv and install the package with its dev extras (again when pyproject.toml changes)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -e '.[dev]'
+	@touch $@
+
+demo: venv ## Run the product on SQLite with demo data at http://127.0.0.1:8000/ (PORT=... to change)
+	bash scripts/demo
+
+lint: venv ## ruff check and ruff format --check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test-deps: ## Install Chromium for the browser tests when missing (as root, with APT)
+	@if command -v chromium >/dev/null 2>&1; then \
+		echo "test-deps: $$(chromium --version 2>/dev/null || echo chromium)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "test-deps: installing Debian's chromium for the browser tests"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+			chromium fonts-liberation; \
+	else \
+		echo "WARNING: chromium is missing and cannot be installed here (needs root and apt-get);" \
+			"browser tests will be skipped, or fail under REQUIRE_SERVICES=1" >&2; \
+	fi
+
+services: ## Start the local PostgreSQL and Redis if they are down
+	bash scripts/services-up
+
+test: venv test-deps services lint ## Lint, then the whole suite on SQLite and on PostgreSQL + Redis
+	@failed=""; \
+	$(MAKE) --no-print-directory _pytest-sqlite || failed="$$failed SQLite"; \
+	$(MAKE) --no-print-directory _pytest-postgres || failed="$$failed PostgreSQL"; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED on$$failed" >&2; exit 1; fi
+
+test-sqlite: venv test-deps ## The suite on SQLite only
+	$(PYTEST_SQLITE)
+
+test-postgres: venv test-deps services ## The suite on PostgreSQL + Redis only
+	$(PYTEST_POSTGRES)
+
+# The bare runs, without prerequisites, for `test` which has already made them.
+.PHONY: _pytest-sqlite _pytest-postgres
+_pytest-sqlite:
+	$(PYTEST_SQLITE)
+_pytest-postgres:
+	$(PYTEST_POSTGRES)
+
+bench: venv services ## Run the ingestion benchmark against PostgreSQL and Redis (BENCH_ARGS=... passes arguments)
+	$(PY) bench/ingest_bench.py $(BENCH_ARGS)
+
+compose-check: ## Validate docker-compose.yml (Debian's docker-compose; no engine needed)
+	@command -v docker-compose >/dev/null 2>&1 || { \
+		echo "compose-check: docker-compose not found (Debian: apt-get install --no-install-recommends docker-compose)" >&2; \
+		exit 1; }
+	docker-compose -f docker-compose.yml config -q
+	@echo "compose-check: docker-compose.yml is valid"
