@@ -84,6 +84,10 @@ class CheckpointCopy(models.Model):
     reasons = models.JSONField(default=list, blank=True)
     temporary = models.BooleanField(default=False, help_text="A left-over of an interrupted save.")
     verification = models.CharField(max_length=12, choices=Verification.choices, default=Verification.UNVERIFIED)
+    verification_reasons = models.JSONField(default=list, blank=True)
+    reference_checksums = models.JSONField(
+        default=dict, blank=True, help_text="What the writer recorded: {path in the copy: [algorithm, hex digest]}."
+    )
     file_count = models.BigIntegerField(default=0)
     bytes = models.BigIntegerField(default=0)
     expected_files = models.BigIntegerField(null=True, blank=True)
@@ -123,6 +127,12 @@ class ShardFile(models.Model):
     checksum = models.CharField(max_length=128, blank=True, default="")
     checksum_algo = models.CharField(max_length=16, blank=True, default="")
     facts = models.JSONField(null=True, blank=True)
+    storage_class = models.CharField(max_length=32, blank=True, default="")
+    tier = models.CharField(max_length=32, blank=True, default="", help_text="Empty: the location's tier.")
+    etag = models.CharField(max_length=200, blank=True, default="")
+    version_id = models.CharField(max_length=1024, blank=True, default="")
+    legal_hold = models.BooleanField(null=True, blank=True, help_text="Object Lock legal hold, where known.")
+    retain_until = models.DateTimeField(null=True, blank=True, help_text="Object Lock retention, where known.")
     copy = models.ForeignKey(CheckpointCopy, on_delete=models.SET_NULL, null=True, blank=True, related_name="files")
     first_seen_at = models.DateTimeField()
     changed_at = models.DateTimeField()
@@ -160,6 +170,12 @@ class IngestRow(models.Model):
     checksum = models.CharField(max_length=128, blank=True, default="")
     checksum_algo = models.CharField(max_length=16, blank=True, default="")
     facts = models.JSONField(null=True, blank=True)
+    storage_class = models.CharField(max_length=32, blank=True, default="")
+    tier = models.CharField(max_length=32, blank=True, default="", help_text="Empty: the location's tier.")
+    etag = models.CharField(max_length=200, blank=True, default="")
+    version_id = models.CharField(max_length=1024, blank=True, default="")
+    legal_hold = models.BooleanField(null=True, blank=True, help_text="Object Lock legal hold, where known.")
+    retain_until = models.DateTimeField(null=True, blank=True, help_text="Object Lock retention, where known.")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["inventory", "path"], name="ingestrow_inventory_path_unique")]

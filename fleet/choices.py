@@ -32,3 +32,34 @@ class InventoryStatus(models.TextChoices):
     PROCESSING = "processing", "Processing"
     APPLIED = "applied", "Applied"
     FAILED = "failed", "Failed"
+
+
+class AddressingStyle(models.TextChoices):
+    AUTO = "auto", "Automatic"
+    PATH = "path", "Path-style (endpoint/bucket/key)"
+    VIRTUAL = "virtual", "Virtual-hosted (bucket.endpoint/key)"
+
+
+# Storage classes of S3 and the S3-compatible stores, mapped to tiers. A bucket may override any of these.
+DEFAULT_STORAGE_CLASS_TIERS: dict[str, str] = {
+    "STANDARD": Tier.OBJECT_STANDARD,
+    "REDUCED_REDUNDANCY": Tier.OBJECT_STANDARD,
+    "EXPRESS_ONEZONE": Tier.OBJECT_STANDARD,
+    "INTELLIGENT_TIERING": Tier.OBJECT_STANDARD,
+    "STANDARD_IA": Tier.OBJECT_INFREQUENT,
+    "ONEZONE_IA": Tier.OBJECT_INFREQUENT,
+    "GLACIER_IR": Tier.ARCHIVE_INSTANT,
+    "GLACIER": Tier.ARCHIVE,
+    "DEEP_ARCHIVE": Tier.DEEP_ARCHIVE,
+    "OUTPOSTS": Tier.OBJECT_STANDARD,
+    "SNOW": Tier.OBJECT_STANDARD,
+    # Google Cloud Storage (XML API), Azure (through S3 gateways), Ceph RGW and MinIO names.
+    "NEARLINE": Tier.OBJECT_INFREQUENT,
+    "COLDLINE": Tier.ARCHIVE_INSTANT,
+    "ARCHIVE": Tier.DEEP_ARCHIVE,
+    "MULTI_REGIONAL": Tier.OBJECT_STANDARD,
+    "REGIONAL": Tier.OBJECT_STANDARD,
+    "HOT": Tier.OBJECT_STANDARD,
+    "COOL": Tier.OBJECT_INFREQUENT,
+    "COLD": Tier.ARCHIVE_INSTANT,
+}

@@ -16,7 +16,7 @@ import math
 import re
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -47,12 +47,53 @@ class InventoryError(Exception):
 
 @dataclass(slots=True)
 class Row:
+    """One file or object, ready to stage. Host inventories leave the object fields empty."""
+
     path: str
     size: int
     mtime: datetime
-    checksum: str
-    checksum_algo: str
-    facts: str | None  # canonical JSON text, or None
+    checksum: str = ""
+    checksum_algo: str = ""
+    facts: str | None = None  # canonical JSON text, or None
+    storage_class: str = ""
+    tier: str = ""
+    etag: str = ""
+    version_id: str = ""
+    legal_hold: bool | None = None
+    retain_until: datetime | None = None
+
+    def values(self, inventory_id: int, adapt) -> tuple:
+        return (
+            inventory_id,
+            self.path,
+            self.size,
+            adapt(self.mtime),
+            self.checksum,
+            self.checksum_algo,
+            self.facts,
+            self.storage_class,
+            self.tier,
+            self.etag,
+            self.version_id,
+            self.legal_hold,
+            adapt(self.retain_until) if self.retain_until else None,
+        )
+
+
+STAGED_COLUMNS = (
+    "path",
+    "size",
+    "mtime",
+    "checksum",
+    "checksum_algo",
+    "facts",
+    "storage_class",
+    "tier",
+    "etag",
+    "version_id",
+    "legal_hold",
+    "retain_until",
+)
 
 
 def check_path(path: object) -> str:
@@ -184,26 +225,34 @@ def _chunks(rows: Iterator[Row], size: int) -> Iterator[list[Row]]:
 
 def _stage_chunk(inventory_id: int, chunk: list[Row]) -> None:
     table = IngestRow._meta.db_table
-    cols = "inventory_id, path, size, mtime, checksum, checksum_algo, facts"
+    cols = ", ".join(("inventory_id", *STAGED_COLUMNS))
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             with cursor.cursor.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
                 for r in chunk:
-                    copy.write_row((inventory_id, r.path, r.size, r.mtime, r.checksum, r.checksum_algo, r.facts))
+                    copy.write_row(r.values(inventory_id, _same))
         else:
             adapt = connection.ops.adapt_datetimefield_value
+            marks = ", ".join(["%s"] * (len(STAGED_COLUMNS) + 1))
             cursor.executemany(
-                f"INSERT INTO {table} ({cols}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                [(inventory_id, r.path, r.size, adapt(r.mtime), r.checksum, r.checksum_algo, r.facts) for r in chunk],
+                f"INSERT INTO {table} ({cols}) VALUES ({marks})", [r.values(inventory_id, adapt) for r in chunk]
             )
 
 
+def _same(value):
+    return value
+
+
 def stage(inventory: Inventory, stream, header: dict | None = None) -> tuple[int, int]:
-    """Parse and stage every row. Raises InventoryError; the caller discards the staged rows then."""
+    """Parse and stage every row of an uploaded inventory. Raises InventoryError; nothing is applied then."""
+    return stage_rows(inventory, read_inventory(stream, max_line=settings.INVENTORY_MAX_LINE, header=header))
+
+
+def stage_rows(inventory: Inventory, rows: Iterable[Row], *, progress=None) -> tuple[int, int]:
+    """Stage rows in chunks (COPY on PostgreSQL). ``progress(files, bytes)`` is called after each chunk."""
     files = 0
     total = 0
-    rows = read_inventory(stream, max_line=settings.INVENTORY_MAX_LINE, header=header)
-    for chunk in _chunks(rows, settings.INGEST_CHUNK_ROWS):
+    for chunk in _chunks(iter(rows), settings.INGEST_CHUNK_ROWS):
         try:
             with transaction.atomic():
                 _stage_chunk(inventory.pk, chunk)
@@ -214,6 +263,8 @@ def stage(inventory: Inventory, stream, header: dict | None = None) -> tuple[int
             raise InventoryError(None, f"the path {dupe!r} is reported more than once") from None
         files += len(chunk)
         total += sum(r.size for r in chunk)
+        if progress is not None:
+            progress(files, total)
     return files, total
 
 
@@ -249,6 +300,8 @@ def merge(inventory: Inventory, location: StorageLocation, *, now: datetime) -> 
     files = "catalog_shardfile"
     staged = IngestRow._meta.db_table
     inv, loc = inventory.pk, location.pk
+    columns = ", ".join(STAGED_COLUMNS)
+    staged_columns = ", ".join(f"s.{c}" for c in STAGED_COLUMNS)
     adapt = connection.ops.adapt_datetimefield_value
     previous_seen = adapt(location.last_applied_at or now)
     now = adapt(now)
@@ -256,22 +309,28 @@ def merge(inventory: Inventory, location: StorageLocation, *, now: datetime) -> 
         cursor.execute(
             f"""
             UPDATE {files} SET size = s.size, mtime = s.mtime, checksum = s.checksum,
-                   checksum_algo = s.checksum_algo, facts = s.facts, changed_at = %s,
+                   checksum_algo = s.checksum_algo, facts = s.facts, storage_class = s.storage_class,
+                   tier = s.tier, etag = s.etag, version_id = s.version_id, legal_hold = s.legal_hold,
+                   retain_until = s.retain_until, changed_at = %s,
                    gone_at = NULL, last_seen_at = NULL, changed_by_id = %s
             FROM {staged} s
             WHERE s.inventory_id = %s AND {files}.location_id = %s AND {files}.path = s.path
               AND ({files}.size <> s.size OR {files}.mtime <> s.mtime OR {files}.gone_at IS NOT NULL
                    OR {files}.checksum <> s.checksum OR {files}.checksum_algo <> s.checksum_algo
-                   OR ({files}.facts IS NULL) <> (s.facts IS NULL) OR {files}.facts <> s.facts)
+                   OR ({files}.facts IS NULL) <> (s.facts IS NULL) OR {files}.facts <> s.facts
+                   OR {files}.storage_class <> s.storage_class OR {files}.tier <> s.tier
+                   OR {files}.etag <> s.etag OR {files}.version_id <> s.version_id
+                   OR ({files}.legal_hold IS NULL) <> (s.legal_hold IS NULL) OR {files}.legal_hold <> s.legal_hold
+                   OR ({files}.retain_until IS NULL) <> (s.retain_until IS NULL)
+                   OR {files}.retain_until <> s.retain_until)
             """,
             [now, inv, inv, loc],
         )
         changed = cursor.rowcount
         cursor.execute(
             f"""
-            INSERT INTO {files} (location_id, path, size, mtime, checksum, checksum_algo, facts,
-                                 first_seen_at, changed_at, changed_by_id)
-            SELECT %s, s.path, s.size, s.mtime, s.checksum, s.checksum_algo, s.facts, %s, %s, %s
+            INSERT INTO {files} (location_id, {columns}, first_seen_at, changed_at, changed_by_id)
+            SELECT %s, {staged_columns}, %s, %s, %s
             FROM {staged} s
             WHERE s.inventory_id = %s
               AND NOT EXISTS (SELECT 1 FROM {files} f WHERE f.location_id = %s AND f.path = s.path)
@@ -324,16 +383,22 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
                 )
     except InventoryError as exc:
         unstage(inventory.pk)
-        return _fail(inventory, exc.reason, exc.line)
+        return fail(inventory, exc.reason, exc.line)
     except OSError as exc:
         unstage(inventory.pk)
-        return _fail(inventory, f"the stored upload cannot be read: {exc}", None)
+        return fail(inventory, f"the stored upload cannot be read: {exc}", None)
     except DatabaseError as exc:
         unstage(inventory.pk)
-        return _fail(inventory, f"the database refused a value: {str(exc).splitlines()[0]}", None)
+        return fail(inventory, f"the database refused a value: {str(exc).splitlines()[0]}", None)
 
+    return apply_staged(inventory, files=files, total=total, started=t0)
+
+
+def apply_staged(inventory: Inventory, *, files: int, total: int, started: float) -> Inventory:
+    """Merge a fully staged snapshot, judge what it touched, and mark the inventory applied, in one transaction."""
     from catalog.services import location_recognize
 
+    location = inventory.location
     try:
         with transaction.atomic():
             # One inventory of a location is merged at a time; a newer snapshot waits for an older one.
@@ -364,7 +429,7 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
         "judged %s checkpoint copies in %.2f s, committed in %.2f s",
         inventory.pk,
         files,
-        t1 - t0,
+        t1 - started,
         counts.added,
         counts.changed,
         counts.gone,
@@ -377,7 +442,7 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
     return inventory
 
 
-def _fail(inventory: Inventory, reason: str, line: int | None) -> Inventory:
+def fail(inventory: Inventory, reason: str, line: int | None) -> Inventory:
     Inventory.objects.filter(pk=inventory.pk).update(
         status=InventoryStatus.FAILED, finished_at=timezone.now(), error=reason[:2000], error_line=line
     )

@@ -5,7 +5,14 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from fleet.choices import InventorySource, InventoryStatus, LocationKind, Tier
+from fleet.choices import (
+    DEFAULT_STORAGE_CLASS_TIERS,
+    AddressingStyle,
+    InventorySource,
+    InventoryStatus,
+    LocationKind,
+    Tier,
+)
 
 
 class Host(models.Model):
@@ -94,6 +101,78 @@ class StorageLocation(models.Model):
         return self.region or (self.host.region if self.host_id else "")
 
 
+class Bucket(models.Model):
+    """How to reach and read the object-storage bucket (and prefix) behind a storage location.
+
+    Credentials are a reference, never a secret: ``default`` is boto3's own chain (environment,
+    shared files, instance role), ``profile:NAME`` a named profile, ``file:NAME`` a JSON file
+    ``NAME`` in ``CKPTFLEET_S3_SECRETS_DIR`` holding the keys.
+    """
+
+    location = models.OneToOneField(StorageLocation, on_delete=models.CASCADE, primary_key=True, related_name="bucket")
+    endpoint_url = models.URLField(blank=True, help_text="Empty for AWS; else the S3-compatible endpoint.")
+    region_name = models.CharField(max_length=40, blank=True)
+    bucket_name = models.CharField(max_length=63)
+    prefix = models.CharField(max_length=1024, blank=True, help_text="Only keys below this prefix are scanned.")
+    addressing_style = models.CharField(max_length=8, choices=AddressingStyle.choices, default=AddressingStyle.AUTO)
+    credentials = models.CharField(max_length=200, default="default")
+    storage_class_tiers = models.JSONField(
+        default=dict, blank=True, help_text="Overrides of the default storage class to tier mapping."
+    )
+    scan_every_minutes = models.PositiveIntegerField(default=60, help_text="0: only on demand.")
+    fetch_checksums = models.BooleanField(
+        default=True, help_text="HEAD new or changed objects for their stored checksums (one request each)."
+    )
+    inventory_report_uri = models.CharField(
+        max_length=1024,
+        blank=True,
+        help_text="s3://bucket/prefix of this bucket's S3 Inventory reports; when set, scans read the newest "
+        "report instead of listing.",
+    )
+    versioning = models.CharField(max_length=16, blank=True, help_text="As the store last reported it.")
+    object_lock = models.BooleanField(default=False, help_text="Object Lock enabled, as last reported.")
+
+    class Meta:
+        ordering = ["location__name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(scan_every_minutes=0) | Q(scan_every_minutes__gte=5), name="bucket_scan_interval_sane"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket_name}/{self.prefix}"
+
+    def tier_of(self, storage_class: str) -> str:
+        storage_class = (storage_class or "STANDARD").upper()
+        return self.storage_class_tiers.get(storage_class) or DEFAULT_STORAGE_CLASS_TIERS.get(
+            storage_class, self.location.tier
+        )
+
+
+class MultipartUpload(models.Model):
+    """An incomplete multipart upload found in a bucket: bytes billed for parts that make no object."""
+
+    location = models.ForeignKey(StorageLocation, on_delete=models.CASCADE, related_name="multipart_uploads")
+    key = models.TextField()
+    upload_id = models.CharField(max_length=1024)
+    initiated_at = models.DateTimeField(null=True, blank=True)
+    storage_class = models.CharField(max_length=32, blank=True)
+    parts = models.IntegerField(null=True, blank=True)
+    bytes = models.BigIntegerField(null=True, blank=True)
+    first_seen_at = models.DateTimeField()
+    gone_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["location", "key"]
+        constraints = [
+            models.UniqueConstraint(fields=["location", "upload_id"], name="multipart_location_upload_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"incomplete upload of {self.key} at {self.location}"
+
+
 class Inventory(models.Model):
     """One report of everything at one storage location: a full snapshot, applied all or nothing."""
 
@@ -127,6 +206,13 @@ class Inventory(models.Model):
         verbose_name_plural = "inventories"
         indexes = [models.Index(fields=["location", "-received_at"], name="inventory_location_recent")]
         constraints = [
+            # One scan of a bucket at a time: the database refuses a second, not a race of checks.
+            models.UniqueConstraint(
+                fields=["location"],
+                condition=Q(status__in=[InventoryStatus.RECEIVED, InventoryStatus.PROCESSING])
+                & ~Q(source=InventorySource.AGENT),
+                name="inventory_one_active_scan_per_location",
+            ),
             models.CheckConstraint(
                 condition=~Q(status=InventoryStatus.FAILED) | ~Q(error=""), name="inventory_failed_has_error"
             ),
