@@ -120,7 +120,11 @@ class ShardFile(models.Model):
     comparisons are bytewise, as on SQLite, and a directory's files form one contiguous range.
     """
 
-    location = models.ForeignKey("fleet.StorageLocation", on_delete=models.CASCADE, related_name="files")
+    # Indexes: (location, path) is unique and serves every location filter; copy and changed_by have
+    # the named indexes below. Django's automatic FK indexes would duplicate them on the largest table.
+    location = models.ForeignKey(
+        "fleet.StorageLocation", on_delete=models.CASCADE, related_name="files", db_index=False
+    )
     path = models.TextField()
     size = models.BigIntegerField()
     mtime = models.DateTimeField()
@@ -133,13 +137,23 @@ class ShardFile(models.Model):
     version_id = models.CharField(max_length=1024, blank=True, default="")
     legal_hold = models.BooleanField(null=True, blank=True, help_text="Object Lock legal hold, where known.")
     retain_until = models.DateTimeField(null=True, blank=True, help_text="Object Lock retention, where known.")
-    copy = models.ForeignKey(CheckpointCopy, on_delete=models.SET_NULL, null=True, blank=True, related_name="files")
+    copy = models.ForeignKey(
+        CheckpointCopy, on_delete=models.SET_NULL, null=True, blank=True, related_name="files", db_index=False
+    )
     first_seen_at = models.DateTimeField()
     changed_at = models.DateTimeField()
     last_seen_at = models.DateTimeField(null=True, blank=True)
     gone_at = models.DateTimeField(null=True, blank=True)
+    # Which inventory last changed the row: bookkeeping for re-judging, not integrity, so no database
+    # constraint (its deferred check cost seconds per million rows at commit).
     changed_by = models.ForeignKey(
-        "fleet.Inventory", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        "fleet.Inventory",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,
     )
 
     class Meta:
@@ -163,7 +177,11 @@ class ShardFile(models.Model):
 class IngestRow(models.Model):
     """Staging for one file line of an inventory being ingested; emptied once merged or rejected."""
 
-    inventory = models.ForeignKey("fleet.Inventory", on_delete=models.CASCADE, related_name="+")
+    # Staging is written by COPY and emptied within the task: a database constraint would only add a
+    # check per staged row, and (inventory, path) is already the unique index.
+    inventory = models.ForeignKey(
+        "fleet.Inventory", on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
+    )
     path = models.TextField()
     size = models.BigIntegerField()
     mtime = models.DateTimeField()
@@ -241,3 +259,122 @@ class AuditChainHead(models.Model):
 
     def __str__(self) -> str:
         return f"audit chain head after {self.count} events"
+
+
+class UsageState(models.TextChoices):
+    """What the bytes of a usage row are, as far as spend cares: restorable, broken or orphaned."""
+
+    COMPLETE = "complete", "Complete copies"
+    PARTIAL = "partial", "Partial copies"
+    CORRUPT = "corrupt", "Corrupt copies"
+    TEMPORARY = "temporary", "Left-overs of interrupted saves"
+    UNCLAIMED = "unclaimed", "Files of no checkpoint"
+    MULTIPART = "multipart", "Incomplete multipart uploads"
+
+
+class UsageDaily(models.Model):
+    """Bytes, files and cost stored on one UTC day at one location by one run, tier, storage class and state.
+
+    The rollup every spend page reads instead of shard files (``catalog.usage``). A day's row holds
+    the location's state at the last inventory applied that day; a day without an inventory holds
+    the last known state, carried forward (``carried``). ``cost_nanos`` is that day's cost in
+    billionths of the price book's currency: bytes x the price in force that day / the days of its
+    month, rounded once per row. An integer, so that sums are exact on every database (SQLite
+    stores decimals as floats); read it through ``catalog.usage.money``. Null: no price applies.
+
+    Rows are never rewritten for a past day, except when a price point is added that takes effect
+    on a day already rolled up (in the current month only): then those days are priced again.
+    Team and run status are copied in when a row is written, so that the past keeps the owner and
+    state it had; run and location are protected from deletion while they have history.
+    """
+
+    day = models.DateField()
+    location = models.ForeignKey("fleet.StorageLocation", on_delete=models.PROTECT, related_name="+")
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, null=True, blank=True, related_name="usage")
+    run_status = models.CharField(max_length=12, blank=True, help_text="The run's status when the row was written.")
+    tier = models.CharField(max_length=32)
+    storage_class = models.CharField(max_length=32, blank=True)
+    state = models.CharField(max_length=12, choices=UsageState.choices)
+    bytes = models.BigIntegerField()
+    files = models.BigIntegerField()
+    cost_nanos = models.BigIntegerField(null=True, blank=True)
+    carried = models.BooleanField(default=False, help_text="Copied from an earlier day: no inventory that day.")
+
+    class Meta:
+        ordering = ["-day", "location", "run"]
+        verbose_name = "daily usage"
+        verbose_name_plural = "daily usage"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "location", "run", "tier", "storage_class", "state"],
+                condition=Q(run__isnull=False),
+                name="usage_day_location_run_unique",
+            ),
+            models.UniqueConstraint(
+                fields=["day", "location", "tier", "storage_class", "state"],
+                condition=Q(run__isnull=True),
+                name="usage_day_location_unassigned_unique",
+            ),
+            models.CheckConstraint(condition=Q(bytes__gte=0) & Q(files__gte=0), name="usage_counts_not_negative"),
+        ]
+        indexes = [
+            models.Index(fields=["location", "day"], name="usage_location_day"),
+            models.Index(fields=["run", "day"], name="usage_run_day"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.location_id} run {self.run_id or '-'} {self.tier}: {self.bytes} B"
+
+
+class CopyTierUsage(models.Model):
+    """The bytes and files a present checkpoint copy holds on one tier and storage class, now.
+
+    Kept current by the same refresh as the daily rollup; a copy's files may sit in several storage
+    classes of a bucket. Current state only (no history): what a run's steps hold where, for the
+    placement, retention and tiering views.
+    """
+
+    copy = models.ForeignKey(CheckpointCopy, on_delete=models.CASCADE, related_name="tier_usage")
+    location = models.ForeignKey("fleet.StorageLocation", on_delete=models.CASCADE, related_name="+")
+    tier = models.CharField(max_length=32)
+    storage_class = models.CharField(max_length=32, blank=True)
+    bytes = models.BigIntegerField()
+    files = models.BigIntegerField()
+
+    class Meta:
+        ordering = ["copy", "tier", "storage_class"]
+        constraints = [
+            models.UniqueConstraint(fields=["copy", "tier", "storage_class"], name="copytierusage_unique"),
+        ]
+        indexes = [models.Index(fields=["location"], name="copytierusage_location")]
+
+    def __str__(self) -> str:
+        return f"copy {self.copy_id} on {self.tier}: {self.bytes} B"
+
+
+class UsageCursor(models.Model):
+    """How far one location's daily usage rows reach, and the last day an inventory refreshed them.
+
+    ``day`` moves forward when an inventory is applied (that day is refreshed) or when beat carries
+    the last state forward to today; ``refreshed_day`` only with an inventory. Days in between were
+    carried. An empty location has a cursor and no rows, so nothing older is carried over it.
+    """
+
+    location = models.OneToOneField(
+        "fleet.StorageLocation", on_delete=models.CASCADE, primary_key=True, related_name="usage_cursor"
+    )
+    day = models.DateField()
+    refreshed_day = models.DateField()
+    refreshed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["location"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(refreshed_day__lte=models.F("day")), name="usagecursor_refreshed_le_day"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"usage of location {self.location_id} through {self.day} (refreshed {self.refreshed_day})"

@@ -2,13 +2,37 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 
-from django.db.models import Count, F, Max, Prefetch, Q, QuerySet, Sum, Window
-from django.db.models.functions import RowNumber
+from django.db import models
+from django.db.models import (
+    Case,
+    Count,
+    Exists,
+    F,
+    Func,
+    Max,
+    Min,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Sum,
+    TextField,
+    Value,
+    When,
+    Window,
+)
+from django.db.models.functions import Coalesce, RowNumber, Substr
 
-from catalog.choices import CopyState
+from catalog.choices import CopyState, RunStatus, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
+from catalog.services import PathTemplate
+from catalog.verification import VerificationSummary, summarize
+from fleet.models import MultipartUpload, StorageLocation
 
 NEWEST_STEP_FIRST = F("step").desc(nulls_last=True)
 
@@ -110,3 +134,284 @@ def copy_files(copy: CheckpointCopy) -> QuerySet[ShardFile]:
         .only("pk", "copy_id", "path", "size", "mtime", "checksum", "checksum_algo")
         .order_by("path", "pk")
     )
+
+
+# --- verification -------------------------------------------------------------------------------
+
+
+def verification_summary(checkpoint_ids: Iterable[int]) -> dict[int, VerificationSummary]:
+    """Verified present copies per checkpoint and their distinct failure domains, in one query.
+
+    A failure domain is the host for a copy on a host and the region for a bucket (see
+    ``catalog.verification.failure_domain``). Every id asked for gets a summary, zero when none.
+    """
+    ids = list(set(checkpoint_ids))
+    copies: dict[int, list[CheckpointCopy]] = {pk: [] for pk in ids}
+    if ids:
+        verified = (
+            present_copies()
+            .filter(checkpoint_id__in=ids, verification=Verification.VERIFIED)
+            .select_related("location", "location__host")
+            .only(
+                "pk",
+                "checkpoint_id",
+                "verification",
+                "gone_at",
+                "location__name",
+                "location__region",
+                "location__host__name",
+                "location__host__region",
+            )
+        )
+        for copy in verified:
+            copies[copy.checkpoint_id].append(copy)
+    return {pk: summarize(members) for pk, members in copies.items()}
+
+
+# --- orphans --------------------------------------------------------------------------------------
+
+
+class OrphanKind(models.TextChoices):
+    UNCLAIMED = "unclaimed", "Files of no checkpoint"
+    TEMPORARY = "temporary", "Left-overs of interrupted saves"
+    MULTIPART = "multipart", "Incomplete multipart uploads"
+    DELETED_RUN = "deleted_run", "Copies of deleted runs"
+    ALL_PARTIAL = "all_partial", "Checkpoints with only partial copies"
+
+
+ORPHAN_KIND_HELP = {
+    OrphanKind.UNCLAIMED: "present files that no recognised checkpoint owns",
+    OrphanKind.TEMPORARY: "copies an interrupted save left behind (temporary directories, unfinished markers)",
+    OrphanKind.MULTIPART: "uploads that were started and never completed or aborted: their parts are billed",
+    OrphanKind.DELETED_RUN: "copies of runs marked finished and deleted",
+    OrphanKind.ALL_PARTIAL: "copies of checkpoints whose every present copy is partial, so nothing restores them",
+}
+
+
+@dataclass(frozen=True)
+class OrphanGroup:
+    """Orphans of one kind at one location below one run directory (``PathTemplate.group_of``)."""
+
+    kind: str
+    location_id: int
+    location_name: str
+    host_id: int | None
+    prefix: str
+    items: int  # files, copies or uploads, as the kind says
+    files: int
+    bytes: int | None  # None: unknown (an upload whose parts were not listed)
+    oldest: datetime | None
+    newest: datetime | None
+    run_id: int | None = None
+    run_label: str = ""
+
+    @property
+    def kind_label(self) -> str:
+        return OrphanKind(self.kind).label
+
+    @property
+    def item_noun(self) -> str:
+        return {
+            OrphanKind.UNCLAIMED: "file",
+            OrphanKind.MULTIPART: "upload",
+            OrphanKind.ALL_PARTIAL: "partial copy,partial copies",
+        }.get(self.kind, "copy,copies")
+
+
+class _RunPrefix(Func):
+    """``PathTemplate.group_of`` in SQL: the first ``depth`` components of the directory of a path.
+
+    A path with more than ``depth`` components belongs to its run directory (the first ``depth``); a
+    shallower one to the directory holding it. Written out for each database, as neither has a
+    portable "split" that Django knows.
+    """
+
+    output_field = TextField()
+
+    def __init__(self, expression, *, depth: int) -> None:
+        super().__init__(expression)
+        self.depth = depth
+
+    def as_sql(self, compiler, connection, **extra):
+        sql, params = compiler.compile(self.source_expressions[0])
+        e = "@@path@@"  # where the path expression goes; it may occur many times, each with its parameters
+        if connection.vendor == "postgresql":
+            parts = f"string_to_array({e}, '/')"
+            text = f"array_to_string(({parts})[1:LEAST({self.depth}, cardinality({parts}) - 1)], '/')"
+        elif connection.vendor == "sqlite":
+            # The directory with its trailing slash: every non-slash character trimmed from the right.
+            directory = f"rtrim({e}, replace({e}, '/', ''))"
+            # The position of its depth-th slash (or of its last one, when it has fewer).
+            rest, position = directory, "0"
+            for _ in range(self.depth):
+                slash = f"instr({rest}, '/')"
+                position = f"({position} + {slash})"
+                rest = f"substr({rest}, {slash} + 1)"
+            text = f"CASE WHEN {position} = 0 THEN '' ELSE substr({directory}, 1, {position} - 1) END"
+        else:
+            raise NotImplementedError(f"orphans are grouped on PostgreSQL and SQLite, not {connection.vendor}")
+        return text.replace(e, f"({sql})"), list(params) * text.count(e)
+
+
+def _prefix(path, depths: dict[int, list[int]]):
+    """The run directory of ``path`` (an expression) at each location, by the depth of its template."""
+    if len(depths) == 1:
+        return _RunPrefix(path, depth=next(iter(depths)))
+    return Case(
+        *(When(location_id__in=ids, then=_RunPrefix(path, depth=d)) for d, ids in depths.items()),
+        default=Value(""),
+        output_field=TextField(),
+    )
+
+
+def _below_bucket_prefix(prefixes: dict[str, list[int]]):
+    """An upload's key relative to its bucket's prefix, as the paths of the bucket's files are."""
+    if not prefixes:
+        return F("key")
+    return Case(
+        *(
+            When(location_id__in=ids, key__startswith=prefix, then=Substr("key", len(prefix) + 1))
+            for prefix, ids in sorted(prefixes.items())
+        ),
+        default=F("key"),
+        output_field=TextField(),
+    )
+
+
+def orphans(*, kind: str | None = None, location_id: int | None = None) -> list[OrphanGroup]:
+    """Everything orphaned, grouped by kind, location and run directory, with counts, bytes and ages.
+
+    Each kind is one ``GROUP BY`` over present rows, so the number of queries is fixed (one for the
+    locations and one per kind) whatever the number of files. A copy counts under one kind only:
+    temporary first, then a deleted run, then a checkpoint whose every present copy is partial.
+    """
+    locations = {
+        loc["pk"]: loc
+        for loc in StorageLocation.objects.filter(**({"pk": location_id} if location_id else {})).values(
+            "pk", "name", "host_id", "path_template", "bucket__prefix"
+        )
+    }
+    if not locations:
+        return []
+    depths: dict[int, list[int]] = defaultdict(list)
+    bucket_prefixes: dict[str, list[int]] = defaultdict(list)
+    for pk, loc in locations.items():
+        if loc["bucket__prefix"]:
+            bucket_prefixes[loc["bucket__prefix"].rstrip("/") + "/"].append(pk)
+        try:
+            depths[PathTemplate.parse(loc["path_template"]).depth].append(pk)
+        except ValueError:
+            depths[1].append(pk)  # a template without {run}: group by top-level directory
+    where = {"location_id__in": list(locations)} if location_id else {}
+    wanted = [kind] if kind else list(OrphanKind.values)
+    rows: list[tuple[str, dict]] = []
+
+    if OrphanKind.UNCLAIMED in wanted:
+        unclaimed = (
+            ShardFile.objects.filter(copy__isnull=True, gone_at__isnull=True, **where)
+            .annotate(prefix=_prefix(F("path"), depths))
+            .values("location_id", "prefix")
+            .annotate(items=Count("pk"), bytes=Sum("size"), oldest=Min("mtime"), newest=Max("mtime"))
+            .order_by()
+        )
+        rows.extend((OrphanKind.UNCLAIMED, {**r, "files": r["items"]}) for r in unclaimed)
+
+    copies = present_copies().filter(**where).annotate(prefix=_prefix(F("path"), depths))
+    copy_sums = {
+        "items": Count("pk"),
+        "files": Sum("file_count"),
+        "bytes": Sum("bytes"),
+        "oldest": Min("newest_mtime"),
+        "newest": Max("newest_mtime"),
+    }
+    by_run = ("location_id", "prefix", "checkpoint__run_id", "checkpoint__run__name", "checkpoint__run__team__name")
+    if OrphanKind.TEMPORARY in wanted:
+        temporary = copies.filter(temporary=True).values("location_id", "prefix").annotate(**copy_sums).order_by()
+        rows.extend((OrphanKind.TEMPORARY, r) for r in temporary)
+    if OrphanKind.DELETED_RUN in wanted:
+        deleted = (
+            copies.filter(temporary=False, checkpoint__run__status=RunStatus.DELETED)
+            .values(*by_run)
+            .annotate(**copy_sums)
+            .order_by()
+        )
+        rows.extend((OrphanKind.DELETED_RUN, r) for r in deleted)
+    if OrphanKind.ALL_PARTIAL in wanted:
+        restorable = present_copies().filter(
+            checkpoint_id=OuterRef("checkpoint_id"), temporary=False, state__in=[CopyState.COMPLETE, CopyState.CORRUPT]
+        )
+        partial = (
+            copies.filter(temporary=False, state=CopyState.PARTIAL)
+            .exclude(checkpoint__run__status=RunStatus.DELETED)
+            .filter(~Exists(restorable))
+            .values(*by_run)
+            .annotate(**copy_sums)
+            .order_by()
+        )
+        rows.extend((OrphanKind.ALL_PARTIAL, r) for r in partial)
+    if OrphanKind.MULTIPART in wanted:
+        uploads = (
+            MultipartUpload.objects.filter(gone_at__isnull=True, **where)
+            .annotate(prefix=_prefix(_below_bucket_prefix(bucket_prefixes), depths))
+            .values("location_id", "prefix")
+            .annotate(
+                items=Count("pk"),
+                files=Coalesce(Sum("parts"), 0),
+                bytes=Sum("bytes"),
+                oldest=Min(Coalesce("initiated_at", "first_seen_at")),
+                newest=Max(Coalesce("initiated_at", "first_seen_at")),
+            )
+            .order_by()
+        )
+        rows.extend((OrphanKind.MULTIPART, r) for r in uploads)
+
+    groups = []
+    for orphan_kind, r in rows:
+        loc = locations[r["location_id"]]
+        team, run = r.get("checkpoint__run__team__name"), r.get("checkpoint__run__name")
+        groups.append(
+            OrphanGroup(
+                kind=str(orphan_kind),
+                location_id=r["location_id"],
+                location_name=loc["name"],
+                host_id=loc["host_id"],
+                prefix=r["prefix"] or "",
+                items=r["items"],
+                files=r["files"] or 0,
+                bytes=r["bytes"],
+                oldest=r["oldest"],
+                newest=r["newest"],
+                run_id=r.get("checkpoint__run_id"),
+                run_label=f"{team}/{run}" if run else "",
+            )
+        )
+    order = {k: i for i, k in enumerate(OrphanKind.values)}
+    groups.sort(key=lambda g: (g.location_name, g.prefix, order[g.kind], g.run_label))
+    return groups
+
+
+@dataclass(frozen=True)
+class OrphanTotal:
+    kind: str
+    groups: int
+    items: int
+    bytes: int
+
+    @property
+    def kind_label(self) -> str:
+        return OrphanKind(self.kind).label
+
+    @property
+    def help(self) -> str:
+        return ORPHAN_KIND_HELP[OrphanKind(self.kind)]
+
+
+def orphan_totals(groups: Iterable[OrphanGroup]) -> list[OrphanTotal]:
+    """Totals per kind, every kind listed (zero when none), in the order of ``OrphanKind``."""
+    sums: dict[str, list[int]] = {k: [0, 0, 0] for k in OrphanKind.values}
+    for g in groups:
+        s = sums[g.kind]
+        s[0] += 1
+        s[1] += g.items
+        s[2] += g.bytes or 0
+    return [OrphanTotal(k, *v) for k, v in sums.items()]

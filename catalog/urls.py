@@ -9,4 +9,5 @@ urlpatterns = [
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("checkpoints/<int:pk>/", views.checkpoint_detail, name="checkpoint-detail"),
     path("copies/<int:pk>/files/", views.copy_files, name="copy-files"),
+    path("orphans/", views.orphans, name="orphans"),
 ]

@@ -1,4 +1,4 @@
-"""Pages of the catalog: runs, a run's checkpoints, one checkpoint's copies and their files.
+"""Pages of the catalog: runs, a run's checkpoints, one checkpoint's copies and their files, orphans.
 
 Views only read request parameters and call selectors; what a page shows is decided there, so the
 API and the pages cannot drift apart.
@@ -14,12 +14,14 @@ from django.shortcuts import get_object_or_404, render
 from catalog import selectors
 from catalog.choices import CopyState
 from catalog.models import Checkpoint, CheckpointCopy
+from catalog.verification import failure_domain, summarize
 from ckptfleet.params import positive_int_param
 
 RUNS_PER_PAGE = 50
 CHECKPOINTS_PER_PAGE = 50
 FILES_SHOWN = 200
 FILES_PER_PAGE = 200
+ORPHAN_GROUPS_PER_PAGE = 100
 
 
 @login_required
@@ -60,6 +62,8 @@ def run_detail(request, pk: int):
             .select_related("location", "location__host")
             .order_by("location__name")
         )
+    for checkpoint in page.object_list:
+        checkpoint.verification_summary = summarize(checkpoint.present)
     return render(
         request,
         "catalog/run_detail.html",
@@ -89,6 +93,9 @@ def checkpoint_detail(request, pk: int):
         copy.files_missing = max((copy.expected_files or 0) - copy.file_count, 0)
         diff = (copy.expected_bytes - copy.bytes) if copy.expected_bytes is not None else 0
         copy.bytes_short, copy.bytes_over = max(diff, 0), max(-diff, 0)
+        copy.failure_domain = failure_domain(copy.location)
+        # A mismatch that made the copy corrupt is already among its reasons.
+        copy.verification_notes = [r for r in copy.verification_reasons if r not in copy.reasons]
     return render(
         request,
         "catalog/checkpoint_detail.html",
@@ -98,6 +105,7 @@ def checkpoint_detail(request, pk: int):
             "copies": present,
             "gone": gone,
             "files_shown": FILES_SHOWN,
+            "verification_summary": summarize(present),
         },
     )
 
@@ -113,4 +121,28 @@ def copy_files(request, pk: int):
         request,
         "catalog/copy_files.html",
         {"copy": copy, "checkpoint": copy.checkpoint, "page_obj": page, "files": page.object_list},
+    )
+
+
+@login_required
+def orphans(request):
+    kind = request.GET.get("kind", "")
+    kind = kind if kind in selectors.OrphanKind.values else ""
+    location_id = positive_int_param(request, "location")
+    groups = selectors.orphans(kind=kind or None, location_id=location_id)
+    paginator = Paginator(groups, ORPHAN_GROUPS_PER_PAGE)
+    page = paginator.get_page(request.GET.get("page"))
+    return render(
+        request,
+        "catalog/orphans.html",
+        {
+            "page_obj": page,
+            "groups": page.object_list,
+            "totals": selectors.orphan_totals(groups),
+            "total_bytes": sum(g.bytes or 0 for g in groups),
+            "kinds": selectors.OrphanKind.choices,
+            "kind": kind,
+            "location_id": location_id,
+            "filtered": bool(kind or location_id),
+        },
     )

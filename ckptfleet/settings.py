@@ -171,6 +171,7 @@ SPECTACULAR_SETTINGS = {
 INVENTORY_MAX_BYTES = env_int("CKPTFLEET_INVENTORY_MAX_BYTES", 1024**3, minimum=1024)
 INVENTORY_MAX_LINE = env_int("CKPTFLEET_INVENTORY_MAX_LINE", 4 * 1024**2, minimum=1024)
 INGEST_CHUNK_ROWS = env_int("CKPTFLEET_INGEST_CHUNK_ROWS", 5000, minimum=100)
+S3_SECRETS_DIR = Path(env_str("CKPTFLEET_S3_SECRETS_DIR", str(VAR_DIR / "s3-secrets")))
 # Django's own cap on in-memory request bodies does not apply to the streamed inventory upload.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024**2
 

@@ -6,7 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from catalog.api.views import CheckpointViewSet, RunViewSet
+from catalog.api.views import CheckpointViewSet, OrphanListView, RunViewSet
 from ckptfleet.health import healthz
 from fleet.api.views import (
     HostViewSet,
@@ -26,6 +26,8 @@ router.register("inventory-list", InventoryViewSet, basename="inventory")
 api = [
     path("inventories/", InventoryUploadView.as_view(), name="inventory-upload"),
     path("inventories/<int:pk>/", InventoryDetailView.as_view(), name="inventory-detail-status"),
+    path("orphans/", OrphanListView.as_view(), name="orphan-list"),
+    path("spend/", include("catalog.api.urls_spend")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("", include(router.urls)),
@@ -39,4 +41,5 @@ urlpatterns = [
     path("api/v1/", include(api)),
     path("", include("catalog.urls")),
     path("fleet/", include("fleet.urls")),
+    path("spend/", include("catalog.urls_spend")),
 ]

@@ -89,6 +89,7 @@ __all__ = [
     "main",
     "scan_root",
     "sha256_file",
+    "stream_facts",
     "upload_inventory",
     "wait_for_inventory",
 ]
@@ -378,13 +379,33 @@ def file_facts(path: str) -> dict[str, Any] | None:
     Only headers, tails and small manifests are read. Any failure becomes
     ``{"kind": ..., "error": "one line"}``; this never raises for a bad or unreadable file.
     """
-    kind = facts_kind(os.path.basename(path))
+    name = os.path.basename(path)
+    kind = facts_kind(name)
     if kind is None:
         return None
     try:
         with _open_regular(path) as f:
             size = os.fstat(f.fileno()).st_size
-            return _READERS[kind](f, size)
+            return stream_facts(name, f, size)
+    except _FactsError as exc:
+        return {"kind": kind, "error": _one_line(exc)}
+    except OSError as exc:
+        return {"kind": kind, "error": _one_line(f"cannot read: {_os_reason(exc)}")}
+
+
+def stream_facts(name: str, f: BinaryIO, size: int) -> dict[str, Any] | None:
+    """The facts object for a file called ``name`` (its base name), read from ``f`` of ``size`` bytes.
+
+    ``f`` is any seekable binary stream positioned at the start: an open file here, a reader of
+    ranged GETs on the server's bucket scanner. Only headers, tails and small manifests are read.
+    None when the name calls for no facts; any failure becomes ``{"kind": ..., "error": "one line"}``,
+    so this never raises for a bad or unreadable file.
+    """
+    kind = facts_kind(name)
+    if kind is None:
+        return None
+    try:
+        return _READERS[kind](f, size)
     except _FactsError as exc:
         return {"kind": kind, "error": _one_line(exc)}
     except OSError as exc:

@@ -226,3 +226,120 @@ class Inventory(models.Model):
         if self.started_at and self.finished_at:
             return (self.finished_at - self.started_at).total_seconds()
         return None
+
+
+class PriceBasis(models.TextChoices):
+    """How a price was entered. Every point is also stored per GiB-month, which is what spend uses."""
+
+    GIB_MONTH = "gib_month", "per GiB-month"
+    TIB_MONTH = "tib_month", "per TiB-month"
+    HOST_MONTH = "host_month", "per host-month of its drives"
+
+
+_EVERY_OF_KIND = {
+    LocationKind.NVME: "every host NVMe root",
+    LocationKind.PFS: "every parallel file system",
+    LocationKind.BUCKET: "every bucket",
+}
+_NEVER_EDITED = "price points are never edited or deleted: add a new point with its effective date"
+
+
+class PricePointQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise PermissionError(_NEVER_EDITED)
+
+    def delete(self):
+        raise PermissionError(_NEVER_EDITED)
+
+
+class PricePoint(models.Model):
+    """The price of storing one GiB for one month on a tier (and storage class), from a day on.
+
+    A point applies to every location of a kind (``kind`` empty: of any kind), to the locations of
+    one host, or to one location. Where several apply, the narrowest scope wins (location, host,
+    kind, any kind) and, within a scope, an exact storage class before "any class"; among points
+    of the same scope the newest one in force that day wins. A change of price is a new point with
+    its own ``effective_from`` (a UTC day): earlier days keep the price they had, so spend of the
+    past never moves. Points are never edited in place.
+
+    ``price_per_gib_month`` is what spend uses (1 GiB = 2**30 bytes; a month is the calendar month
+    the day falls in). ``entered_price`` and ``basis`` keep what a person typed: a price per
+    TiB-month, or the monthly cost of a host's drives with their capacity, from which the per-GiB
+    price was derived.
+    """
+
+    kind = models.CharField(max_length=16, choices=LocationKind.choices, blank=True, help_text="Empty: any kind.")
+    tier = models.CharField(max_length=32, choices=Tier.choices)
+    storage_class = models.CharField(max_length=32, blank=True, help_text="Empty: any storage class of the tier.")
+    location = models.ForeignKey(
+        StorageLocation, on_delete=models.PROTECT, null=True, blank=True, related_name="price_points"
+    )
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, null=True, blank=True, related_name="price_points")
+    price_per_gib_month = models.DecimalField(max_digits=20, decimal_places=12)
+    currency = models.CharField(max_length=3, default="USD")
+    basis = models.CharField(max_length=12, choices=PriceBasis.choices, default=PriceBasis.GIB_MONTH)
+    entered_price = models.DecimalField(max_digits=20, decimal_places=6, help_text="As entered, in its basis.")
+    host_capacity_bytes = models.BigIntegerField(
+        null=True, blank=True, help_text="For a price per host-month: the capacity of the host's drives."
+    )
+    effective_from = models.DateField(help_text="The first UTC day the price applies to.")
+    source = models.TextField(blank=True, help_text="Where the price comes from: a list price, a contract, a quote.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=200, blank=True)
+
+    objects = PricePointQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["tier", "kind", "storage_class", "-effective_from", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(price_per_gib_month__gte=0) & Q(entered_price__gte=0), name="pricepoint_price_not_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(location__isnull=True) | Q(host__isnull=True), name="pricepoint_one_scope"
+            ),
+            models.CheckConstraint(
+                condition=~Q(basis=PriceBasis.HOST_MONTH) | Q(host_capacity_bytes__gt=0),
+                name="pricepoint_host_month_has_capacity",
+            ),
+            models.UniqueConstraint(
+                fields=["location", "tier", "storage_class", "effective_from"],
+                condition=Q(location__isnull=False),
+                name="pricepoint_location_day_unique",
+            ),
+            models.UniqueConstraint(
+                fields=["host", "tier", "storage_class", "effective_from"],
+                condition=Q(host__isnull=False),
+                name="pricepoint_host_day_unique",
+            ),
+            models.UniqueConstraint(
+                fields=["kind", "tier", "storage_class", "effective_from"],
+                condition=Q(location__isnull=True, host__isnull=True),
+                name="pricepoint_kind_day_unique",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        price = f"{self.price_per_gib_month.normalize():f} {self.currency}/GiB-month"
+        return f"{self.scope_label}, {self.tier_label}: {price} from {self.effective_from}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise PermissionError(_NEVER_EDITED)
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError(_NEVER_EDITED)
+
+    @property
+    def scope_label(self) -> str:
+        if self.location_id:
+            return f"location {self.location}"
+        if self.host_id:
+            return f"host {self.host}"
+        return _EVERY_OF_KIND.get(self.kind, "every location")
+
+    @property
+    def tier_label(self) -> str:
+        label = Tier(self.tier).label
+        return f"{label} ({self.storage_class})" if self.storage_class else label

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from fleet import ingest
+from fleet import ingest, scan
 
 
 @shared_task(acks_late=True, bind=True, max_retries=3, default_retry_delay=30)
@@ -17,3 +17,29 @@ def sweep_inventories() -> dict:
     """Re-queue lost inventories, fail abandoned ones, remove old uploads (every 10 minutes, from beat)."""
     counts = ingest.sweep()
     return {"resent": counts.resent, "abandoned": counts.abandoned, "uploads_removed": counts.uploads_removed}
+
+
+@shared_task(acks_late=True, bind=True)
+def scan_bucket(self, inventory_id: int) -> str:
+    """List one bucket and apply the snapshot. Idempotent: a second delivery finds the scan claimed.
+
+    S3 requests are retried with backoff inside botocore; a scan that still fails is recorded as
+    failed, with the reason, and the next scheduled or on-demand scan tries again.
+    """
+    inventory = scan.scan_run(inventory_id, claim=self.request.id or "")
+    return inventory.status if inventory else "skipped"
+
+
+@shared_task(acks_late=True)
+def scan_due_buckets() -> dict:
+    """Start the scans that are due by each bucket's schedule (every minute, from beat)."""
+    started = scan.scan_due()
+    return {"started": [inventory.pk for inventory in started]}
+
+
+@shared_task(acks_late=True)
+def carry_usage_forward() -> dict:
+    """Carry every location's usage forward to today (UTC), so a day without an inventory still costs (hourly)."""
+    from catalog.usage import usage_carry_forward_all
+
+    return usage_carry_forward_all()

@@ -17,6 +17,8 @@ from django.db import connection
 from ckptfleet.celery import app as celery_app
 from fleet.services import Actor, gzip_lines, host_register, host_token_issue, location_add
 
+pytest_plugins = ["tests.s3"]
+
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
 
 
@@ -122,6 +124,14 @@ def django_db_setup(django_db_setup, django_db_blocker):
             cursor.execute("ALTER TABLE catalog_auditevent DISABLE TRIGGER catalog_auditevent_no_truncate")
 
 
+def _forget_broker_connections() -> None:
+    """Drop the app's cached connection and producer pools, as Celery itself does after a fork."""
+    celery_app._pool = None
+    amqp = celery_app.__dict__.get("amqp")
+    if amqp is not None:
+        amqp._producer_pool = None
+
+
 @pytest.fixture
 def celery_worker_process(transactional_db, settings, tmp_path):
     """A real `celery worker` process on Redis and this test's PostgreSQL database.
@@ -173,6 +183,9 @@ def celery_worker_process(transactional_db, settings, tmp_path):
     previous = (celery_app.conf.broker_url, celery_app.conf.task_default_queue)
     celery_app.conf.broker_url = redis_url
     celery_app.conf.task_default_queue = queue
+    # Eager .delay() calls earlier in the session cached a producer pool on the old broker URL;
+    # without a fresh pool the ping and the test's tasks would go nowhere.
+    _forget_broker_connections()
     try:
 
         def answers() -> bool:
@@ -190,6 +203,7 @@ def celery_worker_process(transactional_db, settings, tmp_path):
             proc.kill()
         celery_app.conf.broker_url, celery_app.conf.task_default_queue = previous
         celery_app.conf.task_always_eager = True
+        _forget_broker_connections()
 
 
 @pytest.fixture

@@ -6,15 +6,18 @@ from django.conf import settings
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import permissions, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from catalog.choices import ActorKind, EventSource
 from ckptfleet.errors import PermissionRefused, TooLarge
 from fleet.api.auth import HostPrincipal, HostTokenAuthentication
 from fleet.api.serializers import HostSerializer, InventorySerializer, StorageLocationSerializer
 from fleet.models import Host, Inventory, StorageLocation
-from fleet.services import inventory_receive
+from fleet.scan import scan_start
+from fleet.services import Actor, inventory_receive
 
 
 class StreamParser(BaseParser):
@@ -97,3 +100,22 @@ class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = StorageLocation.objects.select_related("host")
     serializer_class = StorageLocationSerializer
     filterset_fields = ["kind", "tier", "host"]
+
+    @extend_schema(
+        request=None,
+        responses={
+            202: InventorySerializer,
+            400: OpenApiResponse(description="not a bucket"),
+            409: OpenApiResponse(description="a scan of this bucket is already running"),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def scan(self, request, pk=None):
+        """POST: scan this bucket now. Answers 202 with the scan's inventory URL to poll."""
+        location = self.get_object()
+        user = request.user
+        actor = Actor(kind=ActorKind.USER, label=user.get_username(), source=EventSource.API, user=user)
+        inventory = scan_start(location=location, actor=actor)
+        inventory.refresh_from_db(fields=["status"])  # without a worker it has run by now
+        body = {"id": inventory.pk, "status": inventory.status, "url": f"/api/v1/inventories/{inventory.pk}/"}
+        return Response(body, status=status.HTTP_202_ACCEPTED)

@@ -1,0 +1,13 @@
+"""Pages of spend, under /spend/."""
+
+from django.urls import path
+
+from catalog import views_spend
+
+app_name = "spend"
+urlpatterns = [
+    path("", views_spend.spend_overview, name="overview"),
+    path("runs/", views_spend.spend_runs, name="runs"),
+    path("runs/<int:pk>/", views_spend.spend_run, name="run"),
+    path("prices/", views_spend.price_book, name="prices"),
+]

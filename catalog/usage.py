@@ -1,0 +1,263 @@
+# Safe SQL: table names come from model metadata and CASE arms from the price book; values are parameters.
+"""Usage rollups: what each location stores per UTC day, by run, tier, storage class and state, with its cost.
+
+Every spend page and API reads ``UsageDaily`` (and ``CopyTierUsage`` for a run's steps), never the
+shard-file table. The rules, in one place:
+
+- **Days are UTC days.** An inventory applied at 23:30 UTC counts for that UTC day whatever
+  ``TIME_ZONE`` says, so a month's spend is the same wherever it is read.
+- **Refresh.** Applying an inventory rewrites the location's rows of that day from its present
+  files, in set-based SQL inside the ingest's transaction (``usage_refresh``). Several inventories
+  in a day: the last one applied stands for the day.
+- **Carry forward.** A day without an inventory holds the location's last known state: its rows
+  of the last refreshed (or carried) day, copied to each missing day up to today, priced at each
+  day's own price. Beat does it every hour for every location (``usage_carry_forward_all``), and a
+  refresh first fills any gap before its own day, so the rule holds even if beat was down. A
+  location whose last inventory was empty has a cursor and no rows, so nothing is carried.
+- **Cost.** A row's cost for its day = bytes / 2**30 x the price per GiB-month in force that day
+  (``fleet.pricebook``) / the number of days in that day's month, rounded once per row to a
+  billionth of the currency (``cost_nanos``). Spend for any period is then a plain ``SUM`` of rows.
+- **History survives deletions.** Past days are never refreshed again: deleting a checkpoint
+  today changes today's rows, not last month's. Only a price point taking effect on a day already
+  rolled up (allowed within the current month) prices those days again (``usage_reprice``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from catalog.models import CopyTierUsage, UsageCursor, UsageDaily, UsageState
+from fleet.choices import DEFAULT_STORAGE_CLASS_TIERS, LocationKind
+from fleet.models import Bucket, StorageLocation
+from fleet.pricebook import GIB, PriceBook, Rule, month_days, utc_today
+
+NANOS = 10**9
+CENT = Decimal("0.01")
+
+USAGE = UsageDaily._meta.db_table
+COPY_USAGE = CopyTierUsage._meta.db_table
+_COLUMNS = (
+    "day, location_id, team_id, run_id, run_status, tier, storage_class, state, bytes, files, cost_nanos, carried"
+)
+
+
+def money(nanos: int | None) -> Decimal:
+    """A cost stored in billionths of the currency, as a Decimal of the currency (not yet rounded)."""
+    return Decimal(nanos or 0).scaleb(-9)
+
+
+def cost_sql(rules: tuple[Rule, ...], day: date, *, prefix: str = "") -> tuple[str, list]:
+    """SQL for the cost in billionths of one row's bytes on ``day``, from the rules in force for its location.
+
+    The rate per byte-day is computed here in Decimal (price x 1e9 / 2**30 / days of the month) and
+    passed as a parameter; the database multiplies and rounds once. On PostgreSQL the product is
+    exact (numeric); SQLite multiplies in double precision, which is exact to far below a billionth.
+    """
+    if not rules:
+        return "NULL", []
+    days = month_days(day)
+    pg = connection.vendor == "postgresql"
+    rate_sql = "CAST(%s AS NUMERIC)" if pg else "%s"
+    whens: list[str] = []
+    params: list = []
+    for rule in rules:
+        rate = rule.price * NANOS / (GIB * days)
+        value = rate if pg else float(rate)
+        if rule.storage_class:
+            whens.append(f"WHEN {prefix}tier = %s AND {prefix}storage_class = %s THEN {rate_sql}")
+            params += [rule.tier, rule.storage_class, value]
+        else:
+            whens.append(f"WHEN {prefix}tier = %s THEN {rate_sql}")
+            params += [rule.tier, value]
+    return f"ROUND({prefix}bytes * CASE {' '.join(whens)} END)", params
+
+
+def _tier_of_class_sql(location: StorageLocation, column: str) -> tuple[str, list]:
+    """SQL mapping a storage class column to a tier the way ``Bucket.tier_of`` does."""
+    mapping = dict(DEFAULT_STORAGE_CLASS_TIERS)
+    bucket = Bucket.objects.filter(location_id=location.pk).only("storage_class_tiers").first()
+    if bucket is not None:
+        mapping.update(bucket.storage_class_tiers or {})
+    whens = " ".join("WHEN %s THEN %s" for _ in mapping)
+    params: list = [v for pair in mapping.items() for v in pair]
+    return f"CASE {column} {whens} ELSE %s END", [*params, location.tier]
+
+
+def _adapt(day: date):
+    return connection.ops.adapt_datefield_value(day)
+
+
+def _refresh_rows(location: StorageLocation, day: date, rules: tuple[Rule, ...]) -> None:
+    cost, cost_params = cost_sql(rules, day, prefix="g.")
+    state = (
+        f"CASE WHEN f.copy_id IS NULL THEN '{UsageState.UNCLAIMED}' "
+        f"WHEN c.temporary THEN '{UsageState.TEMPORARY}' ELSE c.state END"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {USAGE} WHERE location_id = %s AND day = %s", [location.pk, _adapt(day)])
+        cursor.execute(
+            f"""
+            INSERT INTO {USAGE} ({_COLUMNS})
+            SELECT %s, %s, r.team_id, g.run_id, COALESCE(r.status, ''), g.tier, g.storage_class, g.state,
+                   g.bytes, g.files, {cost}, %s
+            FROM (
+                SELECT k.run_id AS run_id, COALESCE(NULLIF(f.tier, ''), %s) AS tier,
+                       f.storage_class AS storage_class, {state} AS state,
+                       SUM(f.size) AS bytes, COUNT(*) AS files
+                FROM catalog_shardfile f
+                LEFT JOIN catalog_checkpointcopy c ON c.id = f.copy_id
+                LEFT JOIN catalog_checkpoint k ON k.id = c.checkpoint_id
+                WHERE f.location_id = %s AND f.gone_at IS NULL
+                GROUP BY 1, 2, 3, 4
+            ) g
+            LEFT JOIN catalog_run r ON r.id = g.run_id
+            """,
+            [_adapt(day), location.pk, *cost_params, False, location.tier, location.pk],
+        )
+        if location.kind == LocationKind.BUCKET:
+            # Parts of uploads never completed are billed like objects of their storage class.
+            storage_class = "COALESCE(NULLIF(UPPER(m.storage_class), ''), 'STANDARD')"
+            tier, tier_params = _tier_of_class_sql(location, storage_class)
+            cursor.execute(
+                f"""
+                INSERT INTO {USAGE} ({_COLUMNS})
+                SELECT %s, %s, NULL, NULL, '', g.tier, g.storage_class, '{UsageState.MULTIPART}',
+                       g.bytes, g.files, {cost}, %s
+                FROM (
+                    SELECT {tier} AS tier, {storage_class} AS storage_class, SUM(m.bytes) AS bytes, COUNT(*) AS files
+                    FROM fleet_multipartupload m
+                    WHERE m.location_id = %s AND m.gone_at IS NULL AND m.bytes IS NOT NULL
+                    GROUP BY 1, 2
+                ) g
+                """,
+                [_adapt(day), location.pk, *cost_params, False, *tier_params, location.pk],
+            )
+        cursor.execute(f"DELETE FROM {COPY_USAGE} WHERE location_id = %s", [location.pk])
+        cursor.execute(
+            f"""
+            INSERT INTO {COPY_USAGE} (copy_id, location_id, tier, storage_class, bytes, files)
+            SELECT f.copy_id, %s, COALESCE(NULLIF(f.tier, ''), %s), f.storage_class, SUM(f.size), COUNT(*)
+            FROM catalog_shardfile f
+            WHERE f.location_id = %s AND f.gone_at IS NULL AND f.copy_id IS NOT NULL
+            GROUP BY f.copy_id, COALESCE(NULLIF(f.tier, ''), %s), f.storage_class
+            """,
+            [location.pk, location.tier, location.pk, location.tier],
+        )
+
+
+def _carry(location: StorageLocation, base: date, days: list[date], book: PriceBook) -> None:
+    with connection.cursor() as cursor:
+        for day in days:
+            cost, cost_params = cost_sql(book.rules(location, day), day)
+            cursor.execute(f"DELETE FROM {USAGE} WHERE location_id = %s AND day = %s", [location.pk, _adapt(day)])
+            cursor.execute(
+                f"""
+                INSERT INTO {USAGE} ({_COLUMNS})
+                SELECT %s, location_id, team_id, run_id, run_status, tier, storage_class, state, bytes, files,
+                       {cost}, %s
+                FROM {USAGE} WHERE location_id = %s AND day = %s
+                """,
+                [_adapt(day), *cost_params, True, location.pk, _adapt(base)],
+            )
+
+
+def _days(first: date, last: date) -> list[date]:
+    return [first + timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+def usage_refresh(*, location: StorageLocation, day: date, now: datetime | None = None) -> date:
+    """Rewrite ``location``'s usage rows of UTC ``day`` from its present files; returns the day written.
+
+    Runs inside the caller's transaction (the ingest holds the location's row lock). Days between
+    the location's last rolled-up day and ``day`` are first carried forward from it. A day older
+    than the last rolled-up one is not rewritten: the newest state lands on the newest day, so
+    later days never show an older state than earlier ones.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        cursor = UsageCursor.objects.select_for_update().filter(location_id=location.pk).first()
+        if cursor is not None and day < cursor.day:
+            day = cursor.day
+        book = PriceBook.load(until=day)
+        if cursor is not None and cursor.day < day - timedelta(days=1):
+            _carry(location, cursor.day, _days(cursor.day + timedelta(days=1), day - timedelta(days=1)), book)
+        _refresh_rows(location, day, book.rules(location, day))
+        UsageCursor.objects.update_or_create(
+            location_id=location.pk, defaults={"day": day, "refreshed_day": day, "refreshed_at": now}
+        )
+    return day
+
+
+def usage_carry_forward(*, location_id: int, through: date) -> int:
+    """Carry one location's last rolled-up day forward to ``through``; returns the days written.
+
+    Idempotent: a location already rolled up through ``through`` is left alone. Takes the same lock
+    as an ingest of the location, so the two never interleave.
+    """
+    with transaction.atomic():
+        location = StorageLocation.objects.select_for_update().filter(pk=location_id).first()
+        cursor = UsageCursor.objects.select_for_update().filter(location_id=location_id).first()
+        if location is None or cursor is None or cursor.day >= through:
+            return 0
+        days = _days(cursor.day + timedelta(days=1), through)
+        _carry(location, cursor.day, days, PriceBook.load(until=through))
+        UsageCursor.objects.filter(location_id=location_id).update(day=through)
+    return len(days)
+
+
+def usage_carry_forward_all(*, through: date | None = None) -> dict[str, int]:
+    """Carry every location that has fallen behind forward to ``through`` (today, UTC): beat's hourly job."""
+    through = through or utc_today()
+    behind = list(UsageCursor.objects.filter(day__lt=through).values_list("location_id", flat=True))
+    days = sum(usage_carry_forward(location_id=pk, through=through) for pk in behind)
+    return {"locations": len(behind), "days": days}
+
+
+def usage_reprice(*, location_ids: list[int], since: date) -> int:
+    """Price again the rows of these locations from ``since`` on; returns the rows updated.
+
+    Called when a price point is added for a day already rolled up. Days are grouped into runs of
+    days with the same prices and month, and locations with the same prices share a statement, so
+    a change for a thousand alike hosts is a handful of UPDATEs, not one per host and day.
+    """
+    if not location_ids:
+        return 0
+    cursors = dict(
+        UsageCursor.objects.filter(location_id__in=location_ids, day__gte=since).values_list("location_id", "day")
+    )
+    if not cursors:
+        return 0
+    locations = list(StorageLocation.objects.filter(pk__in=list(cursors)).only("pk", "kind", "host_id", "tier"))
+    book = PriceBook.load(until=max(cursors.values()))
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for location in locations:
+        end = cursors[location.pk]
+        breaks = set(book.changes(location, since, end))
+        month = since.replace(day=1)
+        while (month := (month + timedelta(days=32)).replace(day=1)) <= end:
+            breaks.add(month)
+        starts = sorted(breaks)
+        for i, first in enumerate(starts):
+            last = starts[i + 1] - timedelta(days=1) if i + 1 < len(starts) else end
+            rules = book.rules(location, first)
+            key = (tuple((r.tier, r.storage_class, r.price) for r in rules), first, last)
+            groups[key].append(location.pk)
+    updated = 0
+    with connection.cursor() as cursor:
+        for (_, first, last), ids in groups.items():
+            sample = next(loc for loc in locations if loc.pk == ids[0])
+            cost, params = cost_sql(book.rules(sample, first), first)
+            for i in range(0, len(ids), 1000):
+                chunk = ids[i : i + 1000]
+                marks = ", ".join(["%s"] * len(chunk))
+                cursor.execute(
+                    f"UPDATE {USAGE} SET cost_nanos = {cost} WHERE location_id IN ({marks}) AND day BETWEEN %s AND %s",
+                    [*params, *chunk, _adapt(first), _adapt(last)],
+                )
+                updated += cursor.rowcount
+    return updated

@@ -1,0 +1,630 @@
+"""Verification of checkpoint copies: do their files' content checksums agree with a reference?
+
+A copy is **verified** when it is complete and every member file has a content checksum that agrees
+with at least one reference; **mismatch** when a comparable checksum disagrees (the copy is then also
+made corrupt, with a reason naming the file and what it disagrees with); **unverified** otherwise,
+with reasons that say what is missing.
+
+Files are compared per path relative to the copy directory (for a single-file copy, relative to the
+directory holding it, i.e. its name), so copies at different roots and prefixes line up.
+
+References, strongest first, for one file of copy C:
+
+1. C's own writer's manifest (``CheckpointCopy.reference_checksums``: a ``ckptfleet.json`` sidecar,
+   Megatron's ``integrity.json``): agreeing verifies the file, disagreeing is a mismatch.
+2. Otherwise the manifests recorded with the checkpoint's other copies: agreeing with any verifies,
+   disagreeing with all is a mismatch.
+3. Otherwise the actual checksums of the other copies' files. Only complete, non-temporary copies
+   speak as peers (a half-written file accuses nobody). The file is verified when all peers agree with
+   it, or when its checksum is the one most copies have (a strict majority of one value); it is a
+   mismatch otherwise: with two copies that disagree and no manifest nobody can tell which is right,
+   so both are mismatched.
+
+When two copies each agree with their own manifest but differ from each other, they are two
+different saves of one step: both are flagged (verification mismatch, with a reason) but neither is
+made corrupt, as each is what its writer wrote. The same holds for sizes: complete copies whose
+file of one path has different sizes each satisfy their own manifest (or they would not be
+complete), so they are flagged, not made corrupt; a copy whose sizes disagree with its own manifest
+is already corrupt by its format.
+
+Only like is compared with like. Comparable are content digests of one algorithm on both sides:
+sha256 (the agent's ``--checksums``; S3's full-object ChecksumSHA256, converted to hex), sha1,
+sha512, md5 (only where something records a true content MD5 under that name; an S3 ETag is kept in
+``ShardFile.etag`` and never used), and the full-object CRCs (crc32, crc32c, crc64nvme) against the
+same CRC. Never comparable: a multipart ETag (``…-N``), a composite checksum (``sha256-composite``,
+the checksum of part checksums), an unknown algorithm, a CRC against a sha256.
+
+``judge`` is the pure core; ``checkpoints_verify`` loads copies and files and writes the verdicts.
+Both are deterministic, and ``checkpoints_verify`` writes nothing when nothing changed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils import timezone
+
+from catalog.choices import CopyState, Verification
+
+# Content digests and the length of their hex form.
+DIGEST_HEX_LENGTH: dict[str, int] = {
+    "sha256": 64,
+    "sha512": 128,
+    "sha1": 40,
+    "md5": 32,
+    "crc32": 8,
+    "crc32c": 8,
+    "crc64nvme": 16,
+}
+# Files that are the writer's manifest themselves: a manifest never lists its own checksum.
+MANIFEST_FILES = frozenset({"ckptfleet.json", "integrity.json"})
+# Checkpoints per batch are chosen so that one batch loads about this many member files.
+FILES_PER_BATCH = 200_000
+_HEX = re.compile(r"^[0-9a-f]+$")
+
+
+# --- checksums ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Checksum:
+    """A checksum as recorded. ``digest`` is lowercase hex when ``content`` is true."""
+
+    algo: str
+    digest: str = ""
+    content: bool = False  # a digest of the whole content, comparable with the same algorithm
+    label: str = ""  # what it is, in words, when it is not a content digest
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.algo, self.digest)
+
+    @property
+    def name(self) -> str:
+        """Short words for reasons: the algorithm, or what the value is when it is not a digest."""
+        if self.content or self.algo.endswith("-composite"):
+            return self.algo
+        return "multipart ETag" if "ETag" in self.label else self.label.removeprefix("a ")
+
+
+def canonical_algo(algo: str) -> str:
+    """``SHA-256`` → ``sha256``, ``CRC64NVME`` → ``crc64nvme``; a composite keeps its ``-composite``."""
+    name = (algo or "").strip().lower()
+    composite = name.endswith(("-composite", "_composite"))
+    if composite:
+        name = name[: -len("-composite")]
+    name = name.replace("-", "").replace("_", "")
+    return f"{name}-composite" if composite else name
+
+
+def checksum(algo: str | None, digest: str | None) -> Checksum | None:
+    """A recorded checksum, classified; None when there is none."""
+    if not digest or not algo:
+        return None
+    name = canonical_algo(algo)
+    value = digest.strip()
+    if name.endswith("-composite"):
+        return Checksum(name, value, label=f"a composite checksum ({name}, a checksum of part checksums)")
+    if name not in DIGEST_HEX_LENGTH:
+        return Checksum(name, value, label=f"a checksum of unknown algorithm {name!r}")
+    if name == "md5" and "-" in value.strip('"'):
+        return Checksum(name, value, label="a multipart ETag (not an MD5 of the content)")
+    hexdigest = _as_hex(value.strip('"'), DIGEST_HEX_LENGTH[name])
+    if hexdigest is None:
+        return Checksum(name, value, label=f"a malformed {name} value")
+    return Checksum(name, hexdigest, content=True)
+
+
+def _as_hex(value: str, hex_length: int) -> str | None:
+    """Lowercase hex from hex or base64 (as S3 reports checksums), or None when it is neither."""
+    lowered = value.lower()
+    if len(lowered) == hex_length and _HEX.match(lowered):
+        return lowered
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw.hex() if len(raw) * 2 == hex_length else None
+
+
+def relative_path(member: str, copy_path: str) -> str:
+    """A member file's path relative to its copy directory (a single file: relative to its directory)."""
+    if member.startswith(copy_path + "/"):
+        return member[len(copy_path) + 1 :]
+    parent = copy_path.rpartition("/")[0]
+    if parent and member.startswith(parent + "/"):
+        return member[len(parent) + 1 :]
+    return member
+
+
+def relative_checksums(copy_path: str, references: Mapping[str, tuple[str, str]]) -> dict[str, list[str]]:
+    """``Found.reference_checksums`` (paths below the root) as stored on the copy: {relative: [algo, hex]}."""
+    return {
+        relative_path(path, copy_path): [str(algo), str(digest)] for path, (algo, digest) in sorted(references.items())
+    }
+
+
+# --- the pure core --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FileFacts:
+    """One member file as verification sees it."""
+
+    size: int
+    algo: str = ""
+    digest: str = ""
+
+
+@dataclass(frozen=True)
+class CopyEvidence:
+    """One present copy of a checkpoint: where it is, what its formats judged, its files and manifest.
+
+    ``state`` is the formats' verdict, before verification adds to it. ``where`` names the copy in
+    reasons ("the copy at gpu-b01:/mnt/nvme0/checkpoints").
+    """
+
+    id: int
+    where: str
+    state: str = CopyState.COMPLETE
+    temporary: bool = False
+    manifest: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    files: Mapping[str, FileFacts] = field(default_factory=dict)
+
+    @property
+    def speaks(self) -> bool:
+        """Whether this copy's own files may serve as a reference for the others."""
+        return self.state == CopyState.COMPLETE and not self.temporary
+
+
+@dataclass
+class Verdict:
+    """What verification says of one copy.
+
+    ``reasons`` become ``verification_reasons``; ``corrupt`` are the reasons that make the copy
+    corrupt, to be added to its state reasons (empty unless ``verification`` is mismatch).
+    """
+
+    verification: str
+    reasons: list[str] = field(default_factory=list)
+    corrupt: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _FileResult:
+    agree: set[str] = field(default_factory=set)  # names of the references it agrees with
+    corrupt: str = ""  # a disagreement that makes the copy corrupt
+    flag: str = ""  # a disagreement that does not (two self-consistent saves)
+    own_manifest_mismatch: bool = False
+    no_checksum: str = ""  # "" or the label of the non-content checksum it has
+    incomparable: tuple[str, str] | None = None  # (its algorithm, the references' algorithms)
+    no_reference: bool = False
+
+
+def _names(wheres: Iterable[str], limit: int = 3) -> str:
+    items = sorted(set(wheres))
+    shown = items[:limit]
+    text = ", ".join(shown[:-1]) + (" and " if len(shown) > 1 else "") + shown[-1]
+    if len(items) > limit:
+        text = ", ".join(shown) + f" and {len(items) - limit} more"
+    return text
+
+
+def _plural(n: int, word: str, plural: str = "") -> str:
+    return f"{n:,} {word if n == 1 else (plural or word + 's')}"
+
+
+def _of(n: int, total: int, verb: str = "have") -> str:
+    """ "1 of 3 files has", "2 of 3 files have"."""
+    return f"{n:,} of {_plural(total, 'file')} {('has' if verb == 'have' else verb + 's') if n == 1 else verb}"
+
+
+def judge(copies: Sequence[CopyEvidence]) -> dict[int, Verdict]:
+    """The verdict on every copy of one checkpoint, from its files, its manifest and its peers'."""
+    manifests = {c.id: {rel: checksum(*_pair(v)) for rel, v in c.manifest.items()} for c in copies}
+    actual = {c.id: {rel: checksum(f.algo, f.digest) for rel, f in c.files.items()} for c in copies}
+    verdicts: dict[int, Verdict] = {}
+    for c in copies:
+        results: dict[str, _FileResult] = {}
+        for rel in sorted(c.files):
+            results[rel] = _judge_file(c, rel, copies, manifests, actual)
+        _judge_sizes(c, copies, results)
+        alone = not any(d.id != c.id and not d.temporary for d in copies)
+        verdicts[c.id] = _verdict(c, results, alone=alone)
+    return verdicts
+
+
+def _pair(value: Any) -> tuple[str | None, str | None]:
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return str(value[0]), str(value[1])
+    return None, None
+
+
+def _judge_file(
+    c: CopyEvidence,
+    rel: str,
+    copies: Sequence[CopyEvidence],
+    manifests: dict[int, dict[str, Checksum | None]],
+    actual: dict[int, dict[str, Checksum | None]],
+) -> _FileResult:
+    result = _FileResult()
+    mine = actual[c.id][rel]
+    others = [d for d in copies if d.id != c.id and not d.temporary]
+    if mine is None or not mine.content:
+        result.no_checksum = mine.label if mine is not None else "none"
+        # Something not a digest is only worth calling incomparable when a digest exists elsewhere.
+        algos = _reference_algos(c, rel, others, manifests, actual, content=True) if mine is not None else set()
+        if algos:
+            result.incomparable = (mine.name, ", ".join(sorted(algos)))
+        return result
+
+    own = manifests[c.id].get(rel)
+    if own is not None and own.content and own.algo == mine.algo:
+        if own.digest == mine.digest:
+            result.agree.add("the writer's manifest")
+            # Two copies that each match their own manifest but differ: two different saves.
+            for d in others:
+                theirs, their_own = actual[d.id].get(rel), manifests[d.id].get(rel)
+                if (
+                    d.speaks
+                    and theirs is not None
+                    and their_own is not None
+                    and theirs.key == their_own.key
+                    and theirs.algo == mine.algo
+                    and theirs.digest != mine.digest
+                ):
+                    result.flag = (
+                        f"{rel}: {mine.algo} differs from the copy at {d.where}, though each matches its own "
+                        "writer's manifest (two different saves of this step?)"
+                    )
+        else:
+            result.own_manifest_mismatch = True
+            result.corrupt = f"{rel}: {mine.algo} differs from the writer's manifest recorded with this copy"
+        return result
+
+    recorded = {
+        d.where: m.digest
+        for d in others
+        if (m := manifests[d.id].get(rel)) is not None and m.content and m.algo == mine.algo
+    }
+    if recorded:
+        agreeing = {where for where, digest in recorded.items() if digest == mine.digest}
+        if agreeing:
+            result.agree.update(f"the writer's manifest with the copy at {where}" for where in agreeing)
+        else:
+            result.corrupt = (
+                f"{rel}: {mine.algo} differs from the writer's manifest recorded with the copy at {_names(recorded)}"
+            )
+        return result
+
+    peers = {
+        d.where: theirs.digest
+        for d in others
+        if d.speaks and (theirs := actual[d.id].get(rel)) is not None and theirs.content and theirs.algo == mine.algo
+    }
+    if not peers:
+        algos = _reference_algos(c, rel, others, manifests, actual, content=False)
+        if algos:
+            result.incomparable = (mine.name, ", ".join(sorted(algos)))
+        else:
+            result.no_reference = True
+        return result
+    votes = Counter(peers.values())
+    if c.speaks:
+        votes[mine.digest] += 1
+    ranked = votes.most_common(2)
+    unique_top = len(ranked) == 1 or ranked[0][1] > ranked[1][1]
+    agreeing = {where for where, digest in peers.items() if digest == mine.digest}
+    if agreeing and unique_top and ranked[0][0] == mine.digest:
+        result.agree.update(f"the copy at {where}" for where in agreeing)
+    else:
+        differing = {where for where, digest in peers.items() if digest != mine.digest}
+        result.corrupt = f"{rel}: {mine.algo} differs from the copy at {_names(differing)}"
+    return result
+
+
+def _reference_algos(
+    c: CopyEvidence,
+    rel: str,
+    others: Sequence[CopyEvidence],
+    manifests: dict[int, dict[str, Checksum | None]],
+    actual: dict[int, dict[str, Checksum | None]],
+    *,
+    content: bool,
+) -> set[str]:
+    """The kinds of reference there are for a file (only content digests, if ``content``)."""
+    refs = [manifests[c.id].get(rel)]
+    for d in others:
+        refs.append(manifests[d.id].get(rel))
+        if d.speaks:
+            refs.append(actual[d.id].get(rel))
+    return {ref.name for ref in refs if ref is not None and (ref.content or not content)}
+
+
+def _judge_sizes(c: CopyEvidence, copies: Sequence[CopyEvidence], results: dict[str, _FileResult]) -> None:
+    """Flag files whose size differs between complete copies, where checksums did not settle it."""
+    if not c.speaks:
+        return
+    peers = [d for d in copies if d.id != c.id and d.speaks]
+    for rel, facts in sorted(c.files.items()):
+        result = results[rel]
+        if result.agree or result.corrupt or result.flag:
+            continue
+        sizes = {d.where: d.files[rel].size for d in peers if rel in d.files}
+        differing = {where: size for where, size in sizes.items() if size != facts.size}
+        if not differing:
+            continue
+        votes = Counter([facts.size, *sizes.values()]).most_common(2)
+        if votes[0][0] == facts.size and votes[0][1] > votes[1][1]:
+            continue  # most copies have this size: the others are the odd ones out
+        words = ", ".join(f"{size:,} B at {where}" for where, size in sorted(differing.items()))
+        result.flag = (
+            f"{rel}: {facts.size:,} B here but {words}, and each copy is complete by its own manifest "
+            "(two different saves of this step?)"
+        )
+
+
+def _verdict(c: CopyEvidence, results: dict[str, _FileResult], *, alone: bool) -> Verdict:
+    corrupt = [r.corrupt for r in results.values() if r.corrupt]
+    flags = [r.flag for r in results.values() if r.flag and not r.corrupt]
+    if corrupt or flags:
+        # A mismatch with the copy's own manifest is one its format has already found and judged.
+        adds = [
+            r.corrupt
+            for r in results.values()
+            if r.corrupt and not (r.own_manifest_mismatch and c.state == CopyState.CORRUPT)
+        ]
+        return Verdict(Verification.MISMATCH, reasons=[*corrupt, *flags], corrupt=adds)
+
+    # Files that are the manifest itself need no reference: nothing can record its own checksum.
+    required = {rel: r for rel, r in results.items() if not (c.manifest and rel.rpartition("/")[2] in MANIFEST_FILES)}
+    total = len(required)
+    if total == 0:
+        return Verdict(Verification.UNVERIFIED, ["no files to verify"])
+    if c.temporary:
+        return Verdict(Verification.UNVERIFIED, ["a left-over of an interrupted save is not verified"])
+    if c.state != CopyState.COMPLETE:
+        return Verdict(
+            Verification.UNVERIFIED, [f"the copy is {c.state}: only a complete copy can be verified as a whole"]
+        )
+    if all(r.agree for r in required.values()):
+        sources = set().union(*(r.agree for r in required.values()))
+        return Verdict(Verification.VERIFIED, [f"all {_plural(total, 'file')} agree with {_names(sources)}"])
+
+    reasons: list[str] = []
+    none = sum(1 for r in required.values() if r.no_checksum == "none")
+    if none:
+        reasons.append(f"{_of(none, total)} no content checksum")
+    labels = Counter(
+        r.no_checksum for r in required.values() if r.no_checksum and r.no_checksum != "none" and not r.incomparable
+    )
+    for label, n in sorted(labels.items()):
+        reasons.append(f"{_of(n, total)} only {label}, not a checksum of the content")
+    pairs = Counter(r.incomparable for r in required.values() if r.incomparable)
+    for (mine, theirs), n in sorted(pairs.items()):
+        reasons.append(f"checksums not comparable: {_of(n, total)} {mine} here, the references {theirs}")
+    unreferenced = sum(1 for r in required.values() if r.no_reference)
+    if unreferenced:
+        if alone and not c.manifest:
+            reasons.append("no reference: this is the only copy and its writer recorded no checksums")
+        else:
+            reasons.append(
+                f"no reference for {unreferenced:,} of {_plural(total, 'file')}: "
+                "no other copy or writer's manifest has a comparable checksum"
+            )
+    agreed = sum(1 for r in required.values() if r.agree)
+    if agreed:
+        reasons.append(f"{_of(agreed, total, 'agree')} with a reference")
+    return Verdict(Verification.UNVERIFIED, reasons)
+
+
+# --- failure domains ------------------------------------------------------------------------------
+
+
+def failure_domain(location: Any) -> str:
+    """The failure domain a copy at ``location`` lives in, as a label.
+
+    A copy on a host (NVMe, a host's parallel-file-system mount) dies with its host: its domain is
+    the host. A host-less location (an object-storage bucket) is replicated across zones by its
+    store and dies with its region: its domain is the region, or the location itself when no region
+    is recorded. Two copies on two drives of one host, or two buckets in one region, share a domain.
+    "N verified copies in M failure domains" counts the distinct labels of the verified copies.
+    """
+    host = getattr(location, "host", None) if getattr(location, "host_id", None) else None
+    if host is not None:
+        return f"host {host.name}"
+    region = location.failure_region
+    return f"region {region}" if region else f"location {location.name}"
+
+
+@dataclass(frozen=True)
+class VerificationSummary:
+    """How many present copies of a checkpoint are verified, and in which failure domains."""
+
+    verified: int = 0
+    domains: tuple[str, ...] = ()
+
+    @property
+    def domain_count(self) -> int:
+        return len(self.domains)
+
+
+def summarize(copies: Iterable[Any]) -> VerificationSummary:
+    """The summary of some present copies (with their locations and hosts loaded)."""
+    verified = [c for c in copies if c.verification == Verification.VERIFIED and c.gone_at is None]
+    return VerificationSummary(len(verified), tuple(sorted({failure_domain(c.location) for c in verified})))
+
+
+# --- the database wrapper -------------------------------------------------------------------------
+
+
+def carried_over(copy: Any, state: str, reasons: list[str]) -> tuple[str, list[str]]:
+    """The formats' verdict with what verification last added to it, for ``location_recognize``.
+
+    Re-judging from the formats would drop the corrupt state and reasons that a checksum mismatch
+    added, and ``checkpoints_verify`` would add them back: carrying them over saves both writes.
+    Verification runs after it in the same transaction and takes them back if they no longer hold.
+    """
+    own = _own_reasons(copy)
+    if not own:
+        return state, reasons
+    return CopyState.CORRUPT, [*reasons, *(r for r in own if r not in reasons)]
+
+
+def _own_reasons(copy: Any) -> list[str]:
+    if copy.verification != Verification.MISMATCH:
+        return []
+    added = set(copy.verification_reasons or [])
+    return [r for r in copy.reasons or [] if r in added]
+
+
+def checkpoints_verify(
+    checkpoint_ids: Iterable[int], *, judged: Mapping[int, tuple[str, list[str]]] | None = None
+) -> int:
+    """Verify every present copy of these checkpoints; returns how many copies were written.
+
+    ``judged`` maps the ids of copies the formats have just judged to that verdict (state, reasons);
+    for the others it is what is stored, less what verification added. Member files are loaded in one
+    query per batch of checkpoints, batches sized to about ``FILES_PER_BATCH`` files. Run it in the
+    transaction that judged the copies; it writes only what changed, with ``update_fields``.
+    """
+    from catalog.models import CheckpointCopy
+
+    ids = sorted(set(checkpoint_ids))
+    judged = judged or {}
+    copies: list[Any] = []
+    for i in range(0, len(ids), 1000):
+        copies.extend(
+            CheckpointCopy.objects.filter(checkpoint_id__in=ids[i : i + 1000], gone_at__isnull=True)
+            .select_related("location", "location__host")
+            .order_by("checkpoint_id", "pk")
+        )
+    by_checkpoint: dict[int, list[Any]] = defaultdict(list)
+    for copy in copies:
+        by_checkpoint[copy.checkpoint_id].append(copy)
+
+    written = 0
+    for batch in _batches(by_checkpoint):
+        files = _member_files(batch)
+        for checkpoint_id in batch:
+            written += _verify_one(by_checkpoint[checkpoint_id], files, judged)
+    return written
+
+
+def _batches(by_checkpoint: dict[int, list[Any]]) -> Iterable[list[int]]:
+    batch: list[int] = []
+    weight = 0
+    for checkpoint_id, members in sorted(by_checkpoint.items()):
+        batch.append(checkpoint_id)
+        weight += sum(max(c.file_count, 1) for c in members)
+        if weight >= FILES_PER_BATCH:
+            yield batch
+            batch, weight = [], 0
+    if batch:
+        yield batch
+
+
+def _member_files(checkpoint_ids: list[int]) -> dict[int, dict[str, tuple[str, FileFacts]]]:
+    from catalog.models import ShardFile
+
+    rows = ShardFile.objects.filter(
+        copy__checkpoint_id__in=checkpoint_ids, copy__gone_at__isnull=True, gone_at__isnull=True
+    ).values_list("copy_id", "path", "size", "checksum", "checksum_algo")
+    files: dict[int, dict[str, tuple[str, FileFacts]]] = defaultdict(dict)
+    for copy_id, path, size, digest, algo in rows.iterator(chunk_size=5000):
+        files[copy_id][path] = (path, FileFacts(size, algo, digest))
+    return files
+
+
+def _verify_one(copies: list[Any], files: dict[int, dict[str, tuple[str, FileFacts]]], judged: Mapping) -> int:
+    names = Counter(c.location.name for c in copies)
+    bases: dict[int, tuple[str | None, list[str]]] = {}
+    evidence = []
+    for copy in copies:
+        members = files.get(copy.pk, {})
+        bases[copy.pk] = base = _base_verdict(copy, judged, members)
+        where = copy.location.name if names[copy.location.name] == 1 else f"{copy.location.name} ({copy.path})"
+        evidence.append(
+            CopyEvidence(
+                id=copy.pk,
+                where=where,
+                # A copy whose formats' verdict is unknown (see _base_verdict) does not speak as a peer.
+                state=base[0] or CopyState.CORRUPT,
+                temporary=copy.temporary,
+                manifest=copy.reference_checksums or {},
+                files={relative_path(path, copy.path): facts for path, facts in members.values()},
+            )
+        )
+    verdicts = judge(evidence)
+    now = timezone.now()
+    written = 0
+    for copy in copies:
+        verdict = verdicts[copy.pk]
+        state, reasons = bases[copy.pk]
+        if verdict.corrupt:
+            state, reasons = CopyState.CORRUPT, [*reasons, *(r for r in verdict.corrupt if r not in reasons)]
+        elif state is None:
+            state, reasons = copy.state, [*reasons, STALE_MISMATCH]
+        values = {
+            "verification": verdict.verification,
+            "verification_reasons": verdict.reasons,
+            "state": state,
+            "reasons": reasons,
+        }
+        changed = [k for k, v in values.items() if getattr(copy, k) != v]
+        if not changed:
+            continue
+        for k in changed:
+            setattr(copy, k, values[k])
+        if "state" in changed or "reasons" in changed:
+            copy.judged_at = now
+            changed.append("judged_at")
+        copy.save(update_fields=changed)
+        written += 1
+    return written
+
+
+STALE_MISMATCH = "an earlier checksum mismatch no longer stands; judge the location again to clear this state"
+
+
+def _base_verdict(
+    copy: Any, judged: Mapping, members: Mapping[str, tuple[str, FileFacts]]
+) -> tuple[str | None, list[str]]:
+    """The formats' verdict (state, reasons) on a copy, before verification added to it.
+
+    Just judged: as given. Never marked corrupt by verification: as stored. Marked corrupt by it
+    before and not judged now: the stored reasons less the ones verification added, but the state
+    the formats gave is not stored, so the copy's run directory is recognised again (rare: only
+    while a mismatch stands); the state is None when even that does not find the copy.
+    """
+    if copy.pk in judged:
+        state, reasons = judged[copy.pk]
+        return state, list(reasons)
+    own = _own_reasons(copy)
+    if not own:
+        return copy.state, list(copy.reasons or [])
+    stored = [r for r in copy.reasons or [] if r not in own and r != STALE_MISMATCH]
+    again = _recognise_again(copy, [path for path, _ in members.values()])
+    return (again[0], again[1]) if again is not None else (None, stored)
+
+
+def _recognise_again(copy: Any, member_paths: list[str]) -> tuple[str, list[str]] | None:
+    """The formats' verdict on one copy, from the files of its run directory at its location."""
+    from catalog.recognition import recognize
+    from catalog.services import PathTemplate, _group_files
+
+    if not member_paths:
+        return None
+    template = PathTemplate.parse(copy.location.path_template)
+    group = template.group_of(min(member_paths))
+    entries = [entry for _, _, entry in _group_files(copy.location, template, group)]
+    for found in recognize(entries):
+        if found.path == copy.path:
+            return found.state, list(found.reasons)
+    return None

@@ -1,0 +1,936 @@
+"""Bucket scans: registering buckets, starting scans one at a time, and applying what a scan finds.
+
+A scan turns a bucket (below its prefix) into the same staged snapshot a host inventory becomes,
+and applies it through the same set-based merge (``fleet.ingest``): all or nothing, a full
+snapshot when it succeeds, nothing applied and nothing marked gone when it fails.
+
+Where the objects come from:
+
+- **Listing** (``ListObjectsV2`` through boto3's paginator). A bucket that fits in one page costs one
+  request. A bigger one is probed with ``Delimiter="/"``; when that shows several top-level prefixes
+  they are listed side by side by a small thread pool. Staging does not care about order, so pages
+  are staged as they arrive.
+- **S3 Inventory reports**, when the bucket has ``inventory_report_uri``: the newest
+  ``manifest.json`` below it is read (its ``manifest.checksum`` checked when present), then each
+  CSV.gz data file is downloaded, its MD5 checked against the manifest, and parsed with the
+  manifest's ``fileSchema``. Only current versions that are not delete markers are kept. Parquet
+  and ORC reports are refused with a clear error.
+
+What each object becomes: a ``Row`` whose path is the key relative to the prefix (keys that are no
+safe path are skipped and counted in a warning; "folder" placeholder keys ending in ``/`` are skipped
+silently), with its size, LastModified, ETag, storage class and the tier it maps to. Objects whose
+names recognition needs facts about (DCP ``.metadata``, index JSON, sidecars, trackers, safetensors
+headers, ``torch.save`` tails) are read with ranged GETs by the agent's own extractors. With
+``fetch_checksums`` (and in versioned buckets, for the version id) new or changed objects are HEADed
+for their stored checksum. An object whose ETag, size and LastModified are unchanged since the last
+applied scan keeps its earlier facts, checksum and version id without a request, except in a bucket
+with Object Lock, where every object is HEADed on every listing, since a legal hold can change
+without the object changing (S3 Inventory reports carry the lock state instead).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import io
+import itertools
+import json
+import logging
+import queue
+import re
+import tempfile
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import unquote_plus, urlsplit
+
+from django.conf import settings
+from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models import OuterRef, Q, Subquery
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from catalog.audit import audit_record
+from catalog.choices import ActorKind, EventSource
+from catalog.models import ShardFile, Team
+from ckptfleet.errors import DomainError
+from fleet import s3
+from fleet.agent import facts_kind, stream_facts
+from fleet.choices import AddressingStyle, InventorySource, InventoryStatus, LocationKind, Tier
+from fleet.ingest import InventoryError, Row, apply_staged, check_path, fail, stage_rows, unstage
+from fleet.models import Bucket, Inventory, MultipartUpload, StorageLocation
+from fleet.services import Actor, location_add
+
+log = logging.getLogger(__name__)
+
+SCANNER = "ckptfleet-scanner/1"
+LISTING_THREADS = 8
+FETCH_THREADS = 8
+PARALLEL_MIN_PREFIXES = 2  # top-level prefixes in the probe that make a big bucket worth listing in parallel
+SKIPPED_EXAMPLES = 5
+PREVIOUS_BATCH = 500
+WHOLE_KINDS = frozenset({"dcp_metadata", "hf_index", "trainer_state", "json"})  # facts read from the whole file
+BEAT_ACTOR = Actor(kind=ActorKind.SYSTEM, label="beat: scheduled bucket scan", source=EventSource.TASK)
+ACTIVE = (InventoryStatus.RECEIVED, InventoryStatus.PROCESSING)
+
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+_REGION = re.compile(r"^[a-z0-9-]{0,40}$")
+_STORAGE_CLASS = re.compile(r"^[A-Z0-9_]{1,32}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# S3 Inventory report columns this scanner understands; the others are ignored.
+_REPORT_REQUIRED = ("Key", "Size")
+
+
+# --- registering a bucket -------------------------------------------------------------------------
+
+
+def _check_endpoint(url: str) -> str:
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise DomainError(f"the endpoint URL {url!r} must look like https://s3.example.com")
+    if parts.username or parts.password:
+        raise DomainError("the endpoint URL must not carry credentials; give a credentials reference instead")
+    if parts.query or parts.fragment:
+        raise DomainError("the endpoint URL must not have a query or fragment")
+    url = url.rstrip("/")
+    if len(url) > 200:
+        raise DomainError("the endpoint URL is longer than 200 characters")
+    return url
+
+
+def _check_prefix(prefix: str) -> str:
+    prefix = (prefix or "").lstrip("/")
+    if not prefix:
+        return ""
+    try:
+        check_path(prefix.rstrip("/"))
+    except ValueError as exc:
+        raise DomainError(f"the prefix {prefix!r} is not usable: {exc}") from None
+    prefix = prefix.rstrip("/") + "/"
+    if len(prefix.encode()) > 1024:
+        raise DomainError("the prefix is longer than 1024 bytes, the longest S3 key")
+    return prefix
+
+
+def _check_tier_map(mapping: dict[str, str] | None) -> dict[str, str]:
+    checked: dict[str, str] = {}
+    for storage_class, tier in (mapping or {}).items():
+        key = str(storage_class).strip().upper()
+        if not _STORAGE_CLASS.match(key):
+            raise DomainError(f"{storage_class!r} is not a storage class name (e.g. STANDARD_IA, GLACIER)")
+        if tier not in Tier.values:
+            raise DomainError(f"unknown tier {tier!r} for {key}; use one of {', '.join(Tier.values)}")
+        checked[key] = tier
+    return checked
+
+
+def bucket_add(
+    *,
+    name: str,
+    bucket_name: str,
+    prefix: str = "",
+    endpoint_url: str = "",
+    region_name: str = "",
+    addressing_style: str = AddressingStyle.AUTO,
+    credentials: str = "default",
+    path_template: str = "{team}/{run}",
+    tier: str = Tier.OBJECT_STANDARD,
+    storage_class_tiers: dict[str, str] | None = None,
+    default_team: Team | None = None,
+    site: str = "",
+    region: str = "",
+    scan_every_minutes: int = 60,
+    fetch_checksums: bool = True,
+    inventory_report_uri: str = "",
+    actor: Actor,
+) -> Bucket:
+    """Register a bucket (and prefix) as a storage location; it is scanned on schedule and on demand.
+
+    ``credentials`` is a reference resolved by the workers (see ``fleet.s3``), never a secret.
+    ``tier`` is the location's tier for storage classes the mapping does not know; ``region``
+    (the failure domain) defaults to the bucket's region. Two registrations of one bucket whose
+    prefixes overlap are refused: their objects would be counted twice.
+    """
+    if not _BUCKET_NAME.match(bucket_name or "") or ".." in bucket_name:
+        raise DomainError(f"{bucket_name!r} is not a bucket name (3-63 lowercase letters, digits, '.', '-', '_')")
+    prefix = _check_prefix(prefix)
+    endpoint_url = _check_endpoint(endpoint_url)
+    if not _REGION.match(region_name or ""):
+        raise DomainError(f"{region_name!r} is not a region name (e.g. eu-west-1, auto)")
+    if addressing_style not in AddressingStyle.values:
+        raise DomainError(
+            f"unknown addressing style {addressing_style!r}; use one of {', '.join(AddressingStyle.values)}"
+        )
+    try:
+        s3.check_credentials_ref(credentials)
+    except ValueError as exc:
+        raise DomainError(str(exc), code="bad_credentials_reference") from None
+    tiers = _check_tier_map(storage_class_tiers)
+    if not isinstance(scan_every_minutes, int) or not (scan_every_minutes == 0 or scan_every_minutes >= 5):
+        raise DomainError("scan every 0 minutes (only on demand) or every 5 minutes or more")
+    if inventory_report_uri:
+        try:
+            report_bucket, report_prefix = s3.parse_uri(inventory_report_uri)
+        except ValueError as exc:
+            raise DomainError(f"the S3 Inventory report location is not usable: {exc}") from None
+        inventory_report_uri = f"s3://{report_bucket}/{report_prefix}"
+    with transaction.atomic():
+        for other in Bucket.objects.filter(endpoint_url=endpoint_url, bucket_name=bucket_name).select_related(
+            "location"
+        ):
+            if other.prefix.startswith(prefix) or prefix.startswith(other.prefix):
+                raise DomainError(
+                    f"s3://{bucket_name}/{prefix} overlaps s3://{bucket_name}/{other.prefix}, registered as "
+                    f"{other.location.name!r}: its objects would be counted twice",
+                    code="exists",
+                )
+        location = location_add(
+            host=None,
+            name=name,
+            kind=LocationKind.BUCKET,
+            tier=tier,
+            root_path=f"s3://{bucket_name}/{prefix}",
+            path_template=path_template,
+            default_team=default_team,
+            site=site,
+            region=region or region_name,
+            actor=actor,
+        )
+        bucket = Bucket.objects.create(
+            location=location,
+            endpoint_url=endpoint_url,
+            region_name=region_name,
+            bucket_name=bucket_name,
+            prefix=prefix,
+            addressing_style=addressing_style,
+            credentials=credentials,
+            storage_class_tiers=tiers,
+            scan_every_minutes=scan_every_minutes,
+            fetch_checksums=fetch_checksums,
+            inventory_report_uri=inventory_report_uri,
+        )
+        audit_record(
+            actor_kind=actor.kind,
+            actor=actor.user,
+            actor_label=actor.label,
+            source=actor.source,
+            action="bucket.add",
+            target_type="location",
+            target_id=location.pk,
+            target_label=location.name,
+            after={
+                "bucket": bucket_name,
+                "prefix": prefix,
+                "endpoint_url": endpoint_url,
+                "region_name": region_name,
+                "addressing_style": addressing_style,
+                "credentials": credentials,  # a reference such as "file:prod-ro", never a key
+                "storage_class_tiers": tiers,
+                "scan_every_minutes": scan_every_minutes,
+                "fetch_checksums": fetch_checksums,
+                "inventory_report_uri": inventory_report_uri,
+            },
+        )
+    return bucket
+
+
+# --- starting scans -------------------------------------------------------------------------------
+
+
+def scan_start(*, location: StorageLocation, actor: Actor, audit: bool = True) -> Inventory:
+    """Start a scan of a bucket location: an Inventory waiting for a worker, queued once this commits.
+
+    The database allows one active scan per location (a partial unique index), so two starts racing
+    each other cannot both win; the loser gets ``DomainError(code="scan_running")``. On-demand scans
+    are audited; the scheduled ones (``audit=False``) would only repeat the schedule.
+    """
+    from fleet.tasks import scan_bucket
+
+    bucket = Bucket.objects.filter(location_id=location.pk).values("inventory_report_uri").first()
+    if bucket is None:
+        raise DomainError(
+            f"{location.name} is not a bucket: hosts report their own inventories with the agent",
+            code="not_a_bucket",
+        )
+    source = InventorySource.S3_INVENTORY if bucket["inventory_report_uri"] else InventorySource.BUCKET_LISTING
+    try:
+        with transaction.atomic():
+            inventory = Inventory.objects.create(location_id=location.pk, source=source, agent=SCANNER)
+            if audit:
+                audit_record(
+                    actor_kind=actor.kind,
+                    actor=actor.user,
+                    actor_label=actor.label,
+                    source=actor.source,
+                    action="location.scan",
+                    target_type="location",
+                    target_id=location.pk,
+                    target_label=location.name,
+                    after={"inventory": inventory.pk, "source": source},
+                )
+            transaction.on_commit(lambda: scan_bucket.delay(inventory.pk))
+    except IntegrityError:
+        running = (
+            Inventory.objects.filter(location_id=location.pk, status__in=ACTIVE)
+            .exclude(source=InventorySource.AGENT)
+            .first()
+        )
+        if running is None:
+            raise
+        raise DomainError(
+            f"a scan of {location.name} is already {running.status} (inventory #{running.pk}); "
+            "one scan of a bucket runs at a time, so wait for it to finish",
+            code="scan_running",
+            http_status=409,
+        ) from None
+    return inventory
+
+
+def scan_due(*, now: datetime | None = None) -> list[Inventory]:
+    """Start a scan of every scheduled bucket whose last scan started ``scan_every_minutes`` ago or more.
+
+    The last *started* scan counts, failed ones included, so a failing bucket is retried on its own
+    schedule rather than every minute. A bucket whose scan is still running is left alone.
+    """
+    now = now or timezone.now()
+    last = (
+        Inventory.objects.filter(location_id=OuterRef("location_id"))
+        .exclude(source=InventorySource.AGENT)
+        .order_by("-received_at")
+        .values("received_at")[:1]
+    )
+    due = (
+        Bucket.objects.filter(scan_every_minutes__gt=0)
+        .select_related("location")
+        .annotate(last_scan=Subquery(last))
+        .order_by("location__name")
+    )
+    started: list[Inventory] = []
+    for bucket in due:
+        if bucket.last_scan and bucket.last_scan > now - timedelta(minutes=bucket.scan_every_minutes):
+            continue
+        try:
+            started.append(scan_start(location=bucket.location, actor=BEAT_ACTOR, audit=False))
+        except DomainError as exc:
+            log.info("scheduled scan of %s not started: %s", bucket.location.name, exc.message)
+    return started
+
+
+# --- running a scan -------------------------------------------------------------------------------
+
+
+def scan_run(inventory_id: int, *, claim: str = "") -> Inventory | None:
+    """Scan the bucket of one waiting scan and apply the snapshot, all or nothing. Safe to run twice.
+
+    ``claim`` is the task id: a redelivery of the same task (its worker died) may take the scan over
+    and start again; another task may not. A listing that fails for good (after botocore's retries
+    with backoff) fails the scan with the store's error code and message: nothing is applied and
+    nothing is marked gone.
+    """
+    waiting = Q(status=InventoryStatus.RECEIVED)
+    if claim:
+        waiting |= Q(status=InventoryStatus.PROCESSING, claimed_by=claim)
+    claimed = (
+        Inventory.objects.filter(waiting, pk=inventory_id)
+        .exclude(source=InventorySource.AGENT)
+        .update(status=InventoryStatus.PROCESSING, started_at=timezone.now(), claimed_by=claim)
+    )
+    if claimed != 1:
+        log.info("scan %s is not waiting to run; nothing to do", inventory_id)
+        return None
+    inventory = Inventory.objects.select_related("location").get(pk=inventory_id)
+    bucket = Bucket.objects.select_related("location").filter(location_id=inventory.location_id).first()
+    if bucket is None:
+        return fail(inventory, "the location has no bucket settings, so there is nothing to scan", None)
+    unstage(inventory.pk)  # a worker killed mid-scan may have left rows behind
+    started = time.monotonic()
+    scanner = _Scanner(inventory, bucket)
+    try:
+        files, total = scanner.stage()
+    except s3.S3Error as exc:
+        unstage(inventory.pk)
+        return fail(inventory, f"{scanner.what} failed: {exc.message}. Nothing was applied or marked gone.", None)
+    except InventoryError as exc:
+        unstage(inventory.pk)
+        return fail(inventory, f"{scanner.what}: {exc.reason}. Nothing was applied or marked gone.", exc.line)
+    except DatabaseError as exc:
+        unstage(inventory.pk)
+        return fail(inventory, f"the database refused a value: {str(exc).splitlines()[0]}", None)
+    except Exception as exc:
+        # A bug must not leave the scan "processing", which would block every later scan of the bucket.
+        unstage(inventory.pk)
+        fail(inventory, f"internal error: {type(exc).__name__}: {exc}", None)
+        raise
+    return scanner.apply(files=files, total=total, started=started, claim=claim)
+
+
+@dataclass(slots=True)
+class _Previous:
+    etag: str
+    size: int
+    mtime: datetime
+    facts: Any
+    checksum: str
+    checksum_algo: str
+    version_id: str
+    legal_hold: bool | None
+    retain_until: datetime | None
+
+
+@dataclass(slots=True)
+class _Job:
+    path: str
+    obj: s3.ObjectInfo
+    previous: _Previous | None  # only when the object is unchanged since then
+    fetch_facts: bool
+    head: bool
+
+
+@dataclass
+class _Notes:
+    """Warnings of an applied scan, kept in the inventory's ``error`` field (which the UI shows for failures only)."""
+
+    skipped: int = 0
+    skipped_examples: list[str] = field(default_factory=list)
+    unheaded: int = 0
+    archived: int = 0
+    unheaded_reason: str = ""
+    other: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def skip(self, key: str, why: str) -> None:
+        self.skipped += 1
+        if len(self.skipped_examples) < SKIPPED_EXAMPLES:
+            self.skipped_examples.append(f"{_printable(key)} ({why})")
+
+    def head_failed(self, error: s3.S3Error) -> None:
+        with self.lock:
+            self.unheaded += 1
+            self.unheaded_reason = self.unheaded_reason or error.message
+
+    def text(self) -> str:
+        parts = []
+        if self.skipped:
+            parts.append(
+                f"warning: skipped {self.skipped} key(s) that are not safe paths below the prefix, e.g. "
+                + "; ".join(self.skipped_examples)
+            )
+        if self.unheaded:
+            parts.append(
+                f"warning: {self.unheaded} object(s) could not be HEADed, so their checksum, version and "
+                f"lock state are unknown: {self.unheaded_reason}"
+            )
+        if self.archived:
+            parts.append(
+                f"note: {self.archived} manifest object(s) in archive storage classes were not read (that needs a "
+                "restore); their checkpoints are judged from file names and sizes"
+            )
+        parts.extend(f"warning: {line}" for line in self.other)
+        return "\n".join(parts)[:2000]
+
+
+def _printable(key: str) -> str:
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", key)
+    return repr(text if len(text) <= 200 else text[:197] + "...")
+
+
+def _facts_text(facts: dict | None) -> str | None:
+    """Facts as the canonical JSON text the ingest stages (the same rules as an agent's file line)."""
+    if facts is None:
+        return None
+    text = json.dumps(facts, sort_keys=True, separators=(",", ":"))
+    if "\\u0000" in text:
+        # PostgreSQL's jsonb cannot hold NUL; such a manifest is unreadable to us, not fatal.
+        return json.dumps({"kind": str(facts.get("kind"))[:40], "error": "facts contain a NUL character"})
+    if len(text) > settings.INVENTORY_MAX_LINE:
+        return json.dumps(
+            {"kind": str(facts.get("kind"))[:40], "error": f"facts of {len(text)} bytes exceed the line limit"}
+        )
+    return text
+
+
+class _Scanner:
+    """One run of one scan: lists (or reads the report of) a bucket and yields staged rows."""
+
+    def __init__(self, inventory: Inventory, bucket: Bucket) -> None:
+        self.inventory = inventory
+        self.bucket = bucket
+        self.location = bucket.location
+        self.prefix = bucket.prefix if not bucket.prefix or bucket.prefix.endswith("/") else bucket.prefix + "/"
+        self.report = bool(bucket.inventory_report_uri)
+        where = f"s3://{bucket.bucket_name}/{self.prefix}"
+        self.what = (
+            f"reading the S3 Inventory report {bucket.inventory_report_uri} of {where}"
+            if self.report
+            else f"listing {where}"
+        )
+        self.notes = _Notes()
+        self.client: Any = None
+        self.versioning: str | None = None
+        self.object_lock: bool | None = None
+        self.uploads: list[s3.UploadInfo] | None = None
+        self.lock_enabled = False
+        self.versioned = False
+        self.gets = 0
+        self.heads = 0
+        self._count_lock = threading.Lock()
+
+    # -- staging
+
+    def stage(self) -> tuple[int, int]:
+        """List the bucket (or read its report) into staged rows; then list its incomplete uploads."""
+        self.client = s3.client_for(self.bucket)
+        name = self.bucket.bucket_name
+        self.versioning = s3.bucket_versioning(self.client, name)
+        self.object_lock = s3.bucket_object_lock(self.client, name)
+        if self.versioning is None or self.object_lock is None:
+            self.notes.other.append(
+                "the bucket's versioning or Object Lock configuration could not be read; the last known is kept"
+            )
+        self.versioned = (self.versioning if self.versioning is not None else self.bucket.versioning) in (
+            "Enabled",
+            "Suspended",
+        )
+        self.lock_enabled = bool(self.object_lock if self.object_lock is not None else self.bucket.object_lock)
+        if self.report:
+            taken, pages = self._report_pages()
+        else:
+            taken, pages = timezone.now(), self._listing_pages()
+        Inventory.objects.filter(pk=self.inventory.pk).update(taken_at=taken)
+        self.inventory.taken_at = taken
+        files, total = stage_rows(self.inventory, self._rows(pages), progress=self._progress)
+        self.uploads = s3.multipart_uploads(self.client, name, self.prefix)
+        if self.uploads is None:
+            self.notes.other.append("incomplete multipart uploads could not be listed; the last known are kept")
+        log.info(
+            "scan %s of %s: %s objects staged, %s HEAD and %s ranged GET requests",
+            self.inventory.pk,
+            self.location.name,
+            files,
+            self.heads,
+            self.gets,
+        )
+        return files, total
+
+    def _progress(self, files: int, total: int) -> None:
+        Inventory.objects.filter(pk=self.inventory.pk).update(files_count=files, bytes_total=total)
+
+    def _listing_pages(self) -> Iterator[list[s3.ObjectInfo]]:
+        name = self.bucket.bucket_name
+        pages = s3.list_pages(self.client, name, self.prefix)
+        first = next(pages, None)
+        if first is None:
+            return
+        if first.truncated:
+            # More than a page: worth one more request to see whether the listing can be split.
+            top = s3.list_pages(self.client, name, self.prefix, delimiter="/")
+            probe = next(top, None)
+            if probe is not None and len(probe.prefixes) >= PARALLEL_MIN_PREFIXES:
+                pages.close()
+                yield from self._parallel_pages(probe, top)
+                return
+            top.close()
+        yield first.objects
+        for page in pages:
+            yield page.objects
+
+    def _parallel_pages(self, probe: s3.Page, top: Iterator[s3.Page]) -> Iterator[list[s3.ObjectInfo]]:
+        """The objects right below the prefix, then every top-level prefix listed by a pool of threads."""
+        prefixes: list[str] = []
+        for page in itertools.chain([probe], top):
+            prefixes.extend(page.prefixes)
+            if page.objects:
+                yield page.objects
+        results: queue.Queue = queue.Queue(maxsize=LISTING_THREADS * 4)
+        stop = threading.Event()
+
+        def put(item: tuple[str, Any]) -> bool:
+            while not stop.is_set():
+                try:
+                    results.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def list_one(prefix: str) -> None:
+            try:
+                for page in s3.list_pages(self.client, self.bucket.bucket_name, prefix):
+                    if not put(("page", page.objects)):
+                        return
+                put(("done", prefix))
+            except BaseException as exc:  # handed to the consuming thread, which raises it
+                put(("error", exc))
+
+        pool = ThreadPoolExecutor(max_workers=LISTING_THREADS, thread_name_prefix="s3-list")
+        try:
+            for prefix in prefixes:
+                pool.submit(list_one, prefix)
+            remaining = len(prefixes)
+            while remaining:
+                kind, value = results.get()
+                if kind == "page":
+                    if value:
+                        yield value
+                elif kind == "done":
+                    remaining -= 1
+                else:
+                    raise value
+        finally:
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _rows(self, pages: Iterator[list[s3.ObjectInfo]]) -> Iterator[Row]:
+        pool = ThreadPoolExecutor(max_workers=FETCH_THREADS, thread_name_prefix="s3-fetch")
+        try:
+            for objects in pages:
+                yield from self._page_rows(objects, pool)
+        finally:
+            # On a failure the rest of the page's requests are not worth waiting for.
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _page_rows(self, objects: list[s3.ObjectInfo], pool: ThreadPoolExecutor) -> Iterator[Row]:
+        named: list[tuple[str, s3.ObjectInfo]] = []
+        for obj in objects:
+            path = obj.key[len(self.prefix) :]
+            if obj.key.endswith("/") and obj.size == 0:
+                continue  # a "folder" placeholder made by a console or a tool, not a file
+            try:
+                check_path(path)
+            except ValueError as exc:
+                self.notes.skip(obj.key, str(exc))
+                continue
+            named.append((path, obj))
+        previous = self._previous([path for path, _ in named])
+        jobs: list[_Job] = []
+        for path, obj in named:
+            prev = previous.get(path)
+            unchanged = (
+                prev is not None
+                and prev.etag == obj.etag
+                and prev.size == obj.size
+                and prev.mtime == obj.last_modified
+                and bool(obj.etag)
+            )
+            kind = facts_kind(path.rsplit("/", 1)[-1])
+            reuse_facts = unchanged and isinstance(prev.facts, dict) and "error" not in prev.facts
+            archived = obj.storage_class.upper() in s3.RESTORE_CLASSES
+            if kind is not None and not reuse_facts and archived:
+                self.notes.archived += 1
+            head = (not unchanged and (self.bucket.fetch_checksums or self.versioned)) or (
+                self.lock_enabled and not obj.lock_known
+            )
+            jobs.append(
+                _Job(
+                    path=path,
+                    obj=obj,
+                    previous=prev if unchanged else None,
+                    fetch_facts=kind is not None and not reuse_facts and not archived,
+                    head=head,
+                )
+            )
+        wanted = [job for job in jobs if job.fetch_facts or job.head]
+        fetched = dict(zip((id(j) for j in wanted), pool.map(self._fetch, wanted), strict=True))
+        for job in jobs:
+            info, facts = fetched.get(id(job), (None, None))
+            yield self._row(job, info, facts)
+
+    def _previous(self, paths: list[str]) -> dict[str, _Previous]:
+        found: dict[str, _Previous] = {}
+        for i in range(0, len(paths), PREVIOUS_BATCH):
+            rows = ShardFile.objects.filter(location_id=self.location.pk, path__in=paths[i : i + PREVIOUS_BATCH])
+            for path, *values in rows.values_list(
+                "path",
+                "etag",
+                "size",
+                "mtime",
+                "facts",
+                "checksum",
+                "checksum_algo",
+                "version_id",
+                "legal_hold",
+                "retain_until",
+            ):
+                found[path] = _Previous(*values)
+        return found
+
+    def _fetch(self, job: _Job) -> tuple[s3.HeadInfo | None, dict | None]:
+        """HEAD and/or read facts of one object (in a pool thread: no database here)."""
+        obj = job.obj
+        info = None
+        if job.head:
+            with self._count_lock:
+                self.heads += 1
+            try:
+                info = s3.head(self.client, self.bucket.bucket_name, obj.key, etag=obj.etag)
+            except s3.S3Error as exc:
+                if exc.transient:
+                    raise
+                self.notes.head_failed(exc)
+        facts = None
+        if job.fetch_facts:
+            name = job.path.rsplit("/", 1)[-1]
+            # Manifests that are parsed whole come in one GET; shards only by their header and tail.
+            whole = facts_kind(name) in WHOLE_KINDS and obj.size <= s3.MAX_SMALL_OBJECT
+            reader = s3.RangedReader(
+                self.client,
+                self.bucket.bucket_name,
+                obj.key,
+                obj.size,
+                etag=obj.etag,
+                read_ahead=max(obj.size, 1) if whole else s3.READ_AHEAD,
+            )
+            with reader:
+                facts = stream_facts(name, reader, obj.size)  # type: ignore[arg-type]
+            with self._count_lock:
+                self.gets += reader.requests
+            if reader.error is not None and reader.error.transient:
+                # The store is struggling, not the object unreadable: a failed scan, not a wrong fact.
+                raise reader.error
+            if reader.error is not None and reader.error.code == "InvalidObjectState":
+                facts = None  # archived (an Intelligent-Tiering archive tier): not read, rather than unreadable
+        return info, facts
+
+    def _row(self, job: _Job, info: s3.HeadInfo | None, fetched: dict | None) -> Row:
+        obj, prev = job.obj, job.previous
+        facts = fetched if job.fetch_facts else (prev.facts if prev is not None else None)
+        checksum = algo = version_id = ""
+        legal_hold: bool | None = None
+        retain_until: datetime | None = None
+        if prev is not None:
+            # Unchanged since the last scan: what was learnt then still holds.
+            checksum, algo, version_id = prev.checksum, prev.checksum_algo, prev.version_id
+            legal_hold, retain_until = prev.legal_hold, prev.retain_until
+        if info is not None:
+            if info.checksum or prev is None:
+                checksum, algo = info.checksum, info.checksum_algo
+            version_id = info.version_id or version_id
+            legal_hold, retain_until = info.legal_hold, info.retain_until
+        if obj.lock_known:
+            legal_hold, retain_until = obj.legal_hold, obj.retain_until
+        if obj.version_id:
+            version_id = obj.version_id
+        return Row(
+            path=job.path,
+            size=obj.size,
+            mtime=obj.last_modified,
+            checksum=checksum,
+            checksum_algo=algo if checksum else "",
+            facts=_facts_text(facts if isinstance(facts, dict) else None),
+            storage_class=obj.storage_class,
+            tier=self.bucket.tier_of(obj.storage_class),
+            etag=obj.etag[:200],
+            version_id=version_id[:1024],
+            legal_hold=legal_hold,
+            retain_until=retain_until,
+        )
+
+    # -- S3 Inventory reports
+
+    def _report_pages(self) -> tuple[datetime, Iterator[list[s3.ObjectInfo]]]:
+        """The newest report's creation time and its objects below the prefix, one data file at a time."""
+        try:
+            report_bucket, report_prefix = s3.parse_uri(self.bucket.inventory_report_uri)
+        except ValueError as exc:
+            raise InventoryError(None, str(exc)) from None
+        newest = s3.newest_key(self.client, report_bucket, report_prefix, suffix="manifest.json")
+        if newest is None:
+            raise InventoryError(None, f"no manifest.json below {self.bucket.inventory_report_uri}")
+        raw = s3.get_small(self.client, report_bucket, newest.key)
+        if raw is None:
+            raise InventoryError(None, f"s3://{report_bucket}/{newest.key} vanished while it was read")
+        where = f"s3://{report_bucket}/{newest.key}"
+        checksum = s3.get_small(
+            self.client, report_bucket, newest.key[: -len("manifest.json")] + "manifest.checksum", limit=1024
+        )
+        if checksum is not None:
+            expected = checksum.decode("ascii", "replace").strip().lower()
+            actual = hashlib.md5(raw, usedforsecurity=False).hexdigest()
+            if expected != actual:
+                raise InventoryError(
+                    None, f"{where} does not match its manifest.checksum (MD5 {actual}, expected {expected})"
+                )
+        try:
+            manifest = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise InventoryError(None, f"{where} is not valid JSON") from None
+        if not isinstance(manifest, dict):
+            raise InventoryError(None, f"{where} is not a JSON object")
+        fmt = str(manifest.get("fileFormat") or "")
+        if fmt.upper() != "CSV":
+            raise InventoryError(
+                None, f"{where} is a {fmt or 'unknown'} report; only CSV reports are read (configure the report as CSV)"
+            )
+        source = manifest.get("sourceBucket")
+        if source != self.bucket.bucket_name:
+            raise InventoryError(None, f"{where} is a report of bucket {source!r}, not {self.bucket.bucket_name!r}")
+        columns = [c.strip() for c in str(manifest.get("fileSchema") or "").split(",") if c.strip()]
+        missing = [c for c in _REPORT_REQUIRED if c not in columns]
+        if missing:
+            raise InventoryError(None, f"{where} has no {', '.join(missing)} column in its fileSchema")
+        files = manifest.get("files")
+        if not isinstance(files, list) or not all(
+            isinstance(f, dict) and isinstance(f.get("key"), str) and isinstance(f.get("MD5checksum"), str)
+            for f in files
+        ):
+            raise InventoryError(None, f"{where} has no list of files with key and MD5checksum")
+        try:
+            created = datetime.fromtimestamp(int(manifest.get("creationTimestamp")) / 1000, UTC)
+        except (TypeError, ValueError, OverflowError, OSError):
+            created = newest.last_modified
+        return created, self._report_objects(report_bucket, files, columns)
+
+    def _report_objects(
+        self, report_bucket: str, files: list[dict], columns: list[str]
+    ) -> Iterator[list[s3.ObjectInfo]]:
+        lock_known = "ObjectLockLegalHoldStatus" in columns
+        for entry in files:
+            key = entry["key"]
+            with tempfile.SpooledTemporaryFile(max_size=32 * 1024 * 1024) as spool:
+                md5 = s3.download(self.client, report_bucket, key, spool)
+                if md5 != entry["MD5checksum"].strip().lower():
+                    raise InventoryError(
+                        None,
+                        f"the data file s3://{report_bucket}/{key} has MD5 {md5} but the manifest says "
+                        f"{entry['MD5checksum']}: the report is damaged or was rewritten",
+                    )
+                spool.seek(0)
+                yield from self._report_file(spool, key, columns, lock_known)
+
+    def _report_file(self, spool: Any, key: str, columns: list[str], lock_known: bool) -> Iterator[list[s3.ObjectInfo]]:
+        page: list[s3.ObjectInfo] = []
+        line = 0
+        try:
+            text = io.TextIOWrapper(gzip.GzipFile(fileobj=spool, mode="rb"), encoding="utf-8", newline="")
+            for line, record in enumerate(csv.reader(text), 1):
+                if len(record) != len(columns):
+                    raise InventoryError(line, f"{key}: {len(record)} fields but the fileSchema has {len(columns)}")
+                obj = self._report_object(dict(zip(columns, record, strict=True)), lock_known)
+                if obj is not None:
+                    page.append(obj)
+                    if len(page) >= s3.PAGE_SIZE:
+                        yield page
+                        page = []
+        except (EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError, csv.Error) as exc:
+            raise InventoryError(line + 1, f"{key} cannot be read: {exc}") from None
+        except ValueError as exc:
+            raise InventoryError(line, f"{key}: {exc}") from None
+        if page:
+            yield page
+
+    def _report_object(self, rec: dict[str, str], lock_known: bool) -> s3.ObjectInfo | None:
+        if rec.get("Bucket") and rec["Bucket"] != self.bucket.bucket_name:
+            return None
+        if rec.get("IsLatest", "true").lower() != "true" or rec.get("IsDeleteMarker", "false").lower() == "true":
+            return None
+        key = unquote_plus(rec["Key"])  # the report URL-encodes keys (a space as '+')
+        if not key.startswith(self.prefix):
+            return None
+        if not rec["Size"].isdigit():
+            raise ValueError(f"the size of {_printable(key)} is not a number")
+        modified = _report_time(rec.get("LastModifiedDate", ""))
+        if modified is None:
+            raise ValueError(f"the LastModifiedDate of {_printable(key)} is not a date")
+        hold = rec.get("ObjectLockLegalHoldStatus", "").upper()
+        return s3.ObjectInfo(
+            key=key,
+            size=int(rec["Size"]),
+            last_modified=modified,
+            etag=rec.get("ETag", "").strip('"'),
+            storage_class=rec.get("StorageClass", ""),
+            version_id=rec.get("VersionId", ""),
+            legal_hold=True if hold == "ON" else False if hold == "OFF" else None,
+            retain_until=_report_time(rec.get("ObjectLockRetainUntilDate", "")),
+            lock_known=lock_known,
+        )
+
+    # -- applying
+
+    def apply(self, *, files: int, total: int, started: float, claim: str) -> Inventory | None:
+        """Merge the staged snapshot, the multipart uploads and the bucket's state in one transaction."""
+        inventory = self.inventory
+        try:
+            with transaction.atomic():
+                still_mine = (
+                    Inventory.objects.select_for_update()
+                    .filter(pk=inventory.pk, status=InventoryStatus.PROCESSING, claimed_by=claim)
+                    .exists()
+                )
+                if not still_mine:
+                    # The sweep gave up on it (or another delivery took it): its result is not wanted now.
+                    unstage(inventory.pk)
+                    log.warning("scan %s was taken away while it ran; its result is dropped", inventory.pk)
+                    return None
+                inventory = apply_staged(inventory, files=files, total=total, started=started)
+                now = timezone.now()
+                self._apply_uploads(now)
+                state: dict[str, Any] = {}
+                if self.versioning is not None:
+                    state["versioning"] = self.versioning
+                if self.object_lock is not None:
+                    state["object_lock"] = self.object_lock
+                if state:
+                    Bucket.objects.filter(pk=self.bucket.pk).update(**state)
+                notes = self.notes.text()
+                if notes:
+                    Inventory.objects.filter(pk=inventory.pk).update(error=notes)
+        except Exception:
+            unstage(inventory.pk)
+            raise
+        inventory.refresh_from_db()
+        return inventory
+
+    def _apply_uploads(self, now: datetime) -> None:
+        if self.uploads is None:
+            return  # unknown is not none: leave what the last scan found
+        existing = {u.upload_id: u for u in MultipartUpload.objects.filter(location_id=self.location.pk)}
+        seen: set[str] = set()
+        new: list[MultipartUpload] = []
+        changed: list[MultipartUpload] = []
+        fields = ["key", "initiated_at", "storage_class", "parts", "bytes", "gone_at"]
+        for up in self.uploads:
+            if up.upload_id in seen:
+                continue
+            seen.add(up.upload_id)
+            values = {
+                "key": up.key,
+                "initiated_at": up.initiated,
+                "storage_class": up.storage_class[:32],
+                "parts": up.parts,
+                "bytes": up.bytes,
+                "gone_at": None,
+            }
+            row = existing.get(up.upload_id)
+            if row is None:
+                new.append(
+                    MultipartUpload(location_id=self.location.pk, upload_id=up.upload_id, first_seen_at=now, **values)
+                )
+            elif any(getattr(row, k) != v for k, v in values.items()):
+                for k, v in values.items():
+                    setattr(row, k, v)
+                changed.append(row)
+        MultipartUpload.objects.bulk_create(new, batch_size=1000)
+        MultipartUpload.objects.bulk_update(changed, fields, batch_size=1000)
+        vanished = [u.pk for uid, u in existing.items() if uid not in seen and u.gone_at is None]
+        for i in range(0, len(vanished), 1000):
+            MultipartUpload.objects.filter(pk__in=vanished[i : i + 1000]).update(gone_at=now)
+
+
+def _report_time(value: str) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = parse_datetime(value)
+    except ValueError:
+        return None
+    if parsed is None:
+        return None
+    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)

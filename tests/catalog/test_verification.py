@@ -1,0 +1,421 @@
+"""Verification of copies: agreeing checksums verify, a flipped byte is caught, unlike checksums are not compared."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from catalog import selectors
+from catalog.choices import CopyState, Verification
+from catalog.models import CheckpointCopy, ShardFile
+from catalog.verification import (
+    CopyEvidence,
+    FileFacts,
+    checkpoints_verify,
+    checksum,
+    failure_domain,
+    judge,
+    relative_checksums,
+    relative_path,
+)
+from fleet.models import Host, StorageLocation
+
+URL = "/api/v1/inventories/"
+LONE = "no reference: this is the only copy and its writer recorded no checksums"
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# --- the pure core --------------------------------------------------------------------------------
+
+
+def copy(pk: int, where: str, files: dict[str, FileFacts], **kwargs) -> CopyEvidence:
+    return CopyEvidence(id=pk, where=where, files=files, **kwargs)
+
+
+def hashed(**digests: str) -> dict[str, FileFacts]:
+    return {name.replace("_", "."): FileFacts(4096, "sha256", sha(value)) for name, value in digests.items()}
+
+
+SHARDS = {"__0_0.distcp": "rank 0", "__1_0.distcp": "rank 1"}
+
+
+def shards(**overrides: str) -> dict[str, FileFacts]:
+    values = {**SHARDS, **overrides}
+    return {name: FileFacts(4096, "sha256", sha(value)) for name, value in values.items()}
+
+
+class TestJudge:
+    def test_two_agreeing_copies_verify_each_other(self):
+        verdicts = judge([copy(1, "gpu-a", shards()), copy(2, "gpu-b", shards())])
+        assert verdicts[1].verification == Verification.VERIFIED
+        assert verdicts[1].reasons == ["all 2 files agree with the copy at gpu-b"]
+        assert verdicts[2].reasons == ["all 2 files agree with the copy at gpu-a"]
+
+    def test_a_flipped_checksum_between_two_copies_mismatches_both_as_nobody_can_tell_which_is_right(self):
+        verdicts = judge([copy(1, "gpu-a", shards()), copy(2, "gpu-b", shards(**{"__1_0.distcp": "flipped"}))])
+        assert verdicts[2].verification == Verification.MISMATCH
+        assert verdicts[2].corrupt == ["__1_0.distcp: sha256 differs from the copy at gpu-a"]
+        assert verdicts[1].verification == Verification.MISMATCH
+        assert verdicts[1].corrupt == ["__1_0.distcp: sha256 differs from the copy at gpu-b"]
+
+    def test_the_majority_of_three_copies_tells_which_one_is_corrupt(self):
+        verdicts = judge(
+            [
+                copy(1, "gpu-a", shards()),
+                copy(2, "gpu-b", shards(**{"__0_0.distcp": "flipped"})),
+                copy(3, "s3-eu", shards()),
+            ]
+        )
+        assert verdicts[2].verification == Verification.MISMATCH
+        assert verdicts[2].corrupt == ["__0_0.distcp: sha256 differs from the copy at gpu-a and s3-eu"]
+        assert verdicts[1].verification == verdicts[3].verification == Verification.VERIFIED
+        assert verdicts[1].corrupt == []
+
+    def test_the_writers_manifest_verifies_a_single_copy(self):
+        manifest = {name: ["sha256", sha(value)] for name, value in SHARDS.items()}
+        verdicts = judge([copy(1, "gpu-a", shards(), manifest=manifest)])
+        assert verdicts[1].verification == Verification.VERIFIED
+        assert verdicts[1].reasons == ["all 2 files agree with the writer's manifest"]
+
+    def test_a_copy_that_disagrees_with_its_own_manifest_is_a_mismatch_its_format_already_made_corrupt(self):
+        manifest = {name: ["sha256", sha(value)] for name, value in SHARDS.items()}
+        bad = shards(**{"__0_0.distcp": "flipped"})
+        found_corrupt = judge([copy(1, "gpu-a", bad, manifest=manifest, state=CopyState.CORRUPT)])[1]
+        assert found_corrupt.verification == Verification.MISMATCH
+        assert found_corrupt.reasons == [
+            "__0_0.distcp: sha256 differs from the writer's manifest recorded with this copy"
+        ]
+        assert found_corrupt.corrupt == []  # the format's own reason says it already
+        not_yet = judge([copy(1, "gpu-a", bad, manifest=manifest)])[1]
+        assert not_yet.corrupt == not_yet.reasons
+
+    def test_another_copys_manifest_outranks_a_majority_of_peers(self):
+        manifest = {name: ["sha256", sha(value)] for name, value in SHARDS.items()}
+        flipped = shards(**{"__0_0.distcp": "flipped"})
+        verdicts = judge(
+            [
+                copy(1, "gpu-a", shards(), manifest=manifest),
+                copy(2, "gpu-b", flipped),
+                copy(3, "gpu-c", flipped),
+            ]
+        )
+        assert verdicts[1].verification == Verification.VERIFIED
+        assert verdicts[2].corrupt == [
+            "__0_0.distcp: sha256 differs from the writer's manifest recorded with the copy at gpu-a"
+        ]
+        assert verdicts[3].verification == Verification.MISMATCH
+
+    def test_two_saves_that_each_match_their_manifest_are_flagged_but_not_corrupt(self):
+        other = {"__0_0.distcp": "another save", "__1_0.distcp": "rank 1"}
+        verdicts = judge(
+            [
+                copy(1, "gpu-a", shards(), manifest={k: ["sha256", sha(v)] for k, v in SHARDS.items()}),
+                copy(2, "gpu-b", shards(**other), manifest={k: ["sha256", sha(v)] for k, v in other.items()}),
+            ]
+        )
+        for verdict in verdicts.values():
+            assert verdict.verification == Verification.MISMATCH
+            assert verdict.corrupt == []
+            assert "each matches its own writer's manifest" in verdict.reasons[0]
+
+    def test_incomparable_algorithms_leave_a_copy_unverified_and_say_why(self):
+        composite = {name: FileFacts(4096, "sha256-composite", "abc" * 10) for name in SHARDS}
+        verdicts = judge([copy(1, "gpu-a", shards()), copy(2, "s3-eu", composite)])
+        assert verdicts[2].verification == Verification.UNVERIFIED
+        assert verdicts[2].reasons == [
+            "checksums not comparable: 2 of 2 files have sha256-composite here, the references sha256"
+        ]
+        assert verdicts[1].verification == Verification.UNVERIFIED
+        assert verdicts[1].reasons == [
+            "checksums not comparable: 2 of 2 files have sha256 here, the references sha256-composite"
+        ]
+
+    def test_a_crc_is_never_compared_with_a_sha256(self):
+        crc = {name: FileFacts(4096, "crc64nvme", "0123456789abcdef") for name in SHARDS}
+        manifest = {name: ["sha256", sha(value)] for name, value in SHARDS.items()}
+        verdict = judge([copy(1, "s3-eu", crc, manifest=manifest)])[1]
+        assert verdict.verification == Verification.UNVERIFIED
+        assert "checksums not comparable: 2 of 2 files have crc64nvme here, the references sha256" in verdict.reasons
+
+    def test_a_multipart_etag_recorded_as_md5_is_not_a_content_checksum(self):
+        etag = checksum("md5", '"9b2cf535f27731c974343645a3985328-16"')
+        assert etag is not None and not etag.content and "multipart ETag" in etag.label
+        files = {name: FileFacts(4096, "md5", "9b2cf535f27731c974343645a3985328-16") for name in SHARDS}
+        same = judge([copy(1, "s3-a", files), copy(2, "s3-b", dict(files))])
+        assert same[1].verification == Verification.UNVERIFIED
+        assert same[1].reasons == [
+            "2 of 2 files have only a multipart ETag (not an MD5 of the content), not a checksum of the content"
+        ]
+        md5 = {name: FileFacts(4096, "md5", "0" * 32) for name in SHARDS}
+        against = judge([copy(1, "s3-a", files), copy(2, "gpu-b", md5)])
+        prefix = "checksums not comparable: 2 of 2 files have"
+        assert against[1].reasons == [f"{prefix} multipart ETag here, the references md5"]
+        assert against[2].reasons == [f"{prefix} md5 here, the references multipart ETag"]
+
+    def test_a_true_content_md5_recorded_by_the_writer_is_compared(self):
+        md5 = {name: FileFacts(4096, "md5", hashlib.md5(v.encode()).hexdigest()) for name, v in SHARDS.items()}
+        manifest = {name: ["MD5", hashlib.md5(v.encode()).hexdigest()] for name, v in SHARDS.items()}
+        assert judge([copy(1, "gpu-a", md5, manifest=manifest)])[1].verification == Verification.VERIFIED
+
+    def test_files_without_checksums_are_counted(self):
+        files = {**shards(), "extra.bin": FileFacts(10)}
+        verdict = judge([copy(1, "gpu-a", files), copy(2, "gpu-b", shards())])[1]
+        assert verdict.verification == Verification.UNVERIFIED
+        assert verdict.reasons == ["1 of 3 files has no content checksum", "2 of 3 files agree with a reference"]
+
+    def test_a_lone_copy_without_a_manifest_has_no_reference(self):
+        verdict = judge([copy(1, "gpu-a", shards())])[1]
+        assert verdict.verification == Verification.UNVERIFIED
+        assert verdict.reasons == [LONE]
+
+    def test_a_partial_copy_is_not_verified_but_accuses_nobody(self):
+        half = shards(**{"__1_0.distcp": "half written"})
+        verdicts = judge([copy(1, "gpu-a", shards()), copy(2, "gpu-b", half, state=CopyState.PARTIAL)])
+        assert verdicts[1].verification == Verification.UNVERIFIED
+        assert any("no reference" in r for r in verdicts[1].reasons)
+        assert verdicts[2].verification == Verification.MISMATCH
+        assert verdicts[2].corrupt == ["__1_0.distcp: sha256 differs from the copy at gpu-a"]
+        whole = judge([copy(1, "gpu-a", shards()), copy(2, "gpu-b", shards(), state=CopyState.PARTIAL)])
+        assert whole[2].reasons == ["the copy is partial: only a complete copy can be verified as a whole"]
+
+    def test_a_temporary_copy_is_neither_a_reference_nor_verified(self):
+        verdicts = judge([copy(1, "gpu-a", shards()), copy(2, "gpu-a-tmp", shards(), temporary=True)])
+        assert verdicts[1].reasons == [LONE]
+        assert verdicts[2].verification == Verification.UNVERIFIED
+
+    def test_sizes_that_differ_between_complete_copies_are_flagged_on_both(self):
+        a = {"model.pt": FileFacts(100)}
+        b = {"model.pt": FileFacts(120)}
+        verdicts = judge([copy(1, "gpu-a", a), copy(2, "gpu-b", b)])
+        assert verdicts[1].verification == verdicts[2].verification == Verification.MISMATCH
+        assert verdicts[1].corrupt == verdicts[2].corrupt == []
+        assert verdicts[1].reasons[0].startswith("model.pt: 100 B here but 120 B at gpu-b")
+
+    def test_the_manifest_file_itself_needs_no_reference(self):
+        manifest = {name: ["sha256", sha(value)] for name, value in SHARDS.items()}
+        files = {**shards(), "ckptfleet.json": FileFacts(700, "sha256", sha("sidecar"))}
+        assert judge([copy(1, "gpu-a", files, manifest=manifest)])[1].verification == Verification.VERIFIED
+
+    def test_the_verdict_does_not_depend_on_the_order_of_copies(self):
+        copies = [copy(1, "a", shards()), copy(2, "b", shards(**{"__0_0.distcp": "x"})), copy(3, "c", shards())]
+        assert judge(copies) == judge(list(reversed(copies)))
+
+
+class TestChecksums:
+    def test_s3_base64_checksums_become_hex(self):
+        digest = hashlib.sha256(b"x").digest()
+        assert checksum("SHA256", base64.b64encode(digest).decode()).digest == digest.hex()
+        assert checksum("sha-256", digest.hex().upper()).digest == digest.hex()
+
+    def test_what_is_not_a_content_digest_says_what_it_is(self):
+        assert "composite" in checksum("sha256-composite", "x").label
+        assert "unknown algorithm 'blake3'" in checksum("blake3", "ab").label
+        assert "malformed" in checksum("sha256", "xyz").label
+        assert checksum("", "ab") is None and checksum("sha256", "") is None
+
+    def test_paths_are_relative_to_the_copy_directory_or_a_single_files_directory(self):
+        assert relative_path("llm/r/step-1/__0_0.distcp", "llm/r/step-1") == "__0_0.distcp"
+        assert relative_path("llm/r/last.ckpt", "llm/r/last.ckpt") == "last.ckpt"
+        assert relative_path("llm/r/iter_0000010.unfinished", "llm/r/iter_0000010") == "iter_0000010.unfinished"
+        refs = {"llm/r/step-1/a/b.bin": ("sha256", "ab")}
+        assert relative_checksums("llm/r/step-1", refs) == {"a/b.bin": ["sha256", "ab"]}
+
+
+# --- through ingestion ----------------------------------------------------------------------------
+
+
+def dcp(step: int, *, run: str = "llama-7b", checksums: bool = True, **contents: str) -> list[dict]:
+    """A DCP checkpoint as the agent reports it, with sha256s of made-up contents."""
+    base = f"llm/{run}/step-{step}"
+    values = {"__0_0.distcp": "rank 0", "__1_0.distcp": "rank 1", **contents}
+    files = [
+        {
+            "path": f"{base}/.metadata",
+            "size": 900,
+            "mtime": 1763700000.0,
+            "facts": {"kind": "dcp_metadata", "files": dict.fromkeys(values, 4096)},
+            **({"sha256": sha("metadata")} if checksums else {}),
+        }
+    ]
+    for name, value in values.items():
+        line = {"path": f"{base}/{name}", "size": 4096, "mtime": 1763699990.0}
+        if checksums:
+            line["sha256"] = sha(value)
+        files.append(line)
+    return files
+
+
+@pytest.fixture
+def push(client, django_capture_on_commit_callbacks):
+    """Upload an inventory through the API and let its ingestion task run, as the worker would."""
+
+    def push(kit, files: list[dict]):
+        with django_capture_on_commit_callbacks(execute=True):
+            response = client.post(
+                URL,
+                data=kit.body(files),
+                content_type="application/x-ndjson",
+                HTTP_CONTENT_ENCODING="gzip",
+                **kit.auth(),
+            )
+        assert response.status_code == 202, response.content
+        return response
+
+    return push
+
+
+@pytest.fixture
+def two_hosts(make_host):
+    return make_host("gpu-a01"), make_host("gpu-b01")
+
+
+def copy_at(kit, step: int = 100) -> CheckpointCopy:
+    return CheckpointCopy.objects.get(location=kit.location, checkpoint__step=step, gone_at__isnull=True)
+
+
+def test_two_copies_with_the_same_checksums_are_verified_in_two_failure_domains(two_hosts, push):
+    a, b = two_hosts
+    push(a, dcp(100))
+    assert copy_at(a).verification == Verification.UNVERIFIED
+    assert copy_at(a).verification_reasons == [LONE]
+    push(b, dcp(100))
+    for kit, other in ((a, b), (b, a)):
+        copy = copy_at(kit)
+        assert (copy.state, copy.verification) == (CopyState.COMPLETE, Verification.VERIFIED)
+        assert copy.verification_reasons == [f"all 3 files agree with the copy at {other.location.name}"]
+    summary = selectors.verification_summary([copy_at(a).checkpoint_id])[copy_at(a).checkpoint_id]
+    assert (summary.verified, summary.domains) == (2, ("host gpu-a01", "host gpu-b01"))
+
+
+def test_a_flipped_checksum_makes_the_copies_disagree_and_a_fix_makes_them_agree_again(two_hosts, push):
+    a, b = two_hosts
+    push(a, dcp(100))
+    push(b, dcp(100, **{"__1_0.distcp": "one flipped byte"}))
+    flipped, other = copy_at(b), copy_at(a)
+    assert (flipped.state, flipped.verification) == (CopyState.CORRUPT, Verification.MISMATCH)
+    reason = f"__1_0.distcp: sha256 differs from the copy at {a.location.name}"
+    assert reason in flipped.reasons and reason in flipped.verification_reasons
+    # With two copies and no manifest nobody can tell which is right: the other is not verified by it.
+    assert other.verification == Verification.MISMATCH and other.state == CopyState.CORRUPT
+    assert f"__1_0.distcp: sha256 differs from the copy at {b.location.name}" in other.reasons
+
+    # Only b reports again: a, not re-judged, gets back what its formats said of it.
+    push(b, dcp(100))
+    for kit in (a, b):
+        copy = copy_at(kit)
+        assert (copy.state, copy.verification, copy.reasons) == (CopyState.COMPLETE, Verification.VERIFIED, [])
+
+
+def test_when_the_only_other_copy_goes_the_remaining_one_is_no_longer_verified(two_hosts, push):
+    a, b = two_hosts
+    push(a, dcp(100))
+    push(b, dcp(100))
+    assert copy_at(a).verification == Verification.VERIFIED
+    push(b, dcp(200))  # step 100 has gone from b
+    assert copy_at(a).verification == Verification.UNVERIFIED
+    assert copy_at(a).verification_reasons == [LONE]
+
+
+def test_verification_is_idempotent_and_an_unchanged_inventory_rewrites_no_copy(two_hosts, push):
+    a, b = two_hosts
+    push(a, dcp(100) + dcp(200))
+    push(b, dcp(100, **{"__0_0.distcp": "flipped"}) + dcp(200))
+    before = list(CheckpointCopy.objects.order_by("pk").values())
+    ids = list(CheckpointCopy.objects.values_list("checkpoint_id", flat=True))
+    assert checkpoints_verify(ids) == 0
+    # A file changed at b (its mtime) makes its run directory be judged again, mismatch and all.
+    changed = dcp(100, **{"__0_0.distcp": "flipped"}) + dcp(200)
+    changed[1]["mtime"] += 1
+    with CaptureQueriesContext(connection) as ctx:
+        push(b, changed)
+    copy_writes = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith('UPDATE "catalog_checkpointcopy"')]
+    assert copy_writes == []
+    assert list(CheckpointCopy.objects.order_by("pk").values()) == before
+
+
+def test_a_copy_without_checksums_is_unverified_and_says_so(two_hosts, push):
+    a, b = two_hosts
+    push(a, dcp(100))
+    push(b, dcp(100, checksums=False))
+    bare = copy_at(b)
+    assert (bare.state, bare.verification) == (CopyState.COMPLETE, Verification.UNVERIFIED)
+    assert bare.verification_reasons == ["3 of 3 files have no content checksum"]
+    assert copy_at(a).verification == Verification.UNVERIFIED
+    assert copy_at(a).verification_reasons == [
+        "no reference for 3 of 3 files: no other copy or writer's manifest has a comparable checksum"
+    ]
+
+
+def test_a_sidecar_with_checksums_verifies_a_single_copy(make_host, push):
+    kit = make_host()
+    files = dcp(100)
+    base = "llm/llama-7b/step-100"
+    records = [{"path": f["path"][len(base) + 1 :], "size": f["size"], "sha256": f["sha256"]} for f in files]
+    content = {"schema": "ckptfleet/1", "run": "llama-7b", "team": "llm", "step": 100, "files": records}
+    sidecar = {"path": f"{base}/ckptfleet.json", "size": 700, "mtime": 1763700001.0}
+    push(kit, [*files, {**sidecar, "facts": {"kind": "json", "content": content}}])
+    copy = copy_at(kit)
+    assert copy.reference_checksums[".metadata"] == ["sha256", sha("metadata")]
+    assert (copy.state, copy.verification) == (CopyState.COMPLETE, Verification.VERIFIED)
+    assert copy.verification_reasons == ["all 3 files agree with the writer's manifest"]
+
+
+def test_incomparable_checksums_leave_copies_unverified(two_hosts, push):
+    a, b = two_hosts
+    push(a, dcp(100))
+    push(b, dcp(100))
+    # As a bucket scan would record them: S3's composite checksum of a multipart upload.
+    ShardFile.objects.filter(location=b.location).update(checksum="Zm9vYmFy-3", checksum_algo="sha256-composite")
+    checkpoint_id = copy_at(a).checkpoint_id
+    assert checkpoints_verify([checkpoint_id]) == 2
+    assert copy_at(b).verification == Verification.UNVERIFIED
+    assert copy_at(b).verification_reasons == [
+        "checksums not comparable: 3 of 3 files have sha256-composite here, the references sha256"
+    ]
+    assert copy_at(a).verification == Verification.UNVERIFIED
+    assert copy_at(a).state == copy_at(b).state == CopyState.COMPLETE
+
+
+def test_the_pages_and_api_show_verification_and_failure_domains(two_hosts, push, signed_in):
+    a, b = two_hosts
+    push(a, dcp(100))
+    push(b, dcp(100))
+    copy = copy_at(a)
+    run_page = signed_in.get(f"/runs/{copy.checkpoint.run_id}/").content.decode()
+    assert "2 verified copies in 2 failure domains" in run_page
+    page = signed_in.get(f"/checkpoints/{copy.checkpoint_id}/").content.decode()
+    assert "2 verified copies in 2 failure domains" in page
+    assert "host gpu-a01, host gpu-b01" in page
+    assert f"all 3 files agree with the copy at {b.location.name}" in page
+    body = signed_in.get(f"/api/v1/checkpoints/{copy.checkpoint_id}/").json()
+    assert body["verified_copies"] == 2
+    assert body["failure_domains"] == ["host gpu-a01", "host gpu-b01"]
+    assert {c["failure_domain"] for c in body["copies"]} == {"host gpu-a01", "host gpu-b01"}
+    assert body["copies"][0]["verification_reasons"]
+
+
+def test_a_mismatch_shows_its_reason_on_the_run_page(two_hosts, push, signed_in):
+    a, b = two_hosts
+    push(a, dcp(100))
+    push(b, dcp(100, **{"__1_0.distcp": "flipped"}))
+    html = signed_in.get(f"/runs/{copy_at(a).checkpoint.run_id}/").content.decode()
+    assert "__1_0.distcp: sha256 differs from the copy at" in html
+    assert "no verified copy" in html
+
+
+@pytest.mark.django_db
+def test_a_failure_domain_is_the_host_or_a_buckets_region():
+    host = Host.objects.create(name="gpu-a01", site="dc1", region="eu-west")
+    nvme = StorageLocation(name="gpu-a01:/mnt", kind="nvme", tier="nvme", host=host, root_path="/mnt")
+    bucket = StorageLocation(name="s3-ckpt", kind="bucket", tier="object_standard", region="us-east-1")
+    unknown = StorageLocation(name="minio", kind="bucket", tier="object_standard")
+    assert failure_domain(nvme) == "host gpu-a01"
+    assert failure_domain(bucket) == "region us-east-1"
+    assert failure_domain(unknown) == "location minio"
