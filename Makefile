@@ -90,6 +90,10 @@ _pytest-postgres:
 bench: venv services ## Run the ingestion benchmark against PostgreSQL and Redis (BENCH_ARGS=... passes arguments)
 	$(PY) bench/ingest_bench.py $(BENCH_ARGS)
 
+.PHONY: bench-scan
+bench-scan: venv services ## Run the bucket-scan benchmark: a local S3 endpoint, PostgreSQL, Redis and the aws CLI (BENCH_ARGS=...)
+	$(PY) bench/scan_bench.py $(BENCH_ARGS)
+
 compose-check: ## Validate docker-compose.yml (Debian's docker-compose; no engine needed)
 	@command -v docker-compose >/dev/null 2>&1 || { \
 		echo "compose-check: docker-compose not found (Debian: apt-get install --no-install-recommends docker-compose)" >&2; \

@@ -1,14 +1,16 @@
-"""Reads of the fleet, for pages: hosts, their locations and what their inventories did."""
+"""Reads of the fleet, for pages: hosts, buckets, their locations and what their inventories did."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 
-from django.db.models import OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 
 from catalog.models import ShardFile
-from fleet.choices import InventoryStatus
-from fleet.models import Host, Inventory, StorageLocation
+from fleet.choices import InventoryStatus, Tier
+from fleet.models import Host, Inventory, MultipartUpload, StorageLocation
 
 IN_PROGRESS = (InventoryStatus.RECEIVED, InventoryStatus.PROCESSING)
 
@@ -52,8 +54,90 @@ def host_list(*, q: str = "", host_id: int | None = None) -> QuerySet[Host]:
 
 
 def shared_locations() -> list[StorageLocation]:
-    """Locations that belong to no host (buckets, shared mounts), with their inventories."""
-    return list(locations_with_inventories().filter(host__isnull=True))
+    """Locations that belong to no host and have no bucket settings (shared mounts), with their inventories."""
+    return list(locations_with_inventories().filter(host__isnull=True, bucket__isnull=True))
+
+
+@dataclass(frozen=True)
+class TierBytes:
+    """The present files of one location on one tier."""
+
+    tier: str
+    label: str
+    bytes: int
+    files: int
+
+
+@dataclass(frozen=True)
+class Uploads:
+    """The incomplete multipart uploads of one location the last scan found; ``bytes`` None when unknown."""
+
+    count: int
+    bytes: int | None
+
+
+_TIER_ORDER = {value: i for i, value in enumerate(Tier.values)}
+
+
+def bucket_locations() -> list[StorageLocation]:
+    """Bucket locations with their settings (``loc.bucket``), last finished and newest scan, bytes by tier
+    (``loc.tiers``) and incomplete multipart uploads (``loc.uploads``): four queries for any number of buckets.
+    """
+    locations = list(locations_with_inventories().filter(bucket__isnull=False).select_related("bucket"))
+    ids = [loc.pk for loc in locations]
+    tiers = bytes_by_tier(ids)
+    uploads = incomplete_uploads(ids)
+    for loc in locations:
+        loc.tiers = tiers.get(loc.pk, [])
+        loc.uploads = uploads.get(loc.pk)
+    return locations
+
+
+def bytes_by_tier(location_ids: Iterable[int]) -> dict[int, list[TierBytes]]:
+    """Present files per location and tier, hottest tier first, in one grouped query.
+
+    A file without a tier of its own (a host's) is on its location's tier.
+    """
+    ids = list(location_ids)
+    if not ids:
+        return {}
+    rows = (
+        ShardFile.objects.filter(location_id__in=ids, gone_at__isnull=True)
+        .values("location_id", "tier", "location__tier")
+        .annotate(total=Sum("size"), objects=Count("pk"))
+        .order_by()
+    )
+    sums: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for row in rows:
+        tier = row["tier"] or row["location__tier"]
+        acc = sums[row["location_id"]][tier]
+        acc[0] += row["total"] or 0
+        acc[1] += row["objects"]
+    labels = dict(Tier.choices)
+    return {
+        pk: [
+            TierBytes(tier=t, label=labels.get(t, t or "no tier"), bytes=b, files=f)
+            for t, (b, f) in sorted(by_tier.items(), key=lambda item: (_TIER_ORDER.get(item[0], 99), item[0]))
+        ]
+        for pk, by_tier in sums.items()
+    }
+
+
+def incomplete_uploads(location_ids: Iterable[int]) -> dict[int, Uploads]:
+    """Incomplete multipart uploads still present per location, in one grouped query."""
+    ids = list(location_ids)
+    if not ids:
+        return {}
+    rows = (
+        MultipartUpload.objects.filter(location_id__in=ids, gone_at__isnull=True)
+        .values("location_id")
+        .annotate(uploads=Count("pk"), parts_bytes=Sum("bytes"), unknown=Count("pk", filter=Q(bytes__isnull=True)))
+        .order_by()
+    )
+    return {
+        r["location_id"]: Uploads(count=r["uploads"], bytes=None if r["unknown"] else (r["parts_bytes"] or 0))
+        for r in rows
+    }
 
 
 def failed_location_count() -> int:

@@ -5,5 +5,6 @@ from fleet import views
 app_name = "fleet"
 urlpatterns = [
     path("", views.fleet_overview, name="overview"),
+    path("locations/<int:pk>/scan/", views.location_scan, name="location-scan"),
     path("inventories/<int:pk>/", views.inventory_detail, name="inventory-detail"),
 ]

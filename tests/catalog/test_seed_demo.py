@@ -33,3 +33,74 @@ def test_the_demo_has_hosts_runs_and_broken_checkpoints(db, tmp_path, settings):
     again = Inventory.objects.order_by("-id")[:4]
     assert all((i.files_added, i.files_changed, i.files_gone) == (0, 0, 0) for i in again)
     assert states() == found
+
+
+def test_the_demo_with_an_s3_endpoint_holds_bucket_copies_of_the_same_runs_good_and_bad(db, tmp_path, settings, s3):
+    from io import StringIO
+
+    from catalog import selectors
+    from catalog.models import Checkpoint, ShardFile
+    from fleet.models import Bucket, MultipartUpload
+    from tests.s3 import _reset
+
+    settings.VAR_DIR = tmp_path
+    settings.S3_SECRETS_DIR = tmp_path / "s3-secrets"
+    out = StringIO()
+    call_command("seed_demo", dir=str(tmp_path / "demo"), s3_endpoint=s3.url, stdout=out)
+
+    buckets = {b.bucket_name: b for b in Bucket.objects.select_related("location")}
+    assert set(buckets) == {"ckpt-demo-eu", "ckpt-demo-us"}
+    eu, us = buckets["ckpt-demo-eu"].location, buckets["ckpt-demo-us"].location
+    assert (eu.failure_region, us.failure_region) == ("eu-west-1", "us-east-1")
+    assert buckets["ckpt-demo-eu"].credentials == "file:demo-s3"  # a reference; the keys are in a file
+    assert (tmp_path / "s3-secrets" / "demo-s3").stat().st_mode & 0o077 == 0
+    scans = Inventory.objects.filter(location__in=[eu, us])
+    assert [s.status for s in scans] == [InventoryStatus.APPLIED] * 2
+    assert "s3:ckpt-demo-eu (s3://ckpt-demo-eu/fleet/" in out.getvalue()
+
+    # The bucket copies belong to the runs the hosts reported: one run per {team}/{run}, wherever it lives.
+    copies = CheckpointCopy.objects.filter(gone_at__isnull=True).select_related("checkpoint__run__team", "location")
+    on_hosts = {(c.checkpoint.run.team.name, c.checkpoint.run.name) for c in copies if c.location.host_id}
+    in_buckets = {(c.checkpoint.run.team.name, c.checkpoint.run.name) for c in copies if not c.location.host_id}
+    assert in_buckets and in_buckets <= on_hosts
+    assert {r.team.name for r in Run.objects.select_related("team")} == {"llm", "vision", "nlp", "speech"}
+
+    # Copies that agree are verified across failure domains; the one with a flipped byte disagrees.
+    step200 = Checkpoint.objects.get(run__name="llama-tiny", step=200)
+    summary = selectors.verification_summary([step200.pk])[step200.pk]
+    assert summary.domains == ("host gpu-a01", "host gpu-a02", "region eu-west-1")
+    found = {
+        (c.location.name, c.path): (c.state, c.verification, c.temporary)
+        for c in CheckpointCopy.objects.filter(gone_at__isnull=True).select_related("location")
+    }
+    assert found[("s3:ckpt-demo-eu", "llm/llama-tiny/step-100")] == ("corrupt", "mismatch", False)
+    assert found[("gpu-a01:nvme0", "llm/llama-tiny/step-100")] == ("complete", "verified", False)
+    assert found[("s3:ckpt-demo-us", "nlp/gpt2-tiny/checkpoint-100")] == ("complete", "verified", False)
+    assert found[("s3:ckpt-demo-eu", "llm/llama-tiny/step-500")][2] is True  # an interrupted save's left-overs
+    assert found[("s3:ckpt-demo-us", "vision/vit-jax/600.orbax-checkpoint-tmp-1763700000")][2] is True
+
+    # Archive classes, files of no checkpoint and an upload never completed.
+    archived = set(
+        ShardFile.objects.filter(location=us, gone_at__isnull=True).values_list("storage_class", "tier").distinct()
+    )
+    assert {("DEEP_ARCHIVE", "deep_archive"), ("GLACIER", "archive"), ("GLACIER_IR", "archive_instant")} <= archived
+    orphans = selectors.orphans(kind="unclaimed", location_id=eu.pk)
+    assert [(g.prefix, g.items, g.bytes) for g in orphans] == [("scratch/llama-export-2025-10", 3, 6 * 2**20)]
+    upload = MultipartUpload.objects.get(location=eu, gone_at__isnull=True)
+    assert (upload.key, upload.parts, upload.bytes) == ("fleet/llm/llama-tiny/step-600/__0_0.distcp", 1, 2 * 2**20)
+
+    # Again on the same endpoint: nothing is written, nothing changes.
+    before = states()
+    last = Inventory.objects.order_by("-pk").values_list("pk", flat=True).first()
+    call_command("seed_demo", dir=str(tmp_path / "demo"), s3_endpoint=s3.url, stdout=StringIO())
+    again = Inventory.objects.filter(pk__gt=last)
+    assert again.count() == 6  # four hosts, two buckets
+    assert all((i.files_added, i.files_changed, i.files_gone) == (0, 0, 0) for i in again), list(again.values())
+    assert states() == before
+
+    # Again on an endpoint that forgot everything (moto restarted): filled again, the same catalog.
+    _reset(s3.url)
+    call_command("seed_demo", dir=str(tmp_path / "demo"), s3_endpoint=s3.url, stdout=StringIO())
+    assert states() == before
+    assert MultipartUpload.objects.filter(location=eu, gone_at__isnull=True).count() == 1
+    assert MultipartUpload.objects.filter(location=eu, gone_at__isnull=False).count() == 1

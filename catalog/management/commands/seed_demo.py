@@ -1,32 +1,49 @@
 """Write a demo fleet in real checkpoint layouts and ingest it, so every page has something true to show.
 
-    manage.py seed_demo            # idempotent: re-running re-scans and changes nothing
-    manage.py seed_demo --reset    # rebuild the demo trees from scratch
+    manage.py seed_demo                                       # idempotent: re-running changes nothing
+    manage.py seed_demo --reset                               # rebuild the demo trees from scratch
+    manage.py seed_demo --s3-endpoint http://127.0.0.1:5055   # also demo buckets (or CKPTFLEET_DEMO_S3)
 
 The checkpoint trees are copies of the fixtures under tests/fixtures/trees/, written by the real
 libraries (torch.distributed.checkpoint, huggingface_hub, ...), spread over several hosts and
 broken the way real ones break: a rank that never finished writing, a truncated safetensors shard,
 an interrupted save's temporary directory, a missing DeepSpeed data-parallel rank. Each host's
-roots are walked by the real agent code and ingested through the same service as an upload.
+roots are walked by the real agent code, with sha256 checksums, and ingested through the same
+service as an upload.
+
+With an S3 endpoint (``make demo`` starts moto's server on 127.0.0.1), two buckets in two regions
+hold copies of the same runs, uploaded with SHA256 checksums the way a copy job would: copies that
+agree with the hosts' (verified), one with a flipped byte (checksums disagree: corrupt), objects in
+archive storage classes, files of no checkpoint, an interrupted save's temporary directory and an
+incomplete multipart upload. They are registered with ``fleet.scan.bucket_add`` and scanned
+through ``scan_start`` and ``scan_run``, as a worker would. An endpoint that forgets everything on
+restart (moto keeps it in memory) is filled again; one that still holds the objects is left as it is.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import json
 import os
 import secrets
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from catalog.models import Team
+from ckptfleet.errors import DomainError
 from fleet import agent, ingest
-from fleet.models import Host, StorageLocation
+from fleet.choices import InventoryStatus
+from fleet.models import Bucket, Host, Inventory, MultipartUpload, StorageLocation
+from fleet.scan import bucket_add, scan_run, scan_start
 from fleet.services import Actor, host_register, inventory_receive, location_add
 
 FIXTURES = Path(settings.BASE_DIR) / "tests" / "fixtures" / "trees"
@@ -43,6 +60,20 @@ DEMO_HOSTS = {
         [("lustre", "pfs", "pfs", [("pfs/llm", "llm"), ("pfs/speech", "speech"), ("pfs/nlp", "nlp")])],
     ),
 }
+# Files a writer finishes last: uploaded last too, as a copy job that follows the save would.
+MANIFESTS = frozenset(
+    {
+        ".metadata",
+        "trainer_state.json",
+        "latest",
+        "_CHECKPOINT_METADATA",
+        "model.safetensors.index.json",
+        "latest_checkpointed_iteration.txt",
+        "ckptfleet.json",
+        "integrity.json",
+        "metadata.json",
+    }
+)
 COST_CENTERS = {
     "llm": "CC-4100 Foundation models",
     "vision": "CC-4200 Perception",
@@ -99,12 +130,191 @@ def _break_things(host: str, root: Path) -> None:
                 f.unlink()
 
 
+# --- demo buckets -------------------------------------------------------------------------------
+
+DEMO_S3_CREDENTIALS = "demo-s3"  # a JSON file in CKPTFLEET_S3_SECRETS_DIR: moto takes any keys
+DEMO_S3_KEYS = {"aws_access_key_id": "demo", "aws_secret_access_key": "demo-secret-for-the-local-endpoint"}
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DemoBucket:
+    """A demo bucket: fixture trees below its prefix, storage classes by glob, and what is wrong in it."""
+
+    location: str
+    bucket: str
+    region: str
+    prefix: str
+    trees: tuple[tuple[str, str], ...]  # (fixture tree, destination below the prefix)
+    classes: tuple[tuple[str, str], ...] = ()  # (glob of the path below the prefix, storage class); first match
+    flipped: tuple[str, ...] = ()  # paths whose middle byte is flipped: same size, other content
+    extra: tuple[tuple[str, str], ...] = ()  # (path, fixture file) copies, e.g. an interrupted save
+    orphans: tuple[tuple[str, int], ...] = ()  # (path, size) of files that belong to no checkpoint
+    multipart: tuple[str, ...] = ()  # paths of uploads started and never completed
+
+
+DEMO_BUCKETS = (
+    DemoBucket(
+        location="s3:ckpt-demo-eu",
+        bucket="ckpt-demo-eu",
+        region="eu-west-1",
+        prefix="fleet/",
+        # The runs of gpu-a01 and gpu-a02, copied by a job that also copied a save still being written.
+        trees=(("nvme-a", ""),),
+        flipped=("llm/llama-tiny/step-100/__1_0.distcp",),
+        extra=(
+            ("llm/llama-tiny/step-500/__0_0.distcp", "nvme-a/llm/llama-tiny/step-100/__0_0.distcp"),
+            ("llm/llama-tiny/step-500/__1_0.distcp", "nvme-a/llm/llama-tiny/step-100/__1_0.distcp"),
+            ("llm/llama-tiny/step-500/.metadata.tmp", "nvme-a/llm/llama-tiny/step-100/.metadata"),
+        ),
+        orphans=(
+            ("scratch/llama-export-2025-10/part-00000.bin", 3 * MIB),
+            ("scratch/llama-export-2025-10/part-00001.bin", 3 * MIB),
+            ("scratch/llama-export-2025-10/_SUCCESS", 0),
+        ),
+        multipart=("llm/llama-tiny/step-600/__0_0.distcp",),
+        classes=(("vision/resnet-tiny/epoch=0-step=100.ckpt", "STANDARD_IA"),),
+    ),
+    DemoBucket(
+        location="s3:ckpt-demo-us",
+        bucket="ckpt-demo-us",
+        region="us-east-1",
+        prefix="",
+        # The runs of lustre-gw1 and gpu-b07, older steps tiered down to archive classes.
+        trees=(("pfs", ""), ("bucket", "")),
+        classes=(
+            ("speech/ds-tiny/global_step100/*", "DEEP_ARCHIVE"),
+            ("llm/gpt-megatron/iter_0000200/*", "GLACIER"),
+            ("vision/vit-jax/400/*", "GLACIER_IR"),
+        ),
+        extra=(
+            (
+                "vision/vit-jax/600.orbax-checkpoint-tmp-1763700000/state/_METADATA",
+                "bucket/vision/vit-jax/500/state/_METADATA",
+            ),
+            (
+                "vision/vit-jax/600.orbax-checkpoint-tmp-1763700000/state/manifest.ocdbt",
+                "bucket/vision/vit-jax/500/state/manifest.ocdbt",
+            ),
+        ),
+    ),
+)
+
+
+def _flip(data: bytes) -> bytes:
+    damaged = bytearray(data)
+    damaged[len(damaged) // 2] ^= 0xFF
+    return bytes(damaged)
+
+
+def _filler(path: str, size: int) -> bytes:
+    """Deterministic bytes for a file of no checkpoint, so a second seeding writes the same object."""
+    seed = path.encode()
+    block = (seed * (4096 // max(1, len(seed)) + 1))[:4096]
+    return (block * (size // 4096 + 1))[:size]
+
+
+class DemoS3:
+    """Fills the demo buckets of one S3-compatible endpoint with boto3, idempotently."""
+
+    def __init__(self, endpoint: str) -> None:
+        import boto3
+        from botocore.config import Config
+
+        self.endpoint = endpoint
+        self._clients: dict[str, Any] = {}
+        self._boto3 = boto3
+        self._config = Config(
+            s3={"addressing_style": "path"}, retries={"mode": "standard", "total_max_attempts": 3}, connect_timeout=5
+        )
+
+    def client(self, region: str) -> Any:
+        if region not in self._clients:
+            self._clients[region] = self._boto3.client(
+                "s3",
+                endpoint_url=self.endpoint,
+                region_name=region,
+                aws_access_key_id=DEMO_S3_KEYS["aws_access_key_id"],
+                aws_secret_access_key=DEMO_S3_KEYS["aws_secret_access_key"],
+                config=self._config,
+            )
+        return self._clients[region]
+
+    def objects(self, demo: DemoBucket) -> list[tuple[str, bytes, str]]:
+        """(key, body, storage class) of every object the bucket should hold, manifests of a directory last."""
+        planned: list[tuple[tuple, str, bytes]] = []
+        for tree, dest in demo.trees:
+            root = FIXTURES / tree
+            for file in root.rglob("*"):
+                if file.is_file():
+                    rel = (
+                        (Path(dest) / file.relative_to(root)).as_posix() if dest else file.relative_to(root).as_posix()
+                    )
+                    body = file.read_bytes()
+                    if rel in demo.flipped:
+                        body = _flip(body)
+                    planned.append(((file.name in MANIFESTS, file.stat().st_mtime_ns, rel), rel, body))
+        for rel, fixture in demo.extra:
+            name = rel.rsplit("/", 1)[-1]
+            planned.append(((name in MANIFESTS, 0, rel), rel, (FIXTURES / fixture).read_bytes()))
+        for rel, size in demo.orphans:
+            planned.append(((False, 0, rel), rel, _filler(rel, size)))
+        planned.sort(key=lambda item: item[0])
+        out = []
+        for _, rel, body in planned:
+            storage_class = next((c for pattern, c in demo.classes if fnmatch.fnmatch(rel, pattern)), "STANDARD")
+            out.append((demo.prefix + rel, body, storage_class))
+        return out
+
+    def fill(self, demo: DemoBucket) -> tuple[int, int]:
+        """Create the bucket and the objects it lacks; return (objects written, uploads started)."""
+        from botocore.exceptions import ClientError
+
+        client = self.client(demo.region)
+        try:
+            client.head_bucket(Bucket=demo.bucket)
+        except ClientError:
+            kwargs: dict[str, Any] = {"Bucket": demo.bucket}
+            if demo.region != "us-east-1":
+                kwargs["CreateBucketConfiguration"] = {"LocationConstraint": demo.region}
+            client.create_bucket(**kwargs)
+        present = set()
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=demo.bucket):
+            present.update(item["Key"] for item in page.get("Contents", ()))
+        written = 0
+        for key, body, storage_class in self.objects(demo):
+            if key in present:
+                continue  # already there: rewriting it would change its LastModified and the next scan
+            client.put_object(
+                Bucket=demo.bucket, Key=key, Body=body, StorageClass=storage_class, ChecksumAlgorithm="SHA256"
+            )
+            written += 1
+        started = 0
+        for rel in demo.multipart:
+            key = demo.prefix + rel
+            uploads = client.list_multipart_uploads(Bucket=demo.bucket, Prefix=key).get("Uploads", ())
+            if any(u["Key"] == key for u in uploads):
+                continue
+            upload = client.create_multipart_upload(Bucket=demo.bucket, Key=key)
+            client.upload_part(
+                Bucket=demo.bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=_filler(key, 2 * MIB)
+            )
+            started += 1
+        return written, started
+
+
 class Command(BaseCommand):
     help = "Create (or refresh) the demo fleet and a demo login."
 
     def add_arguments(self, parser):
         parser.add_argument("--reset", action="store_true", help="rebuild the demo trees from the fixtures")
         parser.add_argument("--dir", default=str(Path(settings.VAR_DIR) / "demo"), help="where the trees go")
+        parser.add_argument(
+            "--s3-endpoint",
+            default=os.environ.get("CKPTFLEET_DEMO_S3", ""),
+            metavar="URL",
+            help="an S3-compatible endpoint for demo buckets, e.g. moto's server (default: $CKPTFLEET_DEMO_S3)",
+        )
 
     def handle(self, *args, **opts):
         base = Path(opts["dir"]).resolve()
@@ -140,16 +350,100 @@ class Command(BaseCommand):
                     f"{host_name}:{root}: {inventory.files_count} files, {inventory.checkpoints_found} checkpoint "
                     f"copies ({inventory.status}{': ' + inventory.error if inventory.error else ''})"
                 )
+        if opts["s3_endpoint"]:
+            self._buckets(opts["s3_endpoint"].rstrip("/"), actor)
         self._demo_login()
 
     def _scan(self, host: Host, root: Path):
-        with tempfile.TemporaryFile() as body:
-            agent.write_inventory(body, root=str(root), host=host.name)
-            body.seek(0)
-            inventory = inventory_receive(host=host, stream=body, content_encoding="gzip")
+        cache = agent.ChecksumCache(str(Path(settings.VAR_DIR) / "demo-checksums.sqlite3"))
+        try:
+            with tempfile.TemporaryFile() as body:
+                agent.write_inventory(body, root=str(root), host=host.name, checksums=True, cache=cache)
+                body.seek(0)
+                inventory = inventory_receive(host=host, stream=body, content_encoding="gzip")
+        finally:
+            cache.close()
         # Apply it now, so the command's output is the outcome; a worker that got there first wins the claim.
         ingest.ingest(inventory.pk)
         inventory.refresh_from_db()
+        return inventory
+
+    def _buckets(self, endpoint: str, actor: Actor) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        self._secrets_file()
+        demo_s3 = DemoS3(endpoint)
+        for demo in DEMO_BUCKETS:
+            try:
+                written, started = demo_s3.fill(demo)
+            except (BotoCoreError, ClientError) as exc:
+                raise CommandError(f"the demo S3 endpoint {endpoint} did not take s3://{demo.bucket}: {exc}") from None
+            if written or started:
+                self.stdout.write(
+                    f"s3://{demo.bucket}/{demo.prefix} ({demo.region}): wrote {written} objects"
+                    + (f", started {started} multipart upload(s) left incomplete" if started else "")
+                )
+            bucket = self._register(demo, endpoint, actor)
+            inventory = self._scan_bucket(bucket, actor)
+            uploads = MultipartUpload.objects.filter(location=bucket.location, gone_at__isnull=True).count()
+            outcome = inventory.status if inventory.status != InventoryStatus.FAILED else f"failed: {inventory.error}"
+            self.stdout.write(
+                f"{bucket.location.name} (s3://{demo.bucket}/{demo.prefix} at {bucket.endpoint_url}, {demo.region}): "
+                f"{inventory.files_count} objects, {inventory.checkpoints_found} checkpoint copies, "
+                f"{uploads} incomplete multipart upload(s) ({outcome}; "
+                f"+{inventory.files_added} ~{inventory.files_changed} -{inventory.files_gone})"
+            )
+            if inventory.status == InventoryStatus.APPLIED and inventory.error:
+                for line in inventory.error.splitlines():
+                    self.stdout.write(f"    {line}")
+
+    def _secrets_file(self) -> None:
+        """The keys the workers use for the demo endpoint, as a ``file:`` credentials reference would name them."""
+        directory = Path(settings.S3_SECRETS_DIR)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = directory / DEMO_S3_CREDENTIALS
+        if not path.exists():
+            path.write_text(json.dumps(DEMO_S3_KEYS, indent=2) + "\n")
+            path.chmod(0o600)
+
+    def _register(self, demo: DemoBucket, endpoint: str, actor: Actor) -> Bucket:
+        bucket = Bucket.objects.select_related("location").filter(location__name=demo.location).first()
+        if bucket is None:
+            try:
+                return bucket_add(
+                    name=demo.location,
+                    bucket_name=demo.bucket,
+                    prefix=demo.prefix,
+                    endpoint_url=endpoint,
+                    region_name=demo.region,
+                    addressing_style="path",
+                    credentials=f"file:{DEMO_S3_CREDENTIALS}",
+                    scan_every_minutes=0,  # the demo runs no beat: scans are on demand, from the fleet page
+                    actor=actor,
+                )
+            except DomainError as exc:
+                raise CommandError(f"cannot register the demo bucket {demo.bucket}: {exc.message}") from None
+        if bucket.endpoint_url != endpoint:
+            self.stderr.write(
+                f"warning: {demo.location} is registered at {bucket.endpoint_url}, not {endpoint}; its scans go "
+                "there (start the demo with the same S3_PORT, or use a fresh CKPTFLEET_VAR_DIR)"
+            )
+        return bucket
+
+    def _scan_bucket(self, bucket: Bucket, actor: Actor) -> Inventory:
+        try:
+            inventory = scan_start(location=bucket.location, actor=actor)
+        except DomainError as exc:
+            raise CommandError(exc.message) from None
+        # Run it now, so the command's output is the outcome; a worker that got there first wins the claim.
+        scan_run(inventory.pk)
+        deadline = time.monotonic() + 300
+        inventory.refresh_from_db()
+        while inventory.status in (InventoryStatus.RECEIVED, InventoryStatus.PROCESSING):
+            if time.monotonic() > deadline:
+                raise CommandError(f"scan {inventory.pk} of {bucket.location.name} is still {inventory.status}")
+            time.sleep(0.2)
+            inventory.refresh_from_db()
         return inventory
 
     def _demo_login(self) -> None:
