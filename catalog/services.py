@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
@@ -248,18 +248,3 @@ def location_recognize(*, location: StorageLocation, inventory: Inventory | None
         _update_copy_links(moves)
     checkpoints_verify(touched, judged=judged)
     return found_total
-
-
-def entries_for(files: Iterable[ShardFile]) -> list[FileEntry]:
-    """FileEntry values for ShardFile rows (used by tests and the admin's "re-judge")."""
-    return [
-        FileEntry(f.path, f.size, f.mtime.timestamp(), f.facts, f.checksum or None, f.checksum_algo or None)
-        for f in files
-    ]
-
-
-@transaction.atomic
-def location_rejudge(*, location: StorageLocation) -> int:
-    """Judge every checkpoint at a location again (after a format module changed, say)."""
-    location = StorageLocation.objects.select_for_update().get(pk=location.pk)
-    return location_recognize(location=location, inventory=None)
