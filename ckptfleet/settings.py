@@ -59,8 +59,10 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "access",
     "fleet",
     "catalog",
+    "actions",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,190 @@
+"""What operators do to checkpoints: pins, legal holds, and two-phase deletions with frozen lists.
+
+Rows here are the state the promises in PRODUCT.md are checked against; every change to them is
+made by a service in ``actions.services`` that writes its audit event in the same transaction.
+Pins and holds are never deleted: releasing one stamps it, so its history stays.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+
+class Pin(models.Model):
+    """A checkpoint an operator wants kept: it cannot be scheduled for deletion while pinned."""
+
+    checkpoint = models.ForeignKey("catalog.Checkpoint", on_delete=models.PROTECT, related_name="pins")
+    reason = models.TextField()
+    pinned_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, related_name="+")
+    pinned_label = models.CharField(max_length=200)
+    pinned_at = models.DateTimeField()
+    unpinned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    unpinned_label = models.CharField(max_length=200, blank=True)
+    unpinned_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-pinned_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["checkpoint"], condition=Q(unpinned_at__isnull=True), name="pin_one_active_per_checkpoint"
+            ),
+            models.CheckConstraint(condition=~Q(reason=""), name="pin_has_reason"),
+        ]
+
+    def __str__(self) -> str:
+        return f"pin on checkpoint {self.checkpoint_id}"
+
+    @property
+    def active(self) -> bool:
+        return self.unpinned_at is None
+
+
+class Hold(models.Model):
+    """A legal or compliance hold: nothing it covers is deleted, demoted or overwritten, by anyone.
+
+    A hold covers one checkpoint, or, with ``checkpoint`` empty, every checkpoint of ``run``,
+    including ones that appear later. Only a different person than the one who placed it may
+    release it.
+    """
+
+    run = models.ForeignKey("catalog.Run", on_delete=models.PROTECT, related_name="holds")
+    checkpoint = models.ForeignKey(
+        "catalog.Checkpoint", on_delete=models.PROTECT, null=True, blank=True, related_name="holds"
+    )
+    reason = models.TextField()
+    case_ref = models.CharField(max_length=200)
+    placed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, related_name="+")
+    placed_label = models.CharField(max_length=200)
+    placed_at = models.DateTimeField()
+    released_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    released_label = models.CharField(max_length=200, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+    release_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-placed_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=~Q(reason="") & ~Q(case_ref=""), name="hold_has_reason_and_case"),
+            models.CheckConstraint(
+                condition=Q(released_at__isnull=True) | ~Q(released_label=F("placed_label")),
+                name="hold_released_by_another_person",
+            ),
+        ]
+        indexes = [models.Index(fields=["run", "released_at"], name="hold_run_active")]
+
+    def __str__(self) -> str:
+        scope = f"checkpoint {self.checkpoint_id}" if self.checkpoint_id else f"run {self.run_id}"
+        return f"hold {self.case_ref} on {scope}"
+
+    @property
+    def active(self) -> bool:
+        return self.released_at is None
+
+
+class DeletionState(models.TextChoices):
+    AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+    SCHEDULED = "scheduled", "Scheduled (grace period)"
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    BLOCKED = "blocked", "Blocked by a promise"
+    CANCELLED = "cancelled", "Cancelled"
+    FAILED = "failed", "Failed"
+
+
+class DeletionJob(models.Model):
+    """One scheduled deletion of a whole checkpoint or of one copy, with its frozen item list.
+
+    The job's state and its items live in the database, never in the broker: a worker that dies
+    is replaced by one that reads where the job stands and carries on.
+    """
+
+    checkpoint = models.ForeignKey("catalog.Checkpoint", on_delete=models.PROTECT, related_name="deletions")
+    copy = models.ForeignKey(
+        "catalog.CheckpointCopy",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="deletions",
+        help_text="Empty: every copy of the checkpoint.",
+    )
+    state = models.CharField(max_length=20, choices=DeletionState.choices)
+    reason = models.TextField()
+    origin = models.CharField(max_length=20, default="manual", help_text="manual, or policy:<id>.")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    requested_label = models.CharField(max_length=200)
+    requested_at = models.DateTimeField()
+    needs_approval = models.BooleanField(default=False)
+    approval_reasons = models.JSONField(default=list, blank=True)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    approved_label = models.CharField(max_length=200, blank=True)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    execute_after = models.DateTimeField(help_text="The end of the grace period.")
+    cancelled_label = models.CharField(max_length=200, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    items_total = models.IntegerField(default=0)
+    bytes_total = models.BigIntegerField(default=0)
+    items_deleted = models.IntegerField(default=0)
+    items_blocked = models.IntegerField(default=0)
+    outcome = models.TextField(blank=True, help_text="Why it ended as it did, for people.")
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=~Q(reason=""), name="deletionjob_has_reason"),
+            models.CheckConstraint(
+                condition=Q(approved_at__isnull=True) | ~Q(approved_label=F("requested_label")),
+                name="deletionjob_approved_by_another_person",
+            ),
+        ]
+        indexes = [models.Index(fields=["state", "execute_after"], name="deletionjob_due")]
+
+    def __str__(self) -> str:
+        return f"deletion {self.pk} of checkpoint {self.checkpoint_id} ({self.state})"
+
+
+class ItemState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DELETED = "deleted", "Deleted"
+    BLOCKED = "blocked", "Blocked"
+    SKIPPED = "skipped", "Skipped (changed since scheduling)"
+
+
+class DeletionItem(models.Model):
+    """One frozen object version or host file of a deletion job: exactly what will be deleted."""
+
+    job = models.ForeignKey(DeletionJob, on_delete=models.PROTECT, related_name="items")
+    copy = models.ForeignKey("catalog.CheckpointCopy", on_delete=models.PROTECT, related_name="+")
+    location = models.ForeignKey("fleet.StorageLocation", on_delete=models.PROTECT, related_name="+")
+    shard_file = models.ForeignKey("catalog.ShardFile", on_delete=models.SET_NULL, null=True, related_name="+")
+    path = models.TextField(help_text="The key in the bucket, or the path under the host's root.")
+    version_id = models.CharField(max_length=1024, blank=True)
+    etag = models.CharField(max_length=200, blank=True)
+    size = models.BigIntegerField()
+    mtime = models.DateTimeField()
+    state = models.CharField(max_length=10, choices=ItemState.choices, default=ItemState.PENDING)
+    detail = models.TextField(blank=True)
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "location", "path"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "location", "path", "version_id"], name="deletionitem_unique_per_job"
+            ),
+        ]
+        indexes = [models.Index(fields=["job", "state"], name="deletionitem_job_state")]
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.state})"
