@@ -63,6 +63,8 @@ INSTALLED_APPS = [
     "fleet",
     "catalog",
     "actions",
+    "retention",
+    "promotion",
 ]
 
 MIDDLEWARE = [
