@@ -8,6 +8,8 @@ An approver is a viewer who may also approve another person's deletion. Superuse
     operator  viewer + actions: pin, hold, promote, schedule deletion, scan, add buckets
     approver  viewer + approve deletions scheduled by someone else
     admin     everything above
+
+A person with none of these sees a 403 page naming whom to ask (``access.middleware``).
 """
 
 from __future__ import annotations
@@ -35,9 +37,20 @@ GRANTED_BY: dict[str, frozenset[str]] = {
 }
 
 
+def _group_names(user) -> frozenset[str]:
+    """Names of every group of ``user``, fetched once per request and cached on the user object."""
+    cached = getattr(user, "_ckptfleet_groups", None)
+    if cached is None:
+        cached = frozenset(user.groups.values_list("name", flat=True))
+        user._ckptfleet_groups = cached
+    return cached
+
+
 def roles_of(user) -> frozenset[str]:
-    """The roles ``user`` holds (cached on the user object for the request)."""
-    if user is None or not user.is_authenticated or not user.is_active:
+    """The roles ``user`` holds (cached on the user object for the request). Host agents hold none."""
+    if user is None or not user.is_authenticated or not getattr(user, "is_active", False):
+        return frozenset()
+    if not hasattr(user, "groups"):
         return frozenset()
     cached = getattr(user, "_ckptfleet_roles", None)
     if cached is not None:
@@ -45,7 +58,7 @@ def roles_of(user) -> frozenset[str]:
     if user.is_superuser:
         held = frozenset(Role.values)
     else:
-        groups = set(user.groups.filter(name__in=Role.values).values_list("name", flat=True))
+        groups = _group_names(user)
         held = frozenset(role for role, granting in GRANTED_BY.items() if groups & granting)
     user._ckptfleet_roles = held
     return held
@@ -55,9 +68,45 @@ def has_role(user, role: str) -> bool:
     return role in roles_of(user)
 
 
-def require_role(user, role: str, *, doing: str) -> None:
-    """Raise ``PermissionRefused`` (naming the role and what was refused) unless ``user`` holds ``role``."""
+def require_role(
+    user,
+    role: str,
+    *,
+    doing: str,
+    target_type: str = "",
+    target_id: int | None = None,
+    target_label: str = "",
+    source: str = "",
+) -> None:
+    """Raise ``PermissionRefused`` (naming the role and what was refused) unless ``user`` holds ``role``.
+
+    The refusal is audited (``access.refused``) in its own transaction: after the request when called
+    from a view, at once when called outside a transaction (see ``access.refusals``). Call it before
+    opening the action's transaction.
+    """
     if user is None or not user.is_authenticated:
         raise NotAuthenticated("sign in first")
-    if not has_role(user, role):
-        raise PermissionRefused(f"{doing} needs the {Role(role).label.lower()} role, which {user.get_username()} lacks")
+    if has_role(user, role):
+        return
+    from access.refusals import Refusal, note_refusal
+
+    label = Role(role).label.lower()
+    message = f"{doing} needs the {label} role, which {user_label(user)} lacks"
+    note_refusal(
+        Refusal(
+            user=user,
+            doing=doing,
+            role=role,
+            why=message,
+            source=source,
+            target_type=target_type,
+            target_id=target_id,
+            target_label=target_label,
+        )
+    )
+    raise PermissionRefused(message)
+
+
+def user_label(user) -> str:
+    getter = getattr(user, "get_username", None)
+    return getter() if getter else str(user)

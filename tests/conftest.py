@@ -206,11 +206,53 @@ def celery_worker_process(transactional_db, settings, tmp_path):
         _forget_broker_connections()
 
 
+def give_roles(user, *roles: str) -> None:
+    """Add ``user`` to the group of each role (roles are groups: access.roles)."""
+    from django.contrib.auth.models import Group
+
+    for role in roles:
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+    for cached in ("_ckptfleet_roles", "_ckptfleet_groups"):
+        user.__dict__.pop(cached, None)
+
+
+@pytest.fixture
+def signed_in_as(db, django_user_model):
+    """Sign a new person in with the given roles (none: signed in without any role).
+
+    ``signed_in_as("operator")`` returns a fresh test client; its person is ``client.user``.
+    Each call makes another person, named after the roles unless ``username`` says otherwise.
+    """
+    from django.test import Client
+
+    made: list[str] = []
+
+    def sign_in(*roles: str, username: str = "", **user_fields):
+        name = username or "-".join(roles or ("norole",))
+        if name in made:
+            name = f"{name}-{len(made)}"
+        made.append(name)
+        user = django_user_model.objects.create_user(username=name, password="a-long-password-1", **user_fields)
+        give_roles(user, *roles)
+        client = Client()
+        client.force_login(user)
+        client.user = user
+        return client
+
+    return sign_in
+
+
 @pytest.fixture
 def signed_in(client, django_user_model):
-    """A client signed in as an ordinary person (no staff rights)."""
+    """A client signed in as an ordinary person (no staff rights) holding the admin role.
+
+    Admin holds every role, so a test of a page or an action passes the role checks; a test of the
+    roles themselves uses ``signed_in_as``.
+    """
     user = django_user_model.objects.create_user(username="ada", password="a-long-password-1")
+    give_roles(user, "admin")
     client.force_login(user)
+    client.user = user
     return client
 
 

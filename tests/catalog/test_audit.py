@@ -6,7 +6,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 
-from catalog.audit import audit_record
+from catalog.audit import audit_record, audit_verify
 from catalog.models import AuditEvent
 from tests.conftest import is_postgres
 
@@ -100,3 +100,47 @@ def test_postgres_refuses_update_delete_and_truncate(db, statement):
     with pytest.raises(Exception, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(statement)
     assert AuditEvent.objects.count() == 1
+
+
+def _rehash(event: AuditEvent, **changes) -> str:
+    """Edit an event the careful way: change it and recompute its own hash, as a forger would."""
+    from catalog.audit import _digest, event_fields
+
+    for name, value in changes.items():
+        setattr(event, name, value)
+    new_hash = _digest(event.prev_hash, event_fields(event))
+    sets = ", ".join(f"{name} = %s" for name in changes)
+    _tamper(f"UPDATE catalog_auditevent SET {sets}, hash = %s WHERE id = %s", [*changes.values(), new_hash, event.pk])
+    return new_hash
+
+
+def test_verify_audit_finds_an_edit_whose_hash_was_recomputed_at_the_next_event(db):
+    events = [record(f"a{i}", reason="routine") for i in range(4)]
+    _rehash(events[1], reason="nothing to see")
+    checked, broken, why = audit_verify()
+    assert (checked, broken.pk) == (2, events[2].pk)  # the edited one checks out alone; its successor does not
+    assert "prev_hash does not match" in why
+    with pytest.raises(CommandError, match=f"event {events[2].pk}"):
+        call_command("verify_audit")
+
+
+def test_verify_audit_finds_a_rehashed_edit_of_the_newest_event_by_the_chain_head(db):
+    events = [record(f"a{i}") for i in range(3)]
+    _rehash(events[-1], actor_label="someone else")
+    checked, broken, why = audit_verify()
+    assert (checked, broken) == (3, None)
+    assert "chain head does not match" in why
+    with pytest.raises(CommandError, match="the end of the chain"):
+        call_command("verify_audit")
+
+
+def test_verify_audit_finds_an_event_inserted_into_the_middle(db):
+    events = [record(f"a{i}") for i in range(3)]
+    forged_hash = "f" * 64
+    _tamper(
+        "UPDATE catalog_auditevent SET prev_hash = %s WHERE id = %s",
+        [forged_hash, events[2].pk],
+    )
+    checked, broken, _ = audit_verify()
+    assert broken.pk == events[2].pk
+    assert checked == 2

@@ -16,6 +16,7 @@ from fleet.models import PriceBasis, PricePoint, StorageLocation
 from fleet.pricebook import GIB, PriceBook, price_set, utc_today
 from fleet.services import Actor, host_register, location_add
 from tests.catalog.test_usage import Fleet, dcp, utc
+from tests.conftest import give_roles
 
 pytestmark = pytest.mark.django_db
 
@@ -222,6 +223,7 @@ def test_a_price_entered_late_this_month_prices_its_days_again_and_no_earlier_on
 def finance_user(django_user_model):
     user = django_user_model.objects.create_user(username="fin", password="a-long-password-1")
     user.user_permissions.add(Permission.objects.get(codename="add_pricepoint"))
+    give_roles(user, "finance")  # the price book is the finance role's (access.roles)
     return user
 
 
@@ -261,7 +263,8 @@ def test_a_refused_price_is_explained_on_the_form_and_nothing_is_written(client,
     assert PricePoint.objects.count() == before
 
 
-def test_a_person_without_the_permission_reads_the_book_but_cannot_add(signed_in):
+def test_a_person_without_the_permission_reads_the_book_but_cannot_add(signed_in_as):
+    signed_in = signed_in_as("viewer")
     page = signed_in.get("/spend/prices/").content.decode()
     assert "Add a price" not in page
     before = PricePoint.objects.count()
