@@ -43,6 +43,14 @@ class Pin(models.Model):
         return self.unpinned_at is None
 
 
+class MirrorState(models.TextChoices):
+    NONE = "none", "Nothing to mirror (no Object Lock bucket)"
+    PENDING = "pending", "Mirroring to Object Lock"
+    DONE = "done", "Mirrored as Object Lock legal holds"
+    PARTIAL = "partial", "Partly mirrored: the store refused some objects"
+    FAILED = "failed", "Not mirrored: the store refused"
+
+
 class Hold(models.Model):
     """A legal or compliance hold: nothing it covers is deleted, demoted or overwritten, by anyone.
 
@@ -66,6 +74,11 @@ class Hold(models.Model):
     released_label = models.CharField(max_length=200, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)
     release_reason = models.TextField(blank=True)
+    # Object Lock mirroring: done after the hold commits (the database hold is what the promises
+    # read); a store that refuses leaves the hold standing, and says so here and in the audit trail.
+    mirror_state = models.CharField(max_length=12, choices=MirrorState.choices, default=MirrorState.NONE)
+    mirror_detail = models.TextField(blank=True)
+    mirrored_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-placed_at", "-id"]

@@ -1,0 +1,295 @@
+"""The API of the operator actions: the same services as the pages, the same refusals as JSON.
+
+    GET  pins/                      active and past pins (?checkpoint=, ?active=1)
+    POST pins/                      {"checkpoint", "reason"}
+    POST pins/{id}/unpin/           {"reason"?}
+    GET  holds/                     (?run=, ?checkpoint=, ?active=1)
+    POST holds/                     {"run", "checkpoint"?, "reason", "case_ref"}
+    POST holds/{id}/release/        {"reason"}
+    GET  deletions/                 (?checkpoint=, ?state=)
+    GET  deletions/{id}/            one job; deletions/{id}/items/ its frozen list
+    POST deletions/                 {"checkpoint", "copy"?, "reason"}
+    GET  deletions/preview/         ?checkpoint=&copy=: what would go, cost and remain, and any refusal
+    POST deletions/{id}/approve/    POST deletions/{id}/cancel/ {"reason"}
+
+Reads need any role; writes the operator role (approve: approver), checked by the services,
+which also refuse what the promises forbid, for admins too. Errors answer {"error", "detail"}.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from access.middleware import request_id_of
+from actions import services
+from actions.models import DeletionItem, DeletionJob, Hold, Pin
+from catalog.choices import EventSource
+from catalog.models import Checkpoint, CheckpointCopy, Run
+from ckptfleet.errors import DomainError
+
+
+def _actor(request):
+    return services.person(request.user, EventSource.API)
+
+
+def _get(model, pk, what: str):
+    try:
+        return model.objects.get(pk=pk)
+    except (model.DoesNotExist, ValueError, TypeError):
+        raise DomainError(f"{what} {pk} does not exist", code="not_found", http_status=404) from None
+
+
+class PinSerializer(serializers.ModelSerializer):
+    active = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = Pin
+        fields = ["id", "checkpoint", "reason", "pinned_label", "pinned_at", "unpinned_label", "unpinned_at", "active"]
+
+
+class HoldSerializer(serializers.ModelSerializer):
+    active = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = Hold
+        fields = [
+            "id",
+            "run",
+            "checkpoint",
+            "reason",
+            "case_ref",
+            "placed_label",
+            "placed_at",
+            "released_label",
+            "released_at",
+            "release_reason",
+            "mirror_state",
+            "mirror_detail",
+            "mirrored_at",
+            "active",
+        ]
+
+
+class DeletionJobSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = DeletionJob
+        fields = [
+            "id",
+            "checkpoint",
+            "copy",
+            "state",
+            "reason",
+            "origin",
+            "requested_label",
+            "requested_at",
+            "needs_approval",
+            "approval_reasons",
+            "approved_label",
+            "approved_at",
+            "execute_after",
+            "cancelled_label",
+            "cancelled_at",
+            "started_at",
+            "finished_at",
+            "items_total",
+            "bytes_total",
+            "items_deleted",
+            "items_blocked",
+            "outcome",
+        ]
+
+
+class DeletionItemSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = DeletionItem
+        fields = ["id", "copy", "location", "path", "version_id", "etag", "size", "mtime", "state", "detail", "done_at"]
+
+
+class PinInput(serializers.Serializer):
+    checkpoint = serializers.IntegerField()
+    reason = serializers.CharField(allow_blank=True, required=False, default="")
+
+
+class ReasonInput(serializers.Serializer):
+    reason = serializers.CharField(allow_blank=True, required=False, default="")
+
+
+class HoldInput(serializers.Serializer):
+    run = serializers.IntegerField()
+    checkpoint = serializers.IntegerField(required=False, allow_null=True, default=None)
+    reason = serializers.CharField(allow_blank=True, required=False, default="")
+    case_ref = serializers.CharField(allow_blank=True, required=False, default="")
+
+
+class DeletionInput(serializers.Serializer):
+    checkpoint = serializers.IntegerField()
+    copy = serializers.IntegerField(required=False, allow_null=True, default=None)
+    reason = serializers.CharField(allow_blank=True, required=False, default="")
+
+
+def _valid(serializer_class, request) -> dict:
+    data = serializer_class(data=request.data)
+    data.is_valid(raise_exception=True)
+    return data.validated_data
+
+
+def _active_filter(queryset, request, field: str):
+    if request.query_params.get("active") in ("1", "true", "yes"):
+        queryset = queryset.filter(**{f"{field}__isnull": True})
+    return queryset
+
+
+class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    queryset = Pin.objects.all()
+    serializer_class = PinSerializer
+    filterset_fields = ["checkpoint"]
+
+    def get_queryset(self):
+        return _active_filter(super().get_queryset(), self.request, "unpinned_at")
+
+    @extend_schema(request=PinInput, responses={201: PinSerializer})
+    def create(self, request):
+        data = _valid(PinInput, request)
+        checkpoint = _get(Checkpoint, data["checkpoint"], "checkpoint")
+        made = services.pin(
+            checkpoint=checkpoint, reason=data["reason"], actor=_actor(request), request_id=request_id_of(request)
+        )
+        return Response(PinSerializer(made).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=ReasonInput, responses={200: PinSerializer})
+    @action(detail=True, methods=["post"])
+    def unpin(self, request, pk=None):
+        data = _valid(ReasonInput, request)
+        done = services.unpin(
+            pin=_get(Pin, pk, "pin"), reason=data["reason"], actor=_actor(request), request_id=request_id_of(request)
+        )
+        return Response(PinSerializer(done).data)
+
+
+class HoldViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    queryset = Hold.objects.all()
+    serializer_class = HoldSerializer
+    filterset_fields = ["run", "checkpoint", "case_ref"]
+
+    def get_queryset(self):
+        return _active_filter(super().get_queryset(), self.request, "released_at")
+
+    @extend_schema(request=HoldInput, responses={201: HoldSerializer})
+    def create(self, request):
+        data = _valid(HoldInput, request)
+        run = _get(Run, data["run"], "run")
+        checkpoint = _get(Checkpoint, data["checkpoint"], "checkpoint") if data["checkpoint"] else None
+        made = services.hold(
+            run=run,
+            checkpoint=checkpoint,
+            reason=data["reason"],
+            case_ref=data["case_ref"],
+            actor=_actor(request),
+            request_id=request_id_of(request),
+        )
+        return Response(HoldSerializer(made).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=ReasonInput, responses={200: HoldSerializer})
+    @action(detail=True, methods=["post"])
+    def release(self, request, pk=None):
+        data = _valid(ReasonInput, request)
+        done = services.release(
+            hold=_get(Hold, pk, "hold"), reason=data["reason"], actor=_actor(request), request_id=request_id_of(request)
+        )
+        return Response(HoldSerializer(done).data)
+
+
+class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    queryset = DeletionJob.objects.all()
+    serializer_class = DeletionJobSerializer
+    filterset_fields = ["checkpoint", "state", "origin"]
+
+    @extend_schema(request=DeletionInput, responses={201: DeletionJobSerializer})
+    def create(self, request):
+        data = _valid(DeletionInput, request)
+        checkpoint = _get(Checkpoint, data["checkpoint"], "checkpoint")
+        copy = _get(CheckpointCopy, data["copy"], "copy") if data["copy"] else None
+        job = services.schedule_deletion(
+            checkpoint=checkpoint,
+            copy=copy,
+            reason=data["reason"],
+            actor=_actor(request),
+            request_id=request_id_of(request),
+        )
+        return Response(DeletionJobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("checkpoint", int, required=True),
+            OpenApiParameter("copy", int, required=False),
+        ],
+        responses={200: dict},
+    )
+    @action(detail=False, methods=["get"])
+    def preview(self, request):
+        """What a deletion would remove, cost per month and leave restorable, and which promise refuses it."""
+        checkpoint = _get(Checkpoint, request.query_params.get("checkpoint"), "checkpoint")
+        raw_copy = request.query_params.get("copy")
+        copy = _get(CheckpointCopy, raw_copy, "copy") if raw_copy else None
+        p = services.preview(checkpoint=checkpoint, copy=copy)
+        return Response(
+            {
+                "checkpoint": checkpoint.pk,
+                "copy": copy.pk if copy else None,
+                "allowed": p.allowed,
+                "refusal": p.refusal,
+                "refusal_code": p.refusal_code or None,
+                "promise": p.promise,
+                "needs_approval": p.needs_approval,
+                "approval_reasons": p.approval_reasons,
+                "copies": [
+                    {
+                        "copy": part.copy.pk,
+                        "location": part.copy.location.name,
+                        "files": part.files,
+                        "bytes": part.bytes,
+                        "monthly_cost": str(part.monthly_cost) if part.monthly_cost is not None else None,
+                    }
+                    for part in p.parts
+                ],
+                "files": p.files,
+                "bytes": p.bytes,
+                "monthly_cost": str(p.monthly_cost) if p.monthly_cost is not None else None,
+                "currency": p.currency,
+                "newest_restorable_before": p.newest_before.pk if p.newest_before else None,
+                "newest_restorable_after": p.newest_after.pk if p.newest_after else None,
+                "newest_restorable_after_verified": p.newest_after_verified,
+                "grace_days": p.grace_days,
+                "sample": p.sample,
+            }
+        )
+
+    @extend_schema(responses={200: DeletionItemSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def items(self, request, pk=None):
+        job = self.get_object()
+        page = self.paginate_queryset(DeletionItem.objects.filter(job=job))
+        return self.get_paginated_response(DeletionItemSerializer(page, many=True).data)
+
+    @extend_schema(request=None, responses={200: DeletionJobSerializer})
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        job = services.approve(
+            job=_get(DeletionJob, pk, "deletion"), actor=_actor(request), request_id=request_id_of(request)
+        )
+        return Response(DeletionJobSerializer(job).data)
+
+    @extend_schema(request=ReasonInput, responses={200: DeletionJobSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        data = _valid(ReasonInput, request)
+        job = services.cancel(
+            job=_get(DeletionJob, pk, "deletion"),
+            reason=data["reason"],
+            actor=_actor(request),
+            request_id=request_id_of(request),
+        )
+        return Response(DeletionJobSerializer(job).data)

@@ -1,0 +1,588 @@
+"""Carrying out scheduled deletions: the frozen items of a job, in batches, against the real storage.
+
+A job whose grace period has ended (and which a second person approved, if it needed that) is
+started by beat (``start_due``) and worked through by one task (``execute``). Everything the job
+knows is in the database: its state and one row per frozen object or file. A worker that dies
+anywhere leaves the rows as they were at its last commit, and the next delivery carries on from
+there; the beat sweep sends one when a running job has made no progress for ``LEASE``.
+
+Before every batch, under row locks on the checkpoint and the job, the promises are checked
+again (``blocker``): a hold or pin placed since scheduling stops the job as blocked, a cancelled
+job stops. The lock is held while the store deletes that batch, so a hold placed meanwhile waits
+for the batch and then wins. An item is marked deleted only when the store confirms it; a store
+that refuses (Object Lock legal hold or retention: AccessDenied) leaves the item blocked, never
+retried, and the job says so in its outcome and in the audit trail.
+
+Objects in buckets are deleted here, by exact version (or, unversioned, conditional on the ETag);
+files on hosts are deleted by the host's agent (``agent_pending`` / ``agent_report``), which checks
+size and mtime first. When a job ends, the files it removed are marked gone and the locations'
+copies judged again by the ingestion's own code, so the catalog shows what remains.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Exists, Max, OuterRef, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
+from actions.protection import OPEN_DELETION_STATES, active_holds, is_pinned
+from catalog.audit import audit_record
+from catalog.choices import ActorKind, CopyState, EventSource, Verification
+from catalog.models import CheckpointCopy, ShardFile
+from ckptfleet.errors import DomainError, PermissionRefused
+from fleet import s3
+from fleet.choices import LocationKind
+from fleet.models import Bucket, Host, StorageLocation
+from fleet.services import Actor
+
+log = logging.getLogger(__name__)
+
+BATCH = s3.DELETE_BATCH  # keys per DeleteObjects request, and files per agent answer
+LEASE = timedelta(minutes=10)  # a running job without progress this long is sent to a worker again
+MAX_IDLE_PASSES = 5  # batches in a row that only met transient errors before the task gives up for now
+TERMINAL = (DeletionState.COMPLETED, DeletionState.BLOCKED, DeletionState.FAILED)
+TERMINAL_ACTIONS = {
+    DeletionState.COMPLETED: "deletion.complete",
+    DeletionState.BLOCKED: "deletion.blocked",
+    DeletionState.FAILED: "deletion.fail",
+}
+HOST_KINDS = (LocationKind.NVME, LocationKind.PFS)
+WORKER = Actor(kind=ActorKind.WORKER, label="deletion worker", source=EventSource.TASK)
+_GONE_CODES = frozenset({"NoSuchKey", "NoSuchVersion", "404", "NotFound"})
+_CHANGED_CODES = frozenset({"PreconditionFailed", "412"})
+
+
+def _audit(job: DeletionJob, actor: Actor, action: str, *, after: dict, reason: str = "", before=None) -> None:
+    """One event on the checkpoint's history, naming the deletion, as the scheduling services write them."""
+    audit_record(
+        actor_kind=actor.kind,
+        actor=actor.user,
+        actor_label=actor.label,
+        source=actor.source,
+        action=action,
+        target_type="checkpoint",
+        target_id=job.checkpoint_id,
+        target_label=str(job.checkpoint),
+        reason=reason,
+        before={"deletion": job.pk, **before} if before else None,
+        after={"deletion": job.pk, **after},
+    )
+
+
+# --- the promises, checked again at the moment of execution -----------------------------------------
+
+
+def blocker(job: DeletionJob) -> str:
+    """Why the job must not delete anything more now, or "" when every promise allows it.
+
+    Call it with the checkpoint and the job locked. The rules are those ``schedule_deletion``
+    applied when the job was made, read again now: a hold or a pin placed since wins; a copy goes
+    only while another verified copy that is not itself being deleted remains (promises 5 and 6);
+    a policy never deletes the run's newest restorable checkpoint.
+    """
+    checkpoint = job.checkpoint
+    hold = active_holds(checkpoint).order_by("placed_at").first()
+    if hold is not None:
+        scope = "its run" if hold.checkpoint_id is None else "it"
+        return f"a legal hold on {scope} (case {hold.case_ref}, placed by {hold.placed_label}) forbids deleting it"
+    if is_pinned(checkpoint):
+        return "it is pinned; unpin it first"
+    copy = job.copy
+    if copy is not None and copy.state == CopyState.COMPLETE and not copy.temporary:
+        others_going = DeletionJob.objects.filter(
+            checkpoint=checkpoint, state__in=OPEN_DELETION_STATES, copy__isnull=False
+        ).exclude(pk=job.pk)
+        survivor = (
+            CheckpointCopy.objects.filter(
+                checkpoint=checkpoint,
+                gone_at__isnull=True,
+                state=CopyState.COMPLETE,
+                verification=Verification.VERIFIED,
+            )
+            .exclude(pk=job.copy_id)
+            .exclude(pk__in=others_going.values("copy_id"))
+        )
+        if not survivor.exists():
+            return (
+                "no other verified copy of the checkpoint would remain: a complete copy is deleted only "
+                "while another copy that stays is verified"
+            )
+    elif copy is None and job.origin.startswith("policy"):
+        from catalog.selectors import newest_restorable
+
+        newest, _verified = newest_restorable(checkpoint.run)
+        if newest is not None and newest.pk == checkpoint.pk:
+            return "it is the run's newest restorable checkpoint, which no policy deletes"
+    return ""
+
+
+def _lock(job_id: int) -> DeletionJob | None:
+    """Lock the run, the checkpoint, then the job (the services' order); None when there is no such job."""
+    from actions.services import lock_checkpoint
+
+    checkpoint_id = DeletionJob.objects.filter(pk=job_id).values_list("checkpoint_id", flat=True).first()
+    if checkpoint_id is None:
+        return None
+    checkpoint = lock_checkpoint(checkpoint_id)
+    job = DeletionJob.objects.select_for_update(of=("self",)).select_related("copy").get(pk=job_id)
+    job.checkpoint = checkpoint
+    return job
+
+
+# --- starting due jobs, and the sweep ---------------------------------------------------------------
+
+
+def due_jobs(now: datetime):
+    """Scheduled jobs whose grace period is over and which need no approval or have it."""
+    return DeletionJob.objects.filter(state=DeletionState.SCHEDULED, execute_after__lte=now).filter(
+        Q(needs_approval=False) | Q(approved_at__isnull=False)
+    )
+
+
+def stale_jobs(now: datetime):
+    """Running jobs a worker should be working on but that have shown no progress for ``LEASE``.
+
+    Progress is the newest ``done_at`` of the job's items, or its start. Jobs that only wait for
+    host agents are left alone: the agent's next fetch checks the promises again.
+    """
+    last = Coalesce(Max("items__done_at"), "started_at")
+    pending = DeletionItem.objects.filter(job=OuterRef("pk"), state=ItemState.PENDING)
+    return (
+        DeletionJob.objects.filter(state=DeletionState.RUNNING)
+        .annotate(last_progress=last)
+        .filter(last_progress__lt=now - LEASE)
+        .annotate(
+            bucket_work=Exists(pending.filter(location__kind=LocationKind.BUCKET)),
+            any_pending=Exists(pending),
+        )
+        .filter(Q(bucket_work=True) | Q(any_pending=False))
+    )
+
+
+def start(job_id: int, *, now: datetime | None = None) -> bool:
+    """Move one due job from scheduled to running, with its audit event; queue its task after commit."""
+    from actions.tasks import execute_deletion
+
+    now = now or timezone.now()
+    with transaction.atomic():
+        job = _lock(job_id)
+        if job is None or not due_jobs(now).filter(pk=job_id).exists():
+            return False
+        DeletionJob.objects.filter(pk=job.pk).update(state=DeletionState.RUNNING, started_at=now)
+        _audit(
+            job,
+            WORKER,
+            "deletion.start",
+            before={"state": job.state},
+            after={"state": DeletionState.RUNNING, "items": job.items_total, "bytes": job.bytes_total},
+        )
+        transaction.on_commit(lambda: execute_deletion.delay(job_id))
+    return True
+
+
+def start_due(*, now: datetime | None = None) -> dict:
+    """Start every due job and send a worker to every stale running one (beat, every minute)."""
+    from actions.tasks import execute_deletion
+
+    now = now or timezone.now()
+    started = [pk for pk in due_jobs(now).order_by("execute_after", "pk").values_list("pk", flat=True)[:1000]]
+    started = [pk for pk in started if start(pk, now=now)]
+    resent = list(stale_jobs(now).order_by("pk").values_list("pk", flat=True)[:1000])
+    for pk in resent:
+        execute_deletion.delay(pk)
+    if started or resent:
+        log.info("deletions started: %s; sent again after no progress: %s", started, resent)
+    return {"started": started, "resent": resent}
+
+
+# --- executing a job --------------------------------------------------------------------------------
+
+
+@dataclass
+class BatchResult:
+    status: str  # "more", "done", "stopped", "waiting" (for agents), "retry" (only failed objects are left)
+    deleted: int = 0
+    retry: tuple[int, ...] = ()  # items that met a transient error in this batch
+
+
+def execute(job_id: int) -> str:
+    """Work through a running job's object items, batch by batch, and end it when nothing is pending.
+
+    Safe to run twice at once or again after a crash: each batch locks the job, reads what is still
+    pending and records what the store confirmed before it commits. Returns how the job stands:
+    "done" (ended), "stopped" (not running), "waiting" (only host files remain, for the agents),
+    "later" (the store kept failing; the sweep sends the job again).
+    """
+    skip: set[int] = set()
+    clients: dict[int, object] = {}
+    idle = 0
+    while True:
+        try:
+            result = run_batch(job_id, skip=frozenset(skip), clients=clients)
+        except s3.S3Error as exc:
+            if not exc.transient:
+                fail(job_id, f"the store refused the deletion: {exc.message}")
+                return "done"
+            idle += 1
+            if idle > MAX_IDLE_PASSES:
+                log.warning("deletion %s: the store keeps failing (%s); trying again later", job_id, exc.message)
+                return "later"
+            time.sleep(min(2**idle, 30))
+            continue
+        if result.status == "retry":
+            # Only objects the store failed on for now are left: try them again after a pause.
+            idle += 1
+            if idle > MAX_IDLE_PASSES:
+                return "later"
+            time.sleep(min(2**idle, 30))
+            skip.clear()
+            continue
+        if result.status != "more":
+            return result.status
+        skip.update(result.retry)
+        if result.deleted:
+            idle = 0
+        elif result.retry:
+            idle += 1
+            if idle > MAX_IDLE_PASSES:
+                return "later"
+            time.sleep(min(2**idle, 30))
+
+
+def run_batch(job_id: int, *, skip: frozenset[int] = frozenset(), clients: dict | None = None) -> BatchResult:
+    """One batch of at most ``BATCH`` objects of one bucket, in one transaction with the locks held.
+
+    ``clients`` keeps one S3 client per bucket across the batches of one task run.
+    """
+    with transaction.atomic():
+        job = _lock(job_id)
+        if job is None or job.state != DeletionState.RUNNING:
+            return BatchResult("stopped")
+        why = blocker(job)
+        if why:
+            _finish(job, DeletionState.BLOCKED, f"stopped before it was done: {why}", actor=WORKER)
+            return BatchResult("stopped")
+        pending = DeletionItem.objects.filter(job=job, state=ItemState.PENDING)
+        first = (
+            pending.filter(location__kind=LocationKind.BUCKET)
+            .exclude(pk__in=skip)
+            .order_by("location_id", "pk")
+            .values_list("location_id", flat=True)
+            .first()
+        )
+        if first is None:
+            if skip and pending.filter(pk__in=skip).exists():
+                return BatchResult("retry")
+            if pending.exists():
+                return BatchResult("waiting")
+            _finish(job, *_verdict(job), actor=WORKER)
+            return BatchResult("done")
+        items = list(pending.filter(location_id=first).exclude(pk__in=skip).order_by("pk")[:BATCH])
+        bucket = Bucket.objects.select_related("location").get(location_id=first)
+        clients = {} if clients is None else clients
+        client = clients.get(first) or clients.setdefault(first, s3.client_for(bucket))
+        outcomes = s3.delete_objects(client, bucket.bucket_name, [(i.path, i.version_id, i.etag) for i in items])
+        now = timezone.now()
+        done: dict[str, list[DeletionItem]] = defaultdict(list)
+        retry: list[int] = []
+        refused: list[dict] = []
+        for item, outcome in zip(items, outcomes, strict=True):
+            if outcome.deleted:
+                item.state, item.detail = ItemState.DELETED, ""
+            elif outcome.code == "AccessDenied":
+                item.state = ItemState.BLOCKED
+                item.detail = (
+                    f"refused by the store (Object Lock legal hold or retention, or a policy): {outcome.message}"
+                )
+                refused.append({"key": outcome.key, "version_id": outcome.version_id, "message": outcome.message})
+            elif outcome.code in _CHANGED_CODES:
+                item.state, item.detail = ItemState.SKIPPED, "changed since scheduling: the ETag no longer matches"
+            elif outcome.code in _GONE_CODES:
+                item.state, item.detail = ItemState.SKIPPED, "missing: already gone from the store"
+            elif not outcome.code or s3.is_transient_code(outcome.code):
+                retry.append(item.pk)  # unconfirmed: stays pending, tried again
+                continue
+            else:
+                item.state = ItemState.BLOCKED
+                item.detail = f"refused by the store: {outcome.code}: {outcome.message}"
+                refused.append({"key": outcome.key, "version_id": outcome.version_id, "message": outcome.message})
+            item.done_at = now
+            done[item.state].append(item)
+        counts = _record(job, done, now=now)
+        _audit(
+            job,
+            WORKER,
+            "deletion.batch",
+            after={
+                "location": bucket.location.name,
+                **counts,
+                "unconfirmed": len(retry),
+                "first_key": items[0].path,
+                "last_key": items[-1].path,
+            },
+        )
+        if refused:
+            # The alert: these stay in the store, and the job will end blocked rather than completed.
+            _audit(
+                job,
+                WORKER,
+                "deletion.refused_by_store",
+                reason="the store refused to delete objects (Object Lock legal hold or retention?)",
+                after={"location": bucket.location.name, "count": len(refused), "objects": refused[:50]},
+            )
+            log.warning("deletion %s: %s objects refused by %s", job.pk, len(refused), bucket.location.name)
+    return BatchResult("more", deleted=counts["deleted"], retry=tuple(retry))
+
+
+def _record(job: DeletionJob, done: dict[str, list[DeletionItem]], *, now: datetime) -> dict[str, int]:
+    """Store the items' new states, the job's counters and the files now gone, in the caller's transaction."""
+    for state, items in done.items():
+        by_detail: dict[str, list[int]] = defaultdict(list)
+        for item in items:
+            by_detail[item.detail].append(item.pk)
+        for detail, ids in by_detail.items():
+            for i in range(0, len(ids), 1000):
+                DeletionItem.objects.filter(pk__in=ids[i : i + 1000], state=ItemState.PENDING).update(
+                    state=state, detail=detail, done_at=now
+                )
+    deleted = len(done.get(ItemState.DELETED, ()))
+    blocked = len(done.get(ItemState.BLOCKED, ()))
+    skipped = len(done.get(ItemState.SKIPPED, ()))
+    if deleted or blocked:
+        DeletionJob.objects.filter(pk=job.pk).update(
+            items_deleted=job.items_deleted + deleted, items_blocked=job.items_blocked + blocked
+        )
+        job.items_deleted += deleted
+        job.items_blocked += blocked
+    gone = [
+        i
+        for i in (*done.get(ItemState.DELETED, ()), *done.get(ItemState.SKIPPED, ()))
+        if i.shard_file_id and (i.state == ItemState.DELETED or i.detail.startswith("missing"))
+    ]
+    _mark_gone(gone, now=now)
+    return {
+        "deleted": deleted,
+        "blocked": blocked,
+        "skipped": skipped,
+        "bytes_deleted": sum(i.size for i in done.get(ItemState.DELETED, ())),
+    }
+
+
+def _mark_gone(items: list[DeletionItem], *, now: datetime) -> None:
+    """Mark the shard files behind deleted items gone, as an inventory that no longer lists them would.
+
+    Only a row that still describes the deleted object or file (same version, or same size and
+    mtime) is marked: a file written again since belongs to nobody's frozen list.
+    """
+    if not items:
+        return
+    wanted = {i.shard_file_id: i for i in items}
+    ids = list(wanted)
+    last_seen = {}
+    for i in range(0, len(ids), 1000):
+        rows = ShardFile.objects.filter(pk__in=ids[i : i + 1000], gone_at__isnull=True).values_list(
+            "pk", "version_id", "size", "mtime", "location__last_applied_at"
+        )
+        for pk, version_id, size, mtime, applied in rows:
+            item = wanted[pk]
+            same = version_id == item.version_id if item.version_id else (size, mtime) == (item.size, item.mtime)
+            if same:
+                last_seen[pk] = applied or now
+    by_seen: dict[datetime, list[int]] = defaultdict(list)
+    for pk, seen in last_seen.items():
+        by_seen[seen].append(pk)
+    for seen, pks in by_seen.items():
+        for i in range(0, len(pks), 1000):
+            ShardFile.objects.filter(pk__in=pks[i : i + 1000]).update(gone_at=now, last_seen_at=seen, changed_at=now)
+
+
+def _verdict(job: DeletionJob) -> tuple[str, str]:
+    """How a job whose items are all settled ends, and why, in words for people."""
+    states = Counter(DeletionItem.objects.filter(job=job).values_list("state", flat=True))
+    deleted, blocked, skipped = states[ItemState.DELETED], states[ItemState.BLOCKED], states[ItemState.SKIPPED]
+    parts = [f"{deleted} of {job.items_total} deleted"]
+    if skipped:
+        parts.append(f"{skipped} skipped (changed since scheduling, or already gone)")
+    if blocked:
+        parts.append(f"{blocked} refused by the store (Object Lock legal hold or retention); they remain")
+        return DeletionState.BLOCKED, "; ".join(parts)
+    return DeletionState.COMPLETED, "; ".join(parts)
+
+
+def _finish(job: DeletionJob, state: str, outcome: str, *, actor: Actor) -> bool:
+    """End a running job, once: the state change is the guard of its one completion event.
+
+    Runs in the caller's transaction with the job locked. The locations whose files went are
+    judged again (copies complete, partial or gone) and their usage refreshed, as after an inventory.
+    """
+    now = timezone.now()
+    ended = DeletionJob.objects.filter(pk=job.pk, state=DeletionState.RUNNING).update(
+        state=state, finished_at=now, outcome=outcome[:2000]
+    )
+    if ended != 1:
+        return False
+    states = Counter(DeletionItem.objects.filter(job=job).values_list("state", flat=True))
+    _audit(
+        job,
+        actor,
+        TERMINAL_ACTIONS[state],
+        reason=outcome,
+        before={"state": DeletionState.RUNNING},
+        after={
+            "state": state,
+            "items": job.items_total,
+            "deleted": states[ItemState.DELETED],
+            "blocked": states[ItemState.BLOCKED],
+            "skipped": states[ItemState.SKIPPED],
+            "pending": states[ItemState.PENDING],
+        },
+    )
+    _rejudge(job, now=now)
+    job.state, job.outcome, job.finished_at = state, outcome, now
+    return True
+
+
+def _rejudge(job: DeletionJob, *, now: datetime) -> None:
+    from catalog.services import location_recognize
+    from catalog.usage import usage_refresh
+
+    touched = (
+        DeletionItem.objects.filter(job=job)
+        .exclude(state__in=(ItemState.PENDING, ItemState.BLOCKED))
+        .values_list("location_id", flat=True)
+        .distinct()
+    )
+    for location in StorageLocation.objects.filter(pk__in=list(touched)).order_by("pk").select_for_update():
+        location_recognize(location=location)
+        usage_refresh(location=location, day=now.astimezone(UTC).date(), now=now)
+
+
+def fail(job_id: int, why: str) -> None:
+    with transaction.atomic():
+        job = _lock(job_id)
+        if job is not None and job.state == DeletionState.RUNNING:
+            _finish(job, DeletionState.FAILED, why, actor=WORKER)
+
+
+# --- host files: the agent's side -------------------------------------------------------------------
+
+
+def agent_pending(*, host: Host, root: str = "", limit: int = BATCH) -> list[dict]:
+    """The pending files of running jobs on ``host``'s own roots, for its agent to delete.
+
+    Each job is checked against the promises under its locks before its files are handed out; a
+    job a promise now forbids is stopped here, and none of its files are listed.
+    """
+    items = DeletionItem.objects.filter(
+        state=ItemState.PENDING,
+        job__state=DeletionState.RUNNING,
+        location__host=host,
+        location__kind__in=HOST_KINDS,
+    )
+    if root:
+        if not StorageLocation.objects.filter(host=host, root_path=root).exists():
+            raise DomainError(f"{root!r} is not a registered root of {host.name}", code="unknown_root")
+        items = items.filter(location__root_path=root)
+    allowed = []
+    for job_id in items.order_by("job_id").values_list("job_id", flat=True).distinct()[:100]:
+        with transaction.atomic():
+            job = _lock(job_id)
+            if job is None or job.state != DeletionState.RUNNING:
+                continue
+            why = blocker(job)
+            if why:
+                actor = Actor(kind=ActorKind.SYSTEM, label="deletion check", source=EventSource.AGENT)
+                _finish(job, DeletionState.BLOCKED, f"stopped before it was done: {why}", actor=actor)
+                continue
+        allowed.append(job_id)
+    rows = (
+        items.filter(job_id__in=allowed)
+        .order_by("job_id", "pk")
+        .values("pk", "job_id", "location__root_path", "path", "size", "mtime")[:limit]
+    )
+    return [
+        {
+            "id": r["pk"],
+            "job": r["job_id"],
+            "root": r["location__root_path"],
+            "path": r["path"],
+            "size": r["size"],
+            "mtime": r["mtime"].timestamp(),
+        }
+        for r in rows
+    ]
+
+
+AGENT_RESULTS = ("deleted", "skipped", "failed")
+
+
+def agent_report(*, host: Host, results: list) -> dict[str, int]:
+    """Record what a host's agent did with its files: deleted, skipped (changed or missing), or failed.
+
+    The whole report is refused when any entry is malformed or names an item of another host.
+    Results for items no longer pending (reported twice, or the job was stopped) are ignored.
+    Failed files stay pending for the agent's next run. One audit event per job, by the host.
+    """
+    if not isinstance(results, list) or not results:
+        raise DomainError('send {"results": [{"id": ..., "result": "deleted|skipped|failed", "detail": ...}]}')
+    if len(results) > BATCH:
+        raise DomainError(f"at most {BATCH} results per report")
+    parsed: dict[int, tuple[str, str]] = {}
+    for n, entry in enumerate(results, start=1):
+        if not isinstance(entry, dict):
+            raise DomainError(f"result {n} is not an object")
+        pk, result, detail = entry.get("id"), entry.get("result"), entry.get("detail", "")
+        if not isinstance(pk, int) or isinstance(pk, bool):
+            raise DomainError(f"result {n}: id must be an integer")
+        if result not in AGENT_RESULTS:
+            raise DomainError(f"result {n}: result must be one of {', '.join(AGENT_RESULTS)}")
+        if not isinstance(detail, str):
+            raise DomainError(f"result {n}: detail must be a string")
+        parsed[pk] = (result, detail[:500])
+    owners = dict(DeletionItem.objects.filter(pk__in=list(parsed)).values_list("pk", "location__host_id").iterator())
+    foreign = [pk for pk in parsed if owners.get(pk) != host.pk]
+    if foreign:
+        raise PermissionRefused(
+            f"items {', '.join(map(str, sorted(foreign)[:10]))} are not files of host {host.name}; nothing was recorded"
+        )
+    actor = Actor(kind=ActorKind.HOST, label=host.name, source=EventSource.AGENT)
+    recorded = ignored = 0
+    by_job: dict[int, list[int]] = defaultdict(list)
+    for pk, job_id in DeletionItem.objects.filter(pk__in=list(parsed)).values_list("pk", "job_id"):
+        by_job[job_id].append(pk)
+    for job_id, pks in sorted(by_job.items()):
+        with transaction.atomic():
+            job = _lock(job_id)
+            if job is None or job.state != DeletionState.RUNNING:
+                ignored += len(pks)
+                continue
+            items = list(DeletionItem.objects.filter(pk__in=pks, state=ItemState.PENDING))
+            ignored += len(pks) - len(items)
+            now = timezone.now()
+            done: dict[str, list[DeletionItem]] = defaultdict(list)
+            failed = []
+            for item in items:
+                result, detail = parsed[item.pk]
+                if result == "failed":
+                    failed.append({"path": item.path, "detail": detail})
+                    continue
+                item.state = ItemState.DELETED if result == "deleted" else ItemState.SKIPPED
+                item.detail = detail if result == "skipped" else ""
+                item.done_at = now
+                done[item.state].append(item)
+                recorded += 1
+            counts = _record(job, done, now=now)
+            _audit(
+                job, actor, "deletion.agent_report", after={**counts, "failed": len(failed), "failures": failed[:20]}
+            )
+            if not DeletionItem.objects.filter(job=job, state=ItemState.PENDING).exists():
+                _finish(job, *_verdict(job), actor=actor)
+    return {"recorded": recorded, "ignored": ignored}

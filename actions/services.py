@@ -1,0 +1,823 @@
+"""Operator actions: pin, unpin, hold, release, schedule deletion, approve, cancel; and the deletion preview.
+
+Each action is one function that, in one transaction, locks the run row and then the checkpoint
+row (always in that order, so that two actions on one run queue up instead of deadlocking; the
+deletion executor locks the same way), checks its preconditions, changes state and writes exactly
+one audit event. Pages, the API, the management command and tasks all call these; none
+re-implements a check. Bad input raises ``DomainError`` before anything is written.
+
+Roles: a person (``Actor.kind == "user"``) needs the operator role to act and the approver role to
+approve; workers and beat act for policies and need none. The promises are checked for everyone:
+an admin gets no bypass, whichever way in.
+
+Object Lock: a hold placed or released on checkpoints with objects in an Object-Lock bucket is
+mirrored onto those objects as legal holds after the hold commits (``actions.objectlock``). The
+catalog's hold is what every promise reads and it stands whatever the store answers; a refusal is
+recorded on the hold (``mirror_state``) and in the mirror's own audit event.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Sum
+from django.utils import timezone
+
+from access.roles import Role, has_role, require_role
+from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, MirrorState, Pin
+from actions.protection import OPEN_DELETION_STATES, active_holds
+from catalog.audit import audit_record
+from catalog.choices import ActorKind, CopyState, Importance, Verification
+from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, ShardFile
+from catalog.selectors import newest_restorable
+from ckptfleet.errors import DomainError, PermissionRefused
+from fleet.models import Bucket
+from fleet.pricebook import GIB, PriceBook, utc_today
+from fleet.services import Actor
+
+MAX_REASON = 2000
+MAX_CASE_REF = 200
+ITEM_BATCH = 5000
+SAMPLE_ITEMS = 20
+_POLICY_ORIGIN = re.compile(r"^policy:[A-Za-z0-9_.-]{1,40}$")
+APPROVAL_IMPORTANCE = (Importance.MILESTONE, Importance.CRITICAL)
+
+
+# --- small shared checks --------------------------------------------------------------------------
+
+
+def _text(value, what: str, *, limit: int = MAX_REASON) -> str:
+    text = (value or "").strip() if isinstance(value, str) or value is None else None
+    if text is None:
+        raise DomainError(f"{what} must be text")
+    if not text:
+        raise DomainError(f"{what} is required", code="required")
+    if len(text) > limit:
+        raise DomainError(f"{what} is longer than {limit} characters")
+    return text
+
+
+def _target(target) -> dict:
+    if target is None:
+        return {}
+    return {"target_type": "run" if isinstance(target, Run) else "checkpoint", "target_id": target.pk}
+
+
+def _person_role(actor: Actor, role: str, *, doing: str, target=None) -> None:
+    """A person needs ``role``; workers and beat act for policies and are trusted to.
+
+    Called before the action's transaction, so that a refusal is audited (``access.refusals``).
+    """
+    if actor.kind == ActorKind.USER:
+        if actor.user is None:
+            raise DomainError(f"{doing} by a person needs the signed-in user", code="not_authenticated")
+        require_role(actor.user, role, doing=doing, source=actor.source, **_target(target))
+
+
+def _refuse_same_person(actor: Actor, doing: str, why: str, target) -> None:
+    """Separation of duties: audit the refusal (outside the transaction, like a missing role) and raise."""
+    from access.refusals import Refusal, note_refusal
+
+    note_refusal(
+        Refusal(user=actor.user, doing=doing, why=why, source=actor.source, **_target(target), target_label=str(target))
+    )
+    raise PermissionRefused(why)
+
+
+def _same_person(actor: Actor, user_id: int | None, label: str) -> bool:
+    if actor.user is not None and user_id is not None and getattr(actor.user, "pk", None) == user_id:
+        return True
+    return actor.label == label
+
+
+def _audit(actor: Actor, action: str, *, target, request_id: str = "", **fields) -> None:
+    if isinstance(target, Run):
+        target_type, label = "run", str(target)
+    else:
+        target_type, label = "checkpoint", str(target)
+    audit_record(
+        actor_kind=actor.kind,
+        actor=actor.user,
+        actor_label=actor.label,
+        source=actor.source,
+        action=action,
+        target_type=target_type,
+        target_id=target.pk,
+        target_label=label,
+        request_id=(request_id or "")[:64],
+        **fields,
+    )
+
+
+def lock_run(run_id: int) -> Run:
+    """Lock a run's row for the rest of the transaction and return it (with its team)."""
+    try:
+        run = Run.objects.select_for_update(of=("self",)).select_related("team").get(pk=run_id)
+    except Run.DoesNotExist:
+        raise DomainError(f"run {run_id} does not exist", code="not_found", http_status=404) from None
+    return run
+
+
+def lock_checkpoint(checkpoint_id: int) -> Checkpoint:
+    """Lock the checkpoint's run, then the checkpoint, and return the checkpoint (``.run`` set)."""
+    run_id = Checkpoint.objects.filter(pk=checkpoint_id).values_list("run_id", flat=True).first()
+    if run_id is None:
+        raise DomainError(f"checkpoint {checkpoint_id} does not exist", code="not_found", http_status=404)
+    run = lock_run(run_id)
+    checkpoint = Checkpoint.objects.select_for_update().get(pk=checkpoint_id)
+    checkpoint.run = run
+    return checkpoint
+
+
+def _has_object_lock_files(checkpoint_ids=None, run_id: int | None = None) -> bool:
+    files = ShardFile.objects.filter(
+        gone_at__isnull=True, copy__gone_at__isnull=True, location__bucket__object_lock=True
+    )
+    if checkpoint_ids is not None:
+        files = files.filter(copy__checkpoint_id__in=list(checkpoint_ids))
+    else:
+        files = files.filter(copy__checkpoint__run_id=run_id)
+    return files.exists()
+
+
+def _mirror_after_commit(hold: Hold) -> None:
+    if hold.mirror_state == MirrorState.PENDING:
+        from actions.objectlock import mirror_hold_task
+
+        transaction.on_commit(lambda: mirror_hold_task.delay(hold.pk))
+
+
+# --- pins ------------------------------------------------------------------------------------------
+
+
+def pin(*, checkpoint: Checkpoint, reason: str, actor: Actor, request_id: str = "") -> Pin:
+    """Pin a checkpoint: while pinned it cannot be scheduled for deletion (promise 2)."""
+    reason = _text(reason, "a reason")
+    _person_role(actor, Role.OPERATOR, doing="pinning a checkpoint", target=checkpoint)
+    with transaction.atomic():
+        checkpoint = lock_checkpoint(checkpoint.pk)
+        current = Pin.objects.filter(checkpoint=checkpoint, unpinned_at__isnull=True).first()
+        if current is not None:
+            raise DomainError(
+                f"{checkpoint} is already pinned by {current.pinned_label} "
+                f"since {current.pinned_at:%Y-%m-%d %H:%M} UTC",
+                code="already_pinned",
+            )
+        made = Pin.objects.create(
+            checkpoint=checkpoint,
+            reason=reason,
+            pinned_by=actor.user,
+            pinned_label=actor.label,
+            pinned_at=timezone.now(),
+        )
+        open_jobs = list(
+            DeletionJob.objects.filter(checkpoint=checkpoint, state__in=OPEN_DELETION_STATES).values_list(
+                "pk", flat=True
+            )
+        )
+        _audit(
+            actor,
+            "checkpoint.pin",
+            target=checkpoint,
+            reason=reason,
+            before={"pinned": False},
+            after={"pinned": True, "pin": made.pk, "open_deletions_now_blocked": open_jobs},
+            request_id=request_id,
+        )
+    return made
+
+
+def unpin(
+    *,
+    actor: Actor,
+    pin: Pin | None = None,
+    checkpoint: Checkpoint | None = None,
+    reason: str = "",
+    request_id: str = "",
+) -> Pin:
+    """Remove the active pin of a checkpoint (given the pin or the checkpoint): its own audited action."""
+    if (pin is None) == (checkpoint is None):
+        raise DomainError("name the pin or the checkpoint to unpin, not both")
+    reason = (reason or "").strip()[:MAX_REASON]
+    _person_role(actor, Role.OPERATOR, doing="unpinning a checkpoint", target=checkpoint)
+    checkpoint_id = pin.checkpoint_id if pin is not None else checkpoint.pk
+    with transaction.atomic():
+        locked = lock_checkpoint(checkpoint_id)
+        current = Pin.objects.select_for_update().filter(checkpoint=locked, unpinned_at__isnull=True)
+        if pin is not None:
+            current = current.filter(pk=pin.pk)
+        current = current.first()
+        if current is None:
+            which = " by that pin" if pin is not None else ""
+            raise DomainError(f"{locked} is not pinned{which}", code="not_pinned")
+        current.unpinned_by = actor.user
+        current.unpinned_label = actor.label
+        current.unpinned_at = timezone.now()
+        current.save(update_fields=["unpinned_by", "unpinned_label", "unpinned_at"])
+        _audit(
+            actor,
+            "checkpoint.unpin",
+            target=locked,
+            reason=reason,
+            before={"pinned": True, "pin": current.pk, "pinned_by": current.pinned_label, "pin_reason": current.reason},
+            after={"pinned": False},
+            request_id=request_id,
+        )
+    return current
+
+
+# --- holds -----------------------------------------------------------------------------------------
+
+
+def hold(
+    *,
+    run: Run,
+    reason: str,
+    case_ref: str,
+    actor: Actor,
+    checkpoint: Checkpoint | None = None,
+    request_id: str = "",
+) -> Hold:
+    """Place a legal hold on one checkpoint or (``checkpoint=None``) on every checkpoint of a run (promise 1)."""
+    reason = _text(reason, "a reason")
+    case_ref = _text(case_ref, "a case reference", limit=MAX_CASE_REF)
+    if checkpoint is not None and checkpoint.run_id != run.pk:
+        raise DomainError(f"{checkpoint} is not a checkpoint of run {run}")
+    _person_role(actor, Role.OPERATOR, doing="placing a hold", target=checkpoint or run)
+    with transaction.atomic():
+        if checkpoint is not None:
+            checkpoint = lock_checkpoint(checkpoint.pk)
+            locked_run = checkpoint.run
+        else:
+            locked_run = lock_run(run.pk)
+            # The deletion executor locks only the checkpoint of its job: a hold on the whole run
+            # takes every checkpoint's lock too, so it waits for a batch in flight and then wins.
+            list(Checkpoint.objects.select_for_update().filter(run=locked_run).order_by("pk").values_list("pk"))
+        same = Hold.objects.filter(run=locked_run, checkpoint=checkpoint, released_at__isnull=True, case_ref=case_ref)
+        if same.exists():
+            raise DomainError(f"case {case_ref} already holds {checkpoint or locked_run}", code="already_held")
+        mirror = _has_object_lock_files(
+            checkpoint_ids=[checkpoint.pk] if checkpoint is not None else None, run_id=locked_run.pk
+        )
+        made = Hold.objects.create(
+            run=locked_run,
+            checkpoint=checkpoint,
+            reason=reason,
+            case_ref=case_ref,
+            placed_by=actor.user,
+            placed_label=actor.label,
+            placed_at=timezone.now(),
+            mirror_state=MirrorState.PENDING if mirror else MirrorState.NONE,
+        )
+        open_jobs = DeletionJob.objects.filter(state__in=OPEN_DELETION_STATES, checkpoint__run=locked_run)
+        if checkpoint is not None:
+            open_jobs = open_jobs.filter(checkpoint=checkpoint)
+        _audit(
+            actor,
+            "hold.place",
+            target=checkpoint or locked_run,
+            reason=reason,
+            case_ref=case_ref,
+            before={"held": False},
+            after={
+                "held": True,
+                "hold": made.pk,
+                "scope": "checkpoint" if checkpoint is not None else "run",
+                "object_lock": "pending" if mirror else "none",
+                "open_deletions_now_blocked": list(open_jobs.values_list("pk", flat=True)),
+            },
+            request_id=request_id,
+        )
+        _mirror_after_commit(made)
+    return made
+
+
+def _own_hold(actor: Actor, hold: Hold) -> str:
+    return f"{actor.label} placed hold {hold.case_ref}, so another person must release it (separation of duties)"
+
+
+def release(*, hold: Hold, reason: str, actor: Actor, request_id: str = "") -> Hold:
+    """Release a hold: a reason is required, and only a different person than the one who placed it may."""
+    reason = _text(reason, "a reason for the release")
+    target = hold.checkpoint if hold.checkpoint_id else hold.run
+    _person_role(actor, Role.OPERATOR, doing="releasing a hold", target=target)
+    if hold.released_at is None and _same_person(actor, hold.placed_by_id, hold.placed_label):
+        _refuse_same_person(actor, "releasing a hold", _own_hold(actor, hold), target)
+    with transaction.atomic():
+        if hold.checkpoint_id is not None:
+            lock_checkpoint(hold.checkpoint_id)
+        else:
+            lock_run(hold.run_id)
+        current = Hold.objects.select_for_update(of=("self",)).select_related("run__team", "checkpoint").get(pk=hold.pk)
+        if current.released_at is not None:
+            raise DomainError(
+                f"hold {current.case_ref} was already released by {current.released_label}", code="already_released"
+            )
+        if _same_person(actor, current.placed_by_id, current.placed_label):
+            raise PermissionRefused(_own_hold(actor, current))
+        mirror = _has_object_lock_files(
+            checkpoint_ids=[current.checkpoint_id] if current.checkpoint_id else None, run_id=current.run_id
+        )
+        current.released_by = actor.user
+        current.released_label = actor.label
+        current.released_at = timezone.now()
+        current.release_reason = reason
+        current.mirror_state = MirrorState.PENDING if mirror else current.mirror_state
+        current.save(update_fields=["released_by", "released_label", "released_at", "release_reason", "mirror_state"])
+        target = current.checkpoint if current.checkpoint_id else current.run
+        _audit(
+            actor,
+            "hold.release",
+            target=target,
+            reason=reason,
+            case_ref=current.case_ref,
+            before={"held": True, "hold": current.pk, "placed_by": current.placed_label, "hold_reason": current.reason},
+            after={"hold": current.pk, "released": True, "object_lock": "pending" if mirror else "none"},
+            request_id=request_id,
+        )
+        _mirror_after_commit(current)
+    return current
+
+
+# --- the deletion preview and its checks -----------------------------------------------------------
+
+
+@dataclass
+class CopyPart:
+    """One copy a deletion would take: its location, files, bytes and what it costs a month."""
+
+    copy: CheckpointCopy
+    files: int
+    bytes: int
+    monthly_cost: Decimal | None
+
+
+@dataclass
+class DeletionPreview:
+    """What exactly a deletion would remove and what would remain, shown before a person confirms.
+
+    ``refusal`` is the readable reason the deletion cannot be scheduled (``promise`` names the
+    promise of PRODUCT.md that refuses it, when one does); None when it may go ahead.
+    """
+
+    checkpoint: Checkpoint
+    copy: CheckpointCopy | None
+    parts: list[CopyPart]
+    files: int
+    bytes: int
+    monthly_cost: Decimal | None
+    currency: str
+    newest_before: Checkpoint | None
+    newest_before_verified: bool
+    newest_after: Checkpoint | None
+    newest_after_verified: bool
+    surviving_copies: list[CheckpointCopy]
+    refusal: str | None = None
+    refusal_code: str = ""
+    promise: int | None = None
+    approval_reasons: list[str] = field(default_factory=list)
+    grace_days: int = 7
+    sample: list[dict] = field(default_factory=list)
+
+    @property
+    def allowed(self) -> bool:
+        return self.refusal is None
+
+    @property
+    def needs_approval(self) -> bool:
+        return bool(self.approval_reasons)
+
+    @property
+    def whole(self) -> bool:
+        return self.copy is None
+
+    @property
+    def execute_after(self) -> datetime:
+        return timezone.now() + timedelta(days=self.grace_days)
+
+    @property
+    def newest_changes(self) -> bool:
+        return self.newest_before != self.newest_after
+
+
+def _restorable_key(step, tag, verification) -> tuple:
+    # The order of ``catalog.selectors.newest_restorable``: verified first, then the higher step,
+    # then a stepped checkpoint before a step-less export.
+    return (verification == Verification.VERIFIED, step is not None, step or 0, tag)
+
+
+def _newest_excluding(run_id: int, exclude_copy_ids: set[int]) -> tuple[int | None, bool]:
+    rows = (
+        CheckpointCopy.objects.filter(gone_at__isnull=True, state=CopyState.COMPLETE, checkpoint__run_id=run_id)
+        .exclude(pk__in=exclude_copy_ids)
+        .values_list("checkpoint_id", "checkpoint__step", "checkpoint__tag", "verification")
+    )
+    best = None
+    for ckpt_id, step, tag, verification in rows:
+        key = _restorable_key(step, tag, verification)
+        if best is None or key > best[0]:
+            best = (key, ckpt_id)
+    return (best[1], best[0][0]) if best else (None, False)
+
+
+def _grace_days() -> int:
+    days = int(getattr(settings, "DELETION_GRACE_DAYS", 7))
+    if days <= 0 and not settings.DEBUG:
+        raise DomainError("the deletion grace period is zero, which only development settings allow")
+    return max(days, 0)
+
+
+def _monthly_costs(copies: list[CheckpointCopy]) -> tuple[dict[int, Decimal | None], str]:
+    """What each copy costs per month at today's prices, from its current tier usage (one query each kind)."""
+    book = PriceBook.load()
+    today = utc_today()
+    usage: dict[int, list[tuple[str, str, int]]] = {c.pk: [] for c in copies}
+    for row in CopyTierUsage.objects.filter(copy_id__in=list(usage)).values_list(
+        "copy_id", "tier", "storage_class", "bytes"
+    ):
+        usage[row[0]].append(row[1:])
+    costs: dict[int, Decimal | None] = {}
+    for copy in copies:
+        parts = usage[copy.pk] or [(copy.location.tier, "", copy.bytes)]
+        total: Decimal | None = Decimal(0)
+        for tier, storage_class, nbytes in parts:
+            price = book.price(copy.location, tier, storage_class, today)
+            if price is None:
+                total = None
+                break
+            total += Decimal(nbytes) / GIB * price
+        costs[copy.pk] = total.quantize(Decimal("0.01")) if total is not None else None
+    return costs, book.currency
+
+
+def _check_origin(origin: str) -> str:
+    origin = (origin or "").strip()
+    if origin != "manual" and not _POLICY_ORIGIN.match(origin):
+        raise DomainError(f"origin {origin!r} is neither 'manual' nor 'policy:<id>'")
+    return origin
+
+
+def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *, with_money: bool) -> DeletionPreview:
+    """The checks of ``schedule_deletion``, without writing: shared by the preview and the service."""
+    if copy is not None and copy.checkpoint_id != checkpoint.pk:
+        raise DomainError(f"that copy is not a copy of {checkpoint}")
+    present = list(
+        CheckpointCopy.objects.filter(checkpoint=checkpoint, gone_at__isnull=True)
+        .select_related("location", "location__host")
+        .order_by("location__name", "path")
+    )
+    if copy is not None and copy.pk not in {c.pk for c in present}:
+        raise DomainError(f"the copy at {copy.location} is no longer present, so there is nothing of it to delete")
+    going = [c for c in present if copy is None or c.pk == copy.pk]
+    going_ids = {c.pk for c in going}
+
+    open_jobs = list(
+        DeletionJob.objects.filter(checkpoint=checkpoint, state__in=OPEN_DELETION_STATES).only("pk", "copy_id")
+    )
+    already_going = {j.copy_id for j in open_jobs if j.copy_id is not None}
+    surviving = [c for c in present if c.pk not in going_ids and c.pk not in already_going]
+
+    counts = {
+        row["copy_id"]: (row["files"], row["bytes"] or 0)
+        for row in ShardFile.objects.filter(copy_id__in=list(going_ids), gone_at__isnull=True)
+        .values("copy_id")
+        .annotate(files=Count("pk"), bytes=Sum("size"))
+        .order_by()
+    }
+    costs, currency = _monthly_costs(going) if with_money else ({}, "")
+    parts = [CopyPart(c, *counts.get(c.pk, (0, 0)), costs.get(c.pk)) for c in going]
+    monthly = None
+    if with_money and all(p.monthly_cost is not None for p in parts):
+        monthly = sum((p.monthly_cost for p in parts), Decimal(0))
+
+    before, before_verified = newest_restorable(checkpoint.run)
+    after_id, after_verified = _newest_excluding(checkpoint.run_id, going_ids | already_going)
+    after = None
+    if after_id is not None:
+        after = checkpoint if after_id == checkpoint.pk else Checkpoint.objects.get(pk=after_id)
+
+    preview = DeletionPreview(
+        checkpoint=checkpoint,
+        copy=copy,
+        parts=parts,
+        files=sum(p.files for p in parts),
+        bytes=sum(p.bytes for p in parts),
+        monthly_cost=monthly,
+        currency=currency,
+        newest_before=before,
+        newest_before_verified=before_verified,
+        newest_after=after,
+        newest_after_verified=after_verified,
+        surviving_copies=surviving,
+        grace_days=max(int(getattr(settings, "DELETION_GRACE_DAYS", 7)), 0),
+    )
+
+    def refuse(message: str, code: str, promise: int | None = None) -> DeletionPreview:
+        preview.refusal, preview.refusal_code, preview.promise = message, code, promise
+        return preview
+
+    holds = list(active_holds(checkpoint).only("case_ref", "placed_label", "checkpoint_id"))
+    if holds:
+        cases = ", ".join(sorted({h.case_ref for h in holds}))
+        return refuse(
+            f"{checkpoint} is under a legal hold (case {cases}); nothing held is deleted, by anyone, until another "
+            "person releases the hold",
+            "held",
+            1,
+        )
+    current_pin = Pin.objects.filter(checkpoint=checkpoint, unpinned_at__isnull=True).first()
+    if current_pin is not None:
+        return refuse(
+            f"{checkpoint} is pinned by {current_pin.pinned_label} ({current_pin.reason}); unpin it first",
+            "pinned",
+            2,
+        )
+    overlapping = [j for j in open_jobs if copy is None or j.copy_id in (None, copy.pk)]
+    if overlapping:
+        return refuse(
+            f"{checkpoint}{' at ' + str(copy.location) if copy else ''} is already scheduled for deletion "
+            f"(deletion {overlapping[0].pk}); cancel that one first",
+            "already_scheduled",
+        )
+    if not going:
+        return refuse(f"{checkpoint} has no present copy, so there is nothing to delete", "nothing_to_delete")
+    if preview.files == 0:
+        return refuse("the copies to delete have no present files, so there is nothing to delete", "nothing_to_delete")
+    if copy is not None and copy.state == CopyState.COMPLETE and not copy.temporary:
+        verified_left = [
+            c for c in surviving if c.state == CopyState.COMPLETE and c.verification == Verification.VERIFIED
+        ]
+        if not verified_left:
+            last = "the last verified copy" if copy.verification == Verification.VERIFIED else "a complete copy"
+            return refuse(
+                f"the copy at {copy.location} is {last} of {checkpoint} and no other complete copy that stays has "
+                "been verified; verify another copy first, or delete the whole checkpoint",
+                "last_verified_copy",
+                5 if copy.verification == Verification.VERIFIED else 6,
+            )
+    is_newest = before is not None and before.pk == checkpoint.pk
+    if origin.startswith("policy:") and is_newest:
+        return refuse(
+            f"{checkpoint} is the newest restorable checkpoint of {checkpoint.run}; no policy deletes it",
+            "newest_restorable",
+            5,
+        )
+
+    threshold = int(getattr(settings, "DELETION_APPROVAL_BYTES", 10 * 1024**4))
+    reasons = preview.approval_reasons
+    if preview.bytes > threshold:
+        reasons.append(f"it frees more than the approval threshold of {threshold:,} bytes")
+    if checkpoint.importance in APPROVAL_IMPORTANCE:
+        reasons.append(f"the checkpoint is marked {checkpoint.get_importance_display().lower()}")
+    if origin.startswith("policy:"):
+        reasons.append(f"a retention policy proposed it ({origin})")
+    if is_newest and (copy is None or after is None or after.pk != checkpoint.pk):
+        reasons.append("it removes the newest restorable checkpoint of the run")
+    return preview
+
+
+def preview(*, checkpoint: Checkpoint, copy: CheckpointCopy | None = None, origin: str = "manual") -> DeletionPreview:
+    """What a deletion of ``checkpoint`` (or of one ``copy``) would remove, cost and leave, and whether it may."""
+    origin = _check_origin(origin)
+    checkpoint = Checkpoint.objects.select_related("run__team").get(pk=checkpoint.pk)
+    result = _assess(checkpoint, copy, origin, with_money=True)
+    prefixes = _bucket_prefixes([p.copy.location_id for p in result.parts])
+    sample = (
+        ShardFile.objects.filter(copy_id__in=[p.copy.pk for p in result.parts], gone_at__isnull=True)
+        .select_related("location")
+        .order_by("location__name", "path")[:SAMPLE_ITEMS]
+    )
+    result.sample = [
+        {
+            "location": f.location.name,
+            "path": prefixes.get(f.location_id, "") + f.path,
+            "version_id": f.version_id,
+            "size": f.size,
+        }
+        for f in sample
+    ]
+    return result
+
+
+def _bucket_prefixes(location_ids) -> dict[int, str]:
+    """{location id: key prefix} of the bucket locations among ``location_ids`` (a key = prefix + path)."""
+    prefixes = {}
+    for location_id, prefix in Bucket.objects.filter(location_id__in=list(location_ids)).values_list(
+        "location_id", "prefix"
+    ):
+        prefixes[location_id] = prefix if not prefix or prefix.endswith("/") else prefix + "/"
+    return prefixes
+
+
+# --- scheduling, approving, cancelling -------------------------------------------------------------
+
+
+def schedule_deletion(
+    *,
+    checkpoint: Checkpoint,
+    reason: str,
+    actor: Actor,
+    copy: CheckpointCopy | None = None,
+    origin: str = "manual",
+    request_id: str = "",
+) -> DeletionJob:
+    """Schedule the deletion of a whole checkpoint or one copy, freezing the exact list of objects and files.
+
+    Refused when the checkpoint is held or pinned, already scheduled, when it would delete the last
+    verified copy while the checkpoint stays, and when a policy would delete the run's newest
+    restorable checkpoint. It runs no sooner than the grace period from now; above the size
+    threshold, for milestone and critical checkpoints and for policies a second person approves it.
+    """
+    reason = _text(reason, "a reason")
+    origin = _check_origin(origin)
+    _person_role(actor, Role.OPERATOR, doing="scheduling a deletion", target=checkpoint)
+    grace = _grace_days()
+    with transaction.atomic():
+        checkpoint = lock_checkpoint(checkpoint.pk)
+        if copy is not None:
+            copy = CheckpointCopy.objects.select_related("location").filter(pk=copy.pk).first()
+            if copy is None:
+                raise DomainError("that copy does not exist")
+        assessed = _assess(checkpoint, copy, origin, with_money=False)
+        if assessed.refusal:
+            raise DomainError(assessed.refusal, code=assessed.refusal_code)
+        now = timezone.now()
+        job = DeletionJob.objects.create(
+            checkpoint=checkpoint,
+            copy=copy,
+            state=DeletionState.AWAITING_APPROVAL if assessed.needs_approval else DeletionState.SCHEDULED,
+            reason=reason,
+            origin=origin,
+            requested_by=actor.user,
+            requested_label=actor.label,
+            requested_at=now,
+            needs_approval=assessed.needs_approval,
+            approval_reasons=assessed.approval_reasons,
+            execute_after=now + timedelta(days=grace),
+        )
+        items, total_bytes = _freeze_items(job, [p.copy for p in assessed.parts])
+        job.items_total, job.bytes_total = items, total_bytes
+        job.save(update_fields=["items_total", "bytes_total"])
+        _audit(
+            actor,
+            "deletion.schedule",
+            target=checkpoint,
+            reason=reason,
+            before={"state": None},
+            after={
+                "deletion": job.pk,
+                "state": job.state,
+                "scope": "copy" if copy is not None else "checkpoint",
+                "copies": [p.copy.pk for p in assessed.parts],
+                "items": items,
+                "bytes": total_bytes,
+                "execute_after": job.execute_after.isoformat(),
+                "needs_approval": job.needs_approval,
+                "approval_reasons": job.approval_reasons,
+                "origin": origin,
+            },
+            request_id=request_id,
+        )
+    return job
+
+
+def _freeze_items(job: DeletionJob, copies: list[CheckpointCopy]) -> tuple[int, int]:
+    """Copy the present files of ``copies`` into the job's items: full bucket keys with version and ETag."""
+    prefixes = _bucket_prefixes({c.location_id for c in copies})
+    copy_location = {c.pk: c.location_id for c in copies}
+    rows = (
+        ShardFile.objects.filter(copy_id__in=list(copy_location), gone_at__isnull=True)
+        .order_by("location_id", "path")
+        .values_list("pk", "copy_id", "location_id", "path", "version_id", "etag", "size", "mtime")
+    )
+    count = total = 0
+    batch: list[DeletionItem] = []
+    for pk, copy_id, location_id, path, version_id, etag, size, mtime in rows.iterator(chunk_size=ITEM_BATCH):
+        batch.append(
+            DeletionItem(
+                job=job,
+                copy_id=copy_id,
+                location_id=location_id,
+                shard_file_id=pk,
+                path=prefixes.get(location_id, "") + path,
+                version_id=version_id,
+                etag=etag,
+                size=size,
+                mtime=mtime,
+            )
+        )
+        count += 1
+        total += size
+        if len(batch) >= ITEM_BATCH:
+            DeletionItem.objects.bulk_create(batch)
+            batch = []
+    if batch:
+        DeletionItem.objects.bulk_create(batch)
+    return count, total
+
+
+def _lock_job(job: DeletionJob) -> DeletionJob:
+    lock_checkpoint(job.checkpoint_id)
+    return DeletionJob.objects.select_for_update(of=("self",)).select_related("checkpoint__run__team").get(pk=job.pk)
+
+
+def _own_job(actor: Actor, job: DeletionJob) -> str:
+    return f"{actor.label} scheduled deletion {job.pk}, so another person must approve it (separation of duties)"
+
+
+def approve(*, job: DeletionJob, actor: Actor, request_id: str = "") -> DeletionJob:
+    """Approve a deletion that needs it: an approver, never the person who scheduled it."""
+    if actor.kind != ActorKind.USER or actor.user is None:
+        raise PermissionRefused("only a person with the approver role approves a deletion")
+    require_role(
+        actor.user,
+        Role.APPROVER,
+        doing="approving a deletion",
+        source=actor.source,
+        target_type="checkpoint",
+        target_id=job.checkpoint_id,
+    )
+    if job.state == DeletionState.AWAITING_APPROVAL and _same_person(actor, job.requested_by_id, job.requested_label):
+        _refuse_same_person(actor, "approving a deletion", _own_job(actor, job), job.checkpoint)
+    with transaction.atomic():
+        current = _lock_job(job)
+        if current.state != DeletionState.AWAITING_APPROVAL:
+            raise DomainError(
+                f"deletion {current.pk} is {current.get_state_display().lower()}, not awaiting approval",
+                code="not_awaiting_approval",
+            )
+        if _same_person(actor, current.requested_by_id, current.requested_label):
+            raise PermissionRefused(_own_job(actor, current))
+        checkpoint = current.checkpoint
+        if active_holds(checkpoint).exists():
+            raise DomainError(f"{checkpoint} is under a legal hold; a held checkpoint's deletion is not approved")
+        if Pin.objects.filter(checkpoint=checkpoint, unpinned_at__isnull=True).exists():
+            raise DomainError(f"{checkpoint} was pinned since the deletion was scheduled; cancel it or unpin first")
+        current.state = DeletionState.SCHEDULED
+        current.approved_by = actor.user
+        current.approved_label = actor.label
+        current.approved_at = timezone.now()
+        current.save(update_fields=["state", "approved_by", "approved_label", "approved_at"])
+        _audit(
+            actor,
+            "deletion.approve",
+            target=checkpoint,
+            reason="; ".join(current.approval_reasons),
+            before={"deletion": current.pk, "state": DeletionState.AWAITING_APPROVAL},
+            after={"deletion": current.pk, "state": current.state, "execute_after": current.execute_after.isoformat()},
+            request_id=request_id,
+        )
+    return current
+
+
+def cancel(*, job: DeletionJob, reason: str, actor: Actor, request_id: str = "") -> DeletionJob:
+    """Cancel a deletion until it starts running; an operator or an approver may."""
+    reason = _text(reason, "a reason")
+    if actor.kind == ActorKind.USER:
+        if actor.user is None:
+            raise DomainError("cancelling a deletion needs the signed-in user", code="not_authenticated")
+        if not (has_role(actor.user, Role.OPERATOR) or has_role(actor.user, Role.APPROVER)):
+            require_role(
+                actor.user,
+                Role.OPERATOR,
+                doing="cancelling a deletion",
+                source=actor.source,
+                target_type="checkpoint",
+                target_id=job.checkpoint_id,
+            )
+    with transaction.atomic():
+        current = _lock_job(job)
+        if current.state not in (DeletionState.AWAITING_APPROVAL, DeletionState.SCHEDULED):
+            raise DomainError(
+                f"deletion {current.pk} is {current.get_state_display().lower()}; only a deletion that has not "
+                "started can be cancelled",
+                code="not_cancellable",
+            )
+        before = current.state
+        now = timezone.now()
+        current.state = DeletionState.CANCELLED
+        current.cancelled_label = actor.label
+        current.cancelled_at = now
+        current.finished_at = now
+        current.outcome = f"Cancelled by {actor.label}: {reason}"
+        current.save(update_fields=["state", "cancelled_label", "cancelled_at", "finished_at", "outcome"])
+        _audit(
+            actor,
+            "deletion.cancel",
+            target=current.checkpoint,
+            reason=reason,
+            before={"deletion": current.pk, "state": before},
+            after={"deletion": current.pk, "state": current.state},
+            request_id=request_id,
+        )
+    return current
+
+
+def person(user, source: str) -> Actor:
+    """The actor for a signed-in person acting through ``source`` (ui, api, admin, command)."""
+    return Actor(kind=ActorKind.USER, label=user.get_username(), source=source, user=user)

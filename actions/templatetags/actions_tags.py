@@ -1,0 +1,68 @@
+"""The actions panel on run and checkpoint pages: what protects the thing, and the forms to act on it.
+
+``{% load actions_tags %}{% actions_panel checkpoint %}`` (or ``run``). A fixed number of queries,
+whatever the size of the run: holds, pins and open deletions are each one query, capped.
+"""
+
+from __future__ import annotations
+
+from django import template
+from django.db.models import Q
+
+from access.roles import Role, has_role
+from actions.models import DeletionJob, Hold, Pin
+from actions.protection import OPEN_DELETION_STATES
+from catalog.models import Checkpoint, CheckpointCopy, Run
+
+register = template.Library()
+
+LISTED = 20
+
+
+@register.inclusion_tag("actions/_panel.html", takes_context=True)
+def actions_panel(context, target):
+    request = context.get("request")
+    user = getattr(request, "user", None)
+    if isinstance(target, Run):
+        run, checkpoint = target, None
+    elif isinstance(target, Checkpoint):
+        run, checkpoint = target.run, target
+    else:
+        raise template.TemplateSyntaxError("actions_panel takes a run or a checkpoint")
+    holds = Hold.objects.filter(run=run, released_at__isnull=True).select_related("checkpoint")
+    pins = Pin.objects.filter(unpinned_at__isnull=True).select_related("checkpoint")
+    deletions = DeletionJob.objects.filter(state__in=OPEN_DELETION_STATES).select_related(
+        "checkpoint", "copy__location"
+    )
+    copies = []
+    if checkpoint is not None:
+        holds = holds.filter(Q(checkpoint__isnull=True) | Q(checkpoint=checkpoint))
+        pins = pins.filter(checkpoint=checkpoint)
+        deletions = deletions.filter(checkpoint=checkpoint)
+        copies = list(
+            CheckpointCopy.objects.filter(checkpoint=checkpoint, gone_at__isnull=True)
+            .select_related("location")
+            .order_by("location__name")
+        )
+    else:
+        pins = pins.filter(checkpoint__run=run)
+        deletions = deletions.filter(checkpoint__run=run)
+    holds = list(holds.order_by("-placed_at", "-pk")[:LISTED])
+    pins = list(pins.order_by("-pinned_at", "-pk")[:LISTED])
+    deletions = list(deletions.order_by("execute_after", "pk")[:LISTED])
+    return {
+        "request": request,
+        "user": user,
+        "csrf_token": context.get("csrf_token"),
+        "run": run,
+        "checkpoint": checkpoint,
+        "holds": holds,
+        "run_holds": [h for h in holds if h.checkpoint_id is None],
+        "pins": pins,
+        "deletions": deletions,
+        "copies": copies,
+        "listed": LISTED,
+        "can_operate": has_role(user, Role.OPERATOR),
+        "can_approve": has_role(user, Role.APPROVER),
+        "here": request.get_full_path() if request is not None else "",
+    }

@@ -1,0 +1,16 @@
+from django.urls import path
+
+from actions import views
+
+app_name = "actions"
+urlpatterns = [
+    path("checkpoints/<int:pk>/pin/", views.pin, name="pin"),
+    path("pins/<int:pk>/unpin/", views.unpin, name="unpin"),
+    path("runs/<int:pk>/hold/", views.hold, name="hold"),
+    path("holds/<int:pk>/release/", views.release, name="release"),
+    path("checkpoints/<int:pk>/delete/", views.schedule, name="schedule"),
+    path("deletions/", views.deletion_list, name="deletion-list"),
+    path("deletions/<int:pk>/", views.deletion_detail, name="deletion-detail"),
+    path("deletions/<int:pk>/approve/", views.approve, name="approve"),
+    path("deletions/<int:pk>/cancel/", views.cancel, name="cancel"),
+]

@@ -1,0 +1,263 @@
+"""Pages of the operator actions: the forms behind the panel on run and checkpoint pages, the deletion
+confirmation with its preview, and the deletions themselves.
+
+Every form posts here; each view reads the form, calls one service and turns its answer into a
+message: a refusal becomes a readable message on the page the person came from, never a traceback.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from access.middleware import request_id_of
+from access.roles import Role, has_role
+from actions import services
+from actions.models import DeletionJob, DeletionState, Hold, Pin
+from actions.protection import OPEN_DELETION_STATES
+from catalog.choices import EventSource
+from catalog.models import Checkpoint, CheckpointCopy, Run
+from catalog.templatetags.fleet_format import bytes_iec, count
+from ckptfleet.errors import DomainError
+
+ITEMS_PER_PAGE = 200
+JOBS_PER_PAGE = 50
+
+
+def _actor(request):
+    return services.person(request.user, EventSource.UI)
+
+
+def _back(request, default: str):
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=False):
+        return redirect(target)
+    return redirect(default)
+
+
+def _checkpoint_url(checkpoint_id: int) -> str:
+    return reverse("catalog:checkpoint-detail", args=[checkpoint_id])
+
+
+def _deletion_url(job_id: int) -> str:
+    return reverse("actions:deletion-detail", args=[job_id])
+
+
+@login_required
+@require_POST
+def pin(request, pk: int):
+    checkpoint = get_object_or_404(Checkpoint.objects.select_related("run__team"), pk=pk)
+    try:
+        services.pin(
+            checkpoint=checkpoint,
+            reason=request.POST.get("reason", ""),
+            actor=_actor(request),
+            request_id=request_id_of(request),
+        )
+    except DomainError as exc:
+        messages.error(request, f"Not pinned: {exc.message}")
+    else:
+        messages.success(request, f"Pinned {checkpoint}: it cannot be scheduled for deletion until it is unpinned.")
+    return _back(request, _checkpoint_url(pk))
+
+
+@login_required
+@require_POST
+def unpin(request, pk: int):
+    current = get_object_or_404(Pin.objects.select_related("checkpoint__run__team"), pk=pk)
+    try:
+        services.unpin(
+            pin=current, reason=request.POST.get("reason", ""), actor=_actor(request), request_id=request_id_of(request)
+        )
+    except DomainError as exc:
+        messages.error(request, f"Not unpinned: {exc.message}")
+    else:
+        messages.success(request, f"Unpinned {current.checkpoint}.")
+    return _back(request, _checkpoint_url(current.checkpoint_id))
+
+
+@login_required
+@require_POST
+def hold(request, pk: int):
+    run = get_object_or_404(Run.objects.select_related("team"), pk=pk)
+    checkpoint = None
+    raw = request.POST.get("checkpoint", "")
+    if raw:
+        checkpoint = Checkpoint.objects.filter(pk=int(raw) if raw.isdigit() else 0).first()
+        if checkpoint is None:
+            messages.error(request, "Not held: that checkpoint does not exist.")
+            return _back(request, reverse("catalog:run-detail", args=[pk]))
+    try:
+        made = services.hold(
+            run=run,
+            checkpoint=checkpoint,
+            reason=request.POST.get("reason", ""),
+            case_ref=request.POST.get("case_ref", ""),
+            actor=_actor(request),
+            request_id=request_id_of(request),
+        )
+    except DomainError as exc:
+        messages.error(request, f"Not held: {exc.message}")
+    else:
+        scope = str(checkpoint) if checkpoint else f"every checkpoint of {run}"
+        messages.success(request, f"Hold {made.case_ref} placed on {scope}. Only another person can release it.")
+    default = _checkpoint_url(checkpoint.pk) if checkpoint else reverse("catalog:run-detail", args=[pk])
+    return _back(request, default)
+
+
+@login_required
+@require_POST
+def release(request, pk: int):
+    current = get_object_or_404(Hold.objects.select_related("run__team", "checkpoint"), pk=pk)
+    try:
+        services.release(
+            hold=current,
+            reason=request.POST.get("reason", ""),
+            actor=_actor(request),
+            request_id=request_id_of(request),
+        )
+    except DomainError as exc:
+        messages.error(request, f"Not released: {exc.message}")
+    else:
+        messages.success(request, f"Hold {current.case_ref} released.")
+    default = (
+        _checkpoint_url(current.checkpoint_id)
+        if current.checkpoint_id
+        else reverse("catalog:run-detail", args=[current.run_id])
+    )
+    return _back(request, default)
+
+
+@login_required
+def schedule(request, pk: int):
+    """GET: what the deletion would remove, cost and leave, with the form to confirm. POST: schedule it."""
+    checkpoint = get_object_or_404(Checkpoint.objects.select_related("run__team"), pk=pk)
+    raw_copy = request.POST.get("copy") if request.method == "POST" else request.GET.get("copy")
+    copy = None
+    if raw_copy:
+        copy = (
+            CheckpointCopy.objects.select_related("location")
+            .filter(pk=int(raw_copy) if raw_copy.isdigit() else 0, checkpoint=checkpoint)
+            .first()
+        )
+        if copy is None:
+            messages.error(request, "That copy is not a copy of this checkpoint.")
+            return redirect(_checkpoint_url(pk))
+    reason = ""
+    if request.method == "POST":
+        reason = request.POST.get("reason", "")
+        try:
+            job = services.schedule_deletion(
+                checkpoint=checkpoint,
+                copy=copy,
+                reason=reason,
+                actor=_actor(request),
+                request_id=request_id_of(request),
+            )
+        except DomainError as exc:
+            messages.error(request, f"Not scheduled: {exc.message}")
+        else:
+            when = job.execute_after.strftime("%Y-%m-%d %H:%M UTC")
+            if job.needs_approval:
+                messages.warning(
+                    request,
+                    f"Deletion {job.pk} scheduled: {count(job.items_total, 'item')}, {bytes_iec(job.bytes_total)}. "
+                    f"It needs another person's approval and runs no sooner than {when}.",
+                )
+            else:
+                messages.success(
+                    request,
+                    f"Deletion {job.pk} scheduled: {count(job.items_total, 'item')}, {bytes_iec(job.bytes_total)}. "
+                    f"It runs no sooner than {when} and can be cancelled until then.",
+                )
+            return redirect(_deletion_url(job.pk))
+    try:
+        preview = services.preview(checkpoint=checkpoint, copy=copy)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return redirect(_checkpoint_url(pk))
+    return render(
+        request,
+        "actions/confirm_deletion.html",
+        {
+            "checkpoint": checkpoint,
+            "run": checkpoint.run,
+            "copy": copy,
+            "preview": preview,
+            "reason": reason,
+            "can_act": has_role(request.user, Role.OPERATOR),
+        },
+    )
+
+
+@login_required
+def deletion_list(request):
+    show = request.GET.get("show", "open")
+    jobs = DeletionJob.objects.select_related("checkpoint__run__team", "copy__location").order_by(
+        "-requested_at", "-pk"
+    )
+    if show != "all":
+        show = "open"
+        jobs = jobs.filter(state__in=OPEN_DELETION_STATES)
+    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "actions/deletion_list.html", {"page_obj": page, "jobs": page.object_list, "show": show})
+
+
+@login_required
+def deletion_detail(request, pk: int):
+    try:
+        job = DeletionJob.objects.select_related("checkpoint__run__team", "copy__location").get(pk=pk)
+    except DeletionJob.DoesNotExist:
+        raise Http404("no such deletion") from None
+    items = job.items.select_related("location").order_by("location__name", "path", "pk")
+    page = Paginator(items, ITEMS_PER_PAGE).get_page(request.GET.get("page"))
+    user = request.user
+    return render(
+        request,
+        "actions/deletion_detail.html",
+        {
+            "job": job,
+            "checkpoint": job.checkpoint,
+            "run": job.checkpoint.run,
+            "page_obj": page,
+            "items": page.object_list,
+            "cancellable": job.state in (DeletionState.AWAITING_APPROVAL, DeletionState.SCHEDULED)
+            and (has_role(user, Role.OPERATOR) or has_role(user, Role.APPROVER)),
+            "approvable": job.state == DeletionState.AWAITING_APPROVAL and has_role(user, Role.APPROVER),
+            "own_job": job.requested_by_id == user.pk,
+        },
+    )
+
+
+@login_required
+@require_POST
+def approve(request, pk: int):
+    job = get_object_or_404(DeletionJob, pk=pk)
+    try:
+        services.approve(job=job, actor=_actor(request), request_id=request_id_of(request))
+    except DomainError as exc:
+        messages.error(request, f"Not approved: {exc.message}")
+    else:
+        messages.success(request, f"Deletion {job.pk} approved; it runs once its grace period is over.")
+    return _back(request, _deletion_url(pk))
+
+
+@login_required
+@require_POST
+def cancel(request, pk: int):
+    job = get_object_or_404(DeletionJob, pk=pk)
+    try:
+        services.cancel(
+            job=job, reason=request.POST.get("reason", ""), actor=_actor(request), request_id=request_id_of(request)
+        )
+    except DomainError as exc:
+        messages.error(request, f"Not cancelled: {exc.message}")
+    else:
+        messages.success(request, f"Deletion {job.pk} cancelled: nothing of it will be deleted.")
+    return _back(request, _deletion_url(pk))
