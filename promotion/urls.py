@@ -1,0 +1,21 @@
+"""Pages and API of promotions, included once from ``ckptfleet.urls``."""
+
+from django.urls import include, path
+from rest_framework.routers import SimpleRouter
+
+from promotion import views
+from promotion.api.views import PromotionViewSet
+
+app_name = "promotion"
+
+router = SimpleRouter()
+router.register("promotions", PromotionViewSet, basename="api-promotion")
+
+urlpatterns = [
+    path("promotions/", views.job_list, name="job-list"),
+    path("promotions/<int:pk>/", views.job_detail, name="job-detail"),
+    path("promotions/<int:pk>/progress.json", views.job_progress, name="job-progress"),
+    path("promotions/<int:pk>/cancel/", views.job_cancel, name="job-cancel"),
+    path("checkpoints/<int:pk>/promote/", views.promote, name="promote"),
+    path("api/v1/", include(router.urls)),
+]
