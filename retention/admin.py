@@ -1,0 +1,21 @@
+"""Retention policies in the admin: read-only, since every change must be audited (use the policy pages or API)."""
+
+from django.contrib import admin
+
+from retention.models import RetentionPolicy
+
+
+@admin.register(RetentionPolicy)
+class RetentionPolicyAdmin(admin.ModelAdmin):
+    list_display = ("name", "team", "run", "keep_last", "keep_every", "enabled", "last_proposed_at")
+    list_filter = ("enabled",)
+    search_fields = ("name", "team__name", "run__name")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

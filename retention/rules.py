@@ -1,0 +1,223 @@
+"""The keep-rule engine: which checkpoints of one run a set of retention rules keeps, and why.
+
+Pure and deterministic: plain data in, plain data out, no database. The simulator, the policy
+dry run and the policy task all call ``apply_rules``, so what a user previews is what a policy
+proposes.
+
+Rules, each optional except the promises:
+
+- **pinned** and **held** checkpoints are always kept (PRODUCT.md promises 1 and 2);
+- the run's **newest restorable** checkpoint is always kept (promise 5; ``catalog.selectors.
+  newest_restorable_ids``: the newest complete and verified one, or failing that the newest complete);
+- **keep last N**: the N stepped checkpoints with the highest steps;
+- **keep every Mth step**: checkpoints whose step is a multiple of M (Orbax's ``keep_period``);
+- **keep milestones**, **keep critical**: by the importance the training job wrote;
+- **keep step-less**: checkpoints saved under a name instead of a step (a final export,
+  ``last.ckpt``), which "last N" and "every Mth" cannot rank.
+
+A checkpoint no rule keeps is dropped, with the reason in words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from catalog.choices import Importance
+
+
+class Reason(StrEnum):
+    """Why a checkpoint is kept. Promises first: they hold whatever the rules say."""
+
+    HELD = "held"
+    PINNED = "pinned"
+    NEWEST_RESTORABLE = "newest_restorable"
+    CRITICAL = "critical"
+    MILESTONE = "milestone"
+    LAST_N = "last_n"
+    EVERY_MTH = "every_mth"
+    STEPLESS = "stepless"
+
+    @property
+    def label(self) -> str:
+        return REASON_LABELS[self]
+
+    @property
+    def is_promise(self) -> bool:
+        return self in PROMISES
+
+
+REASON_LABELS = {
+    Reason.HELD: "held (legal or compliance hold)",
+    Reason.PINNED: "pinned",
+    Reason.NEWEST_RESTORABLE: "the run's newest restorable checkpoint",
+    Reason.CRITICAL: "critical",
+    Reason.MILESTONE: "milestone",
+    Reason.LAST_N: "among the last N",
+    Reason.EVERY_MTH: "step is a multiple of M",
+    Reason.STEPLESS: "saved without a step (an export)",
+}
+PROMISES = frozenset({Reason.HELD, Reason.PINNED, Reason.NEWEST_RESTORABLE})
+_IMPORTANCE_LABELS = {value: label.lower() for value, label in Importance.choices}
+
+
+@dataclass(frozen=True)
+class CopyFacts:
+    """What one present copy of a checkpoint holds on one tier and storage class (``CopyTierUsage``)."""
+
+    copy_id: int
+    location_id: int
+    tier: str
+    storage_class: str
+    bytes: int
+    files: int = 0
+    days_stored: int = 0
+
+
+@dataclass(frozen=True)
+class CheckpointFacts:
+    """One checkpoint of a run, as the rules see it."""
+
+    id: int
+    step: int | None
+    tag: str = ""
+    importance: str = Importance.ROUTINE
+    pinned: bool = False
+    held: bool = False
+    newest_restorable: bool = False
+    scheduled: bool = False  # an open deletion job exists: dropped already, never proposed again
+    copies: tuple[CopyFacts, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"step {self.step}" if self.step is not None else self.tag
+
+    @property
+    def bytes(self) -> int:
+        return sum(c.bytes for c in self.copies)
+
+
+@dataclass(frozen=True)
+class KeepRules:
+    """A set of keep rules. 0 switches "last N" and "every Mth" off."""
+
+    keep_last: int = 0
+    keep_every: int = 0
+    keep_milestones: bool = True
+    keep_critical: bool = True
+    keep_stepless: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("keep_last", "keep_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a whole number, zero or more")
+
+    def describe(self) -> str:
+        parts = []
+        if self.keep_last:
+            parts.append(f"the last {self.keep_last}")
+        if self.keep_every:
+            parts.append(f"every step that is a multiple of {self.keep_every:,}")
+        if self.keep_milestones:
+            parts.append("milestones")
+        if self.keep_critical:
+            parts.append("critical checkpoints")
+        if self.keep_stepless:
+            parts.append("step-less exports")
+        parts.append("pinned and held checkpoints and the newest restorable one (always)")
+        return "Keep " + ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A checkpoint kept (with every rule that keeps it) or dropped (with why no rule does)."""
+
+    checkpoint: CheckpointFacts
+    reasons: tuple[Reason, ...] = ()
+    why_dropped: str = ""
+
+    @property
+    def kept(self) -> bool:
+        return bool(self.reasons)
+
+    @property
+    def reason_labels(self) -> list[str]:
+        return [r.label for r in self.reasons]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The decisions for one run, newest first: kept and dropped, and every decision in order."""
+
+    decisions: tuple[Decision, ...] = field(default_factory=tuple)
+
+    @property
+    def kept(self) -> tuple[Decision, ...]:
+        return tuple(d for d in self.decisions if d.kept)
+
+    @property
+    def dropped(self) -> tuple[Decision, ...]:
+        return tuple(d for d in self.decisions if not d.kept)
+
+    @property
+    def kept_ids(self) -> frozenset[int]:
+        return frozenset(d.checkpoint.id for d in self.kept)
+
+    @property
+    def dropped_ids(self) -> frozenset[int]:
+        return frozenset(d.checkpoint.id for d in self.dropped)
+
+
+def newest_first(checkpoints: Iterable[CheckpointFacts]) -> list[CheckpointFacts]:
+    """Stepped checkpoints by step, highest first, then step-less ones by tag; ids break ties."""
+    return sorted(checkpoints, key=lambda c: (c.step is None, -(c.step or 0), c.tag, c.id))
+
+
+def _why_dropped(c: CheckpointFacts, rules: KeepRules) -> str:
+    why = []
+    if c.step is None:
+        why.append("step-less exports are not kept")
+    else:
+        if rules.keep_last:
+            why.append(f"older than the last {rules.keep_last}")
+        if rules.keep_every:
+            why.append(f"step {c.step:,} is not a multiple of {rules.keep_every:,}")
+    if c.importance == Importance.MILESTONE:
+        why.append("milestones are not kept")
+    elif c.importance == Importance.CRITICAL:
+        why.append("critical checkpoints are not kept")
+    else:
+        why.append(f"{_IMPORTANCE_LABELS.get(c.importance, 'routine')} importance")
+    return "; ".join(why)
+
+
+def apply_rules(checkpoints: Iterable[CheckpointFacts], rules: KeepRules) -> Plan:
+    """Decide, for the checkpoints of one run, which ``rules`` keep and which they drop."""
+    ordered = newest_first(checkpoints)
+    ids = [c.id for c in ordered]
+    if len(set(ids)) != len(ids):
+        raise ValueError("a checkpoint appears twice")
+    last_n = {c.id for c in [c for c in ordered if c.step is not None][: rules.keep_last]}
+    decisions = []
+    for c in ordered:
+        reasons = []
+        if c.held:
+            reasons.append(Reason.HELD)
+        if c.pinned:
+            reasons.append(Reason.PINNED)
+        if c.newest_restorable:
+            reasons.append(Reason.NEWEST_RESTORABLE)
+        if rules.keep_critical and c.importance == Importance.CRITICAL:
+            reasons.append(Reason.CRITICAL)
+        if rules.keep_milestones and c.importance == Importance.MILESTONE:
+            reasons.append(Reason.MILESTONE)
+        if c.id in last_n:
+            reasons.append(Reason.LAST_N)
+        if rules.keep_every and c.step is not None and c.step % rules.keep_every == 0:
+            reasons.append(Reason.EVERY_MTH)
+        if rules.keep_stepless and c.step is None:
+            reasons.append(Reason.STEPLESS)
+        decisions.append(Decision(c, tuple(reasons), "" if reasons else _why_dropped(c, rules)))
+    return Plan(tuple(decisions))

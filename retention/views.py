@@ -1,0 +1,158 @@
+"""Pages of retention: the simulator, the tiering what-if, and retention policies with their dry runs.
+
+Views read the request, call ``retention.selectors`` / ``retention.tiering`` / ``retention.services``
+and render. Simulating changes nothing, so the simulator and the what-if are GET forms.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect, render
+
+from access.middleware import request_id_of
+from access.roles import Role, has_role
+from catalog.choices import ActorKind, EventSource
+from catalog.models import AuditEvent, Run, Team
+from ckptfleet.errors import DomainError
+from fleet.services import Actor
+from retention import services
+from retention.forms import MoveForm, NewPolicyForm, PolicyForm, RulesForm
+from retention.models import RetentionPolicy
+from retention.selectors import Scope, simulate
+from retention.tiering import Move, tiering_whatif
+
+DETAIL_LIMIT = 2000  # checkpoint decisions listed on the page; beyond, the per-run summary and the API
+
+
+def _actor(request) -> Actor:
+    user = request.user
+    return Actor(kind=ActorKind.USER, label=user.get_username(), source=EventSource.UI, user=user)
+
+
+def _scope(data: dict) -> tuple[Scope, Team | None, Run | None]:
+    run = None
+    if data.get("run"):
+        run = Run.objects.select_related("team").filter(pk=data["run"]).first()
+        if run is None:
+            raise Http404("no such run")
+        return Scope(run_id=run.pk), run.team, run
+    team = data.get("team")
+    return Scope(team_id=team.pk if team else None), team, None
+
+
+def _detail_shown(sim) -> bool:
+    return sum(len(r.plan.decisions) for r in sim.runs) <= DETAIL_LIMIT
+
+
+@login_required
+def simulator(request):
+    form = RulesForm.from_request(request)
+    context = {"form": form, "sim": None, "team": None, "run": None}
+    if form.is_valid():
+        scope, team, run = _scope(form.cleaned_data)
+        sim = simulate(rules=form.rules(), scope=scope)
+        context.update(sim=sim, team=team, run=run, detail=_detail_shown(sim), query=request.GET.urlencode())
+    return render(request, "retention/simulator.html", context)
+
+
+@login_required
+def tiering(request):
+    form = MoveForm.from_request(request)
+    context = {"form": form, "whatif": None, "team": None, "run": None}
+    if form.is_valid():
+        d = form.cleaned_data
+        scope, team, run = _scope(d)
+        move = Move(
+            to_class=d["to_class"],
+            from_tier=d["from_tier"],
+            from_class=d["from_class"],
+            finished_only=d["finished_only"],
+            to_location_id=d["to_location"].pk if d["to_location"] else None,
+            scope=scope,
+        )
+        try:
+            context["whatif"] = tiering_whatif(move=move)
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+        context.update(team=team, run=run, query=request.GET.urlencode())
+    return render(request, "retention/tiering.html", context)
+
+
+@login_required
+def policy_list(request):
+    can_edit = has_role(request.user, Role.OPERATOR)
+    form = None
+    if can_edit:
+        form = NewPolicyForm(
+            request.POST or None, initial={"team": request.GET.get("team"), "run": request.GET.get("run")}
+        )
+    if request.method == "POST":
+        if not can_edit:
+            messages.error(request, "Creating a retention policy needs the operator role.")
+            return redirect("retention:policies")
+        if form.is_valid():
+            d = form.cleaned_data
+            run = Run.objects.filter(pk=d["run"]).first() if d.get("run") else None
+            if d.get("run") and run is None:
+                form.add_error("run", "No run has that id.")
+            else:
+                try:
+                    policy = services.policy_create(
+                        actor=_actor(request),
+                        request_id=getattr(request, "request_id", None) or request_id_of(request),
+                        name=d["name"],
+                        team=d.get("team"),
+                        run=run,
+                        keep_last=d["keep_last"],
+                        keep_every=d["keep_every"],
+                        keep_milestones=d["keep_milestones"],
+                        keep_critical=d["keep_critical"],
+                        keep_stepless=d["keep_stepless"],
+                        enabled=d["enabled"],
+                        reason=d["reason"],
+                    )
+                except DomainError as exc:
+                    form.add_error(None, exc.message)
+                else:
+                    messages.success(request, f"Policy {policy.name} created. Its dry run is below.")
+                    return redirect("retention:policy", pk=policy.pk)
+    policies = RetentionPolicy.objects.select_related("team", "run__team").order_by("name", "pk")
+    return render(request, "retention/policy_list.html", {"policies": policies, "form": form})
+
+
+@login_required
+def policy_detail(request, pk: int):
+    policy = RetentionPolicy.objects.select_related("team", "run__team").filter(pk=pk).first()
+    if policy is None:
+        raise Http404("no such policy")
+    can_edit = has_role(request.user, Role.OPERATOR)
+    initial = {k: getattr(policy, k) for k in services.EDITABLE}
+    form = PolicyForm(request.POST or None, initial=initial) if can_edit else None
+    if request.method == "POST":
+        if not can_edit:
+            messages.error(request, "Editing a retention policy needs the operator role.")
+            return redirect("retention:policy", pk=pk)
+        if form.is_valid():
+            d = form.cleaned_data
+            try:
+                services.policy_update(
+                    policy_id=policy.pk,
+                    actor=_actor(request),
+                    request_id=getattr(request, "request_id", None) or request_id_of(request),
+                    reason=d["reason"],
+                    **{k: d[k] for k in services.EDITABLE},
+                )
+            except DomainError as exc:
+                form.add_error(None, exc.message)
+            else:
+                messages.success(request, "Policy saved.")
+                return redirect("retention:policy", pk=pk)
+    sim = services.policy_dry_run(policy)
+    history = AuditEvent.objects.filter(target_type="retention_policy", target_id=policy.pk).order_by("-at", "-id")[:50]
+    return render(
+        request,
+        "retention/policy_detail.html",
+        {"policy": policy, "form": form, "sim": sim, "detail": _detail_shown(sim), "history": history},
+    )
