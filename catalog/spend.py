@@ -467,11 +467,14 @@ def _grouped(basis: Basis, dim: Dimension, *, limit: int | None = None) -> Table
     in_period = Q(day__gte=period.first, day__lte=period.last)
     in_previous = Q(day__gte=previous.first, day__lte=previous.last)
     on_as_of = Q(day=as_of) if as_of else Q(pk__in=[])
+    # Grouped by the key alone, names joined afterwards: grouping by the names too made PostgreSQL sort
+    # the period's rows on disk (its estimate of the groups was the row count), 3-4x slower at 10M files.
+    group_by = [f for f in dim.fields if f == dim.key_field or "__" not in f]
     rows = list(
         _usage(basis)
         .filter(day__gte=previous.first, day__lte=period.last)
         .annotate(**dim.annotate)
-        .values(*dim.fields)
+        .values(*group_by)
         .annotate(
             cost=Sum("cost_nanos", filter=in_period),
             prev=Sum("cost_nanos", filter=in_previous),
@@ -479,8 +482,9 @@ def _grouped(basis: Basis, dim: Dimension, *, limit: int | None = None) -> Table
             stored=Sum("bytes", filter=on_as_of),
             files=Sum("files", filter=on_as_of),
         )
-        .order_by(*dim.fields)
+        .order_by()
     )
+    _add_labels(rows, dim, [f for f in dim.fields if f not in group_by])
     rows.sort(key=lambda r: (-_int(r["cost"]), -_int(r["prev"]), str(r[dim.fields[0]])))
     total_cost = money(sum(_int(r["cost"]) for r in rows))
     if limit is not None and len(rows) > limit:
@@ -535,6 +539,22 @@ def _grouped(basis: Basis, dim: Dimension, *, limit: int | None = None) -> Table
             "gib_months": _gib_months(total_byte_days, basis),
         }
     return table
+
+
+def _add_labels(rows: list[dict], dim: Dimension, fields: list[str]) -> None:
+    """Fill in the name fields of a dimension (``run__name``, ``run__team__name``...) from its model, for the
+    keys in ``rows``: one query. A row of no key (unassigned) gets None, as the join would have given."""
+    if not fields:
+        return
+    relation = dim.key_field.removesuffix("_id")
+    model = UsageDaily._meta.get_field(relation).related_model
+    wanted = [f.removeprefix(f"{relation}__") for f in fields]
+    keys = {r[dim.key_field] for r in rows} - {None}
+    found = {v["pk"]: v for v in model.objects.filter(pk__in=keys).order_by().values("pk", *wanted)} if keys else {}
+    for r in rows:
+        known = found.get(r[dim.key_field], {})
+        for field_name, attribute in zip(fields, wanted, strict=True):
+            r[field_name] = known.get(attribute)
 
 
 def _in_or_null(field_name: str, values: set) -> Q:

@@ -10,4 +10,5 @@ urlpatterns = [
     path("checkpoints/<int:pk>/", views.checkpoint_detail, name="checkpoint-detail"),
     path("copies/<int:pk>/files/", views.copy_files, name="copy-files"),
     path("orphans/", views.orphans, name="orphans"),
+    path("placement/", views.placement_overview, name="placement"),
 ]

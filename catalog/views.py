@@ -11,9 +11,10 @@ from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import get_object_or_404, render
 
-from catalog import selectors
+from access.scoping import may_see_run, restrict_runs
+from catalog import placement, selectors
 from catalog.choices import CopyState
-from catalog.models import Checkpoint, CheckpointCopy
+from catalog.models import Checkpoint, CheckpointCopy, Run
 from catalog.verification import failure_domain, summarize
 from ckptfleet.params import positive_int_param
 
@@ -22,13 +23,15 @@ CHECKPOINTS_PER_PAGE = 50
 FILES_SHOWN = 200
 FILES_PER_PAGE = 200
 ORPHAN_GROUPS_PER_PAGE = 100
+FLAGGED_PER_PAGE = 50
+FLAGGED_PREVIEW = 5
 
 
 @login_required
 def run_list(request):
     q = request.GET.get("q", "").strip()[:200]
     team_id = positive_int_param(request, "team")
-    paginator = Paginator(selectors.run_search(q=q, team_id=team_id), RUNS_PER_PAGE)
+    paginator = Paginator(restrict_runs(selectors.run_search(q=q, team_id=team_id), request.user), RUNS_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
     teams = list(selectors.team_choices())
     filtered = bool(q or team_id)
@@ -50,7 +53,7 @@ def run_list(request):
 
 @login_required
 def run_detail(request, pk: int):
-    run = get_object_or_404(selectors.run_list(), pk=pk)
+    run = get_object_or_404(restrict_runs(selectors.run_list(), request.user), pk=pk)
     paginator = Paginator(selectors.run_checkpoints(run), CHECKPOINTS_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
     newest = selectors.newest_complete(run)
@@ -62,7 +65,8 @@ def run_detail(request, pk: int):
             .select_related("location", "location__host")
             .order_by("location__name")
         )
-    for checkpoint in page.object_list:
+    checkpoints = list(page.object_list)
+    for checkpoint in checkpoints:
         checkpoint.verification_summary = summarize(checkpoint.present)
     return render(
         request,
@@ -70,9 +74,10 @@ def run_detail(request, pk: int):
         {
             "run": run,
             "page_obj": page,
-            "checkpoints": page.object_list,
+            "checkpoints": checkpoints,
             "newest": newest,
             "newest_copies": newest_copies,
+            "placement": placement.run_placement(run.pk, checkpoints),
         },
     )
 
@@ -81,6 +86,8 @@ def run_detail(request, pk: int):
 def checkpoint_detail(request, pk: int):
     try:
         checkpoint = selectors.checkpoint_with_run(pk)
+        if not may_see_run(request.user, checkpoint.run):
+            raise Checkpoint.DoesNotExist
     except Checkpoint.DoesNotExist:
         raise Http404("no such checkpoint") from None
     copies = selectors.checkpoint_copies(checkpoint)
@@ -106,15 +113,15 @@ def checkpoint_detail(request, pk: int):
             "gone": gone,
             "files_shown": FILES_SHOWN,
             "verification_summary": summarize(present),
+            "placement": placement.checkpoint_placement(checkpoint, present),
         },
     )
 
 
 @login_required
 def copy_files(request, pk: int):
-    copy = get_object_or_404(
-        CheckpointCopy.objects.select_related("checkpoint__run__team", "location", "location__host"), pk=pk
-    )
+    copies = CheckpointCopy.objects.select_related("checkpoint__run__team", "location", "location__host")
+    copy = get_object_or_404(restrict_runs(copies, request.user, run_path="checkpoint__run__"), pk=pk)
     paginator = Paginator(selectors.copy_files(copy), FILES_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
     return render(
@@ -144,5 +151,57 @@ def orphans(request):
             "kind": kind,
             "location_id": location_id,
             "filtered": bool(kind or location_id),
+        },
+    )
+
+
+@login_required
+def placement_overview(request):
+    """Every placement flag of the fleet (or of one run) with its count, and the flagged checkpoints."""
+    flag = request.GET.get("flag", "")
+    flag = flag if flag in placement.Flag.values else ""
+    run_id = positive_int_param(request, "run")
+    run = None
+    if run_id is not None:
+        run = restrict_runs(Run.objects.select_related("team"), request.user).filter(pk=run_id).first()
+        if run is None:
+            raise Http404("no such run")
+
+    # Each flag's query runs once: its ids give the count, the previews and the page.
+    flagged = {
+        f: placement.flagged_ids(restrict_runs(placement.flagged(f, run_id=run_id), request.user, run_path="run__"))
+        for f in placement.Flag.values
+    }
+    cards = [
+        {"flag": f, "label": placement.Flag(f).label, "help": placement.flag_help(f), "count": len(ids)}
+        for f, ids in flagged.items()
+    ]
+    page = None
+    previews: dict[str, list] = {}
+    if flag:
+        page = Paginator(flagged[flag], FLAGGED_PER_PAGE).get_page(request.GET.get("page"))
+        items = placement.explain([(flag, ck) for ck in placement.checkpoints_in_order(page.object_list)])
+    else:
+        shown = [(f, pk) for f, ids in flagged.items() for pk in ids[:FLAGGED_PREVIEW]]
+        loaded = {ck.pk: ck for ck in placement.checkpoints_in_order([pk for _, pk in shown])}
+        items = placement.explain([(f, loaded[pk]) for f, pk in shown if pk in loaded])
+        for f, ck, why in items:
+            previews.setdefault(f, []).append((ck, why))
+    for card in cards:
+        card["preview"] = previews.get(card["flag"], [])
+    return render(
+        request,
+        "catalog/placement.html",
+        {
+            "cards": cards,
+            "flag": flag,
+            "flag_label": placement.Flag(flag).label if flag else "",
+            "flag_help": placement.flag_help(flag) if flag else "",
+            "run": run,
+            "page_obj": page,
+            "items": items if flag else [],
+            "total": sum(c["count"] for c in cards),
+            "nvme_days": placement.nvme_days(),
+            "preview_size": FLAGGED_PREVIEW,
         },
     )

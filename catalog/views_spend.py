@@ -18,10 +18,11 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
+from access.roles import Role, has_role, require_role
 from catalog import spend
 from catalog.choices import ActorKind, EventSource
 from catalog.models import Run, Team
-from ckptfleet.errors import DomainError
+from ckptfleet.errors import DomainError, PermissionRefused
 from ckptfleet.params import positive_int_param
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host, PriceBasis, StorageLocation
@@ -43,7 +44,10 @@ def _export(table: spend.Table) -> str:
     return f"{reverse('spend-api:table', args=[table.name])}?{basis.period.param}{scope}&format=csv"
 
 
-def _with_export(*tables: spend.Table) -> None:
+def _with_export(request, *tables: spend.Table) -> None:
+    """Export links for those who may export (the finance role); none for the others."""
+    if not has_role(request.user, Role.FINANCE):
+        return
     for table in tables:
         table.export_url = _export(table)
 
@@ -153,7 +157,7 @@ def spend_overview(request):
         "monthly_tier": spend.monthly_by_tier(basis),
         "monthly_team": spend.monthly_by_team(basis),
     }
-    _with_export(*tables.values())
+    _with_export(request, *tables.values())
     charts = {
         "monthly_tier": monthly_chart(tables["monthly_tier"], "Spend per month by tier"),
         "monthly_team": monthly_chart(tables["monthly_team"], "Spend per month by team"),
@@ -184,7 +188,7 @@ def spend_runs(request):
     period = _period(request, today)
     basis = spend.basis_for(period, today=today)
     table = spend.by_run(basis)
-    _with_export(table)
+    _with_export(request, table)
     paginator = Paginator(table.rows, RUNS_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
     table.rows = list(page.object_list)
@@ -214,7 +218,7 @@ def spend_run(request, pk: int):
         "daily": spend.daily(basis),
         "steps": spend.run_steps(basis),
     }
-    _with_export(*tables.values())
+    _with_export(request, *tables.values())
     charts = {
         "monthly_tier": monthly_chart(tables["monthly_tier"], f"Spend of {run.name} per month by tier"),
         "daily": daily_chart(tables["daily"]),
@@ -289,10 +293,12 @@ def _user_actor(request) -> Actor:
 @login_required
 def price_book(request):
     today = utc_today()
-    can_edit = request.user.has_perm("fleet.add_pricepoint")
+    can_edit = has_role(request.user, Role.FINANCE)
     if request.method == "POST":
-        if not can_edit:
-            messages.error(request, "You may read the price book but not add to it; ask a finance admin.")
+        try:
+            require_role(request.user, Role.FINANCE, doing="Adding to the price book", target_type="price_point")
+        except PermissionRefused as exc:
+            messages.error(request, f"You may read the price book but not add to it: {exc.message}.")
             return redirect("spend:prices")
         form = PriceForm(request.POST)
         if form.is_valid():
@@ -323,7 +329,7 @@ def price_book(request):
         form = PriceForm(initial={"effective_from": today, "currency": spend.book_currency()})
     basis = spend.basis_for(spend.Period.day(today), today=today)
     table = spend.prices(basis)
-    _with_export(table)
+    _with_export(request, table)
     return render(
         request,
         "spend/prices.html",

@@ -87,6 +87,9 @@ def parse_database_url(name: str, url: str) -> dict:
             "PORT": str(port or ""),
             "CONN_MAX_AGE": 60,
             "CONN_HEALTH_CHECKS": True,
+            # JIT compilation costs 50-200 ms on the 20-60 ms aggregate queries of the dashboard pages
+            # (measured by bench/spend_bench.py, see docs/benchmarks.md) and helps none of them.
+            "OPTIONS": {"options": "-c jit=off"},
         }
     if scheme == "sqlite":
         # sqlite:///relative.db and sqlite:////absolute/path.db, as dj-database-url reads them.

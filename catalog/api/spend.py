@@ -8,13 +8,14 @@ from __future__ import annotations
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import PermissionDenied
 from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from access.roles import Role, has_role, require_role
 from catalog import spend
 from catalog.choices import ActorKind, EventSource
+from ckptfleet.errors import PermissionRefused
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host, PriceBasis, StorageLocation
 from fleet.pricebook import price_set, utc_today
@@ -89,6 +90,9 @@ class SpendTableView(APIView):
     def get(self, request, name: str):
         if name not in spend.TABLES:
             raise Http404(f"no spend table {name!r}; the tables are {', '.join(spend.TABLES)}")
+        wants_csv = getattr(request, "accepted_renderer", None) and request.accepted_renderer.format == "csv"
+        if wants_csv and not has_role(request.user, Role.FINANCE):  # a read: refused, not audited
+            raise PermissionRefused(f"exporting spend needs the finance role, which {request.user} lacks")
         table = spend.spend_table(name, _basis(request))
         self.table = table
         response = Response(spend.table_data(table))
@@ -139,7 +143,7 @@ class PricePointSerializer(serializers.Serializer):
 
 
 class PricePointListView(APIView):
-    """The price book: every point, newest first. POST adds one (permission ``fleet.add_pricepoint``)."""
+    """The price book: every point, newest first. POST adds one (the finance role)."""
 
     @extend_schema(responses={200: PricePointSerializer(many=True)})
     def get(self, request):
@@ -147,8 +151,7 @@ class PricePointListView(APIView):
 
     @extend_schema(request=PricePointSerializer, responses={201: PricePointSerializer})
     def post(self, request):
-        if not request.user.has_perm("fleet.add_pricepoint"):
-            raise PermissionDenied("adding to the price book needs the fleet.add_pricepoint permission")
+        require_role(request.user, Role.FINANCE, doing="Adding to the price book", target_type="price_point")
         serializer = PricePointSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data

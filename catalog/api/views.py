@@ -3,14 +3,46 @@
 from __future__ import annotations
 
 from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, viewsets
+from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import PageNumberPagination
+from rest_framework.response import Response
 
-from catalog import selectors
-from catalog.api.serializers import CheckpointSerializer, OrphanGroupSerializer, RunSerializer
-from catalog.models import Checkpoint
+from access.scoping import restrict_runs
+from catalog import placement, selectors
+from catalog.api.serializers import (
+    CheckpointPlacementSerializer,
+    CheckpointSerializer,
+    FlagCountSerializer,
+    FlaggedCheckpointSerializer,
+    OrphanGroupSerializer,
+    RunPlacementSerializer,
+    RunSerializer,
+)
+from catalog.models import Checkpoint, Run
+from ckptfleet.errors import DomainError
+
+PLACEMENT_PAGE = 50
+PLACEMENT_PAGE_MAX = 200
+
+
+def _limit(request, default: int, maximum: int) -> int:
+    raw = request.query_params.get("limit")
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
+        raise DomainError(f"limit must be a whole number from 1 to {maximum}, not {raw!r}", code="bad_limit")
+    return int(raw)
+
+
+def _flag_counts(counts: dict[str, int]) -> list[dict]:
+    return [
+        {"flag": f, "label": placement.Flag(f).label, "help": placement.flag_help(f), "count": n}
+        for f, n in counts.items()
+    ]
 
 
 class RunViewSet(viewsets.ReadOnlyModelViewSet):
@@ -20,7 +52,49 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_fields = ["team__name", "status"]
 
     def get_queryset(self):
-        return selectors.run_list()
+        return restrict_runs(selectors.run_list(), self.request.user)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("after", str, description="Cursor from `next`: a step, or `tag:<tag>`."),
+            OpenApiParameter("limit", int, description=f"Checkpoints per page, 1 to {PLACEMENT_PAGE_MAX}."),
+        ],
+        responses={200: RunPlacementSerializer},
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="placement",
+        url_name="placement",
+        pagination_class=None,
+        filter_backends=[],
+    )
+    def placement_detail(self, request, pk=None):
+        """The run's checkpoints (newest step first, keyset-paged) against the locations holding its copies,
+        each copy's state, verification and tiers; and the run's placement flags with their counts."""
+        run = get_object_or_404(restrict_runs(Run.objects.all(), request.user), pk=pk)
+        limit = _limit(request, PLACEMENT_PAGE, PLACEMENT_PAGE_MAX)
+        try:
+            checkpoints, after = placement.run_checkpoints_after(
+                run.pk, after=request.query_params.get("after"), limit=limit
+            )
+        except ValueError:
+            raise DomainError("after must be a cursor from `next`: a step, or tag:<tag>", code="bad_cursor") from None
+        columns = placement.run_columns(run.pk)
+        summaries, flags = placement.run_flags(run.pk, shown=0)
+        rows = placement.matrix_rows(checkpoints, columns, flags=flags)
+        next_url = None
+        if after is not None:
+            query = request.query_params.copy()
+            query["after"] = after
+            next_url = request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
+        data = {
+            "columns": columns,
+            "rows": rows,
+            "flags": _flag_counts({f.flag: f.count for f in summaries}),
+            "next": next_url,
+        }
+        return Response(RunPlacementSerializer(data).data)
 
 
 class CheckpointViewSet(viewsets.ReadOnlyModelViewSet):
@@ -31,9 +105,62 @@ class CheckpointViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         copies = selectors.present_copies().select_related("location", "location__host")
-        return Checkpoint.objects.select_related("run__team").prefetch_related(
+        checkpoints = restrict_runs(Checkpoint.objects.all(), self.request.user, run_path="run__")
+        return checkpoints.select_related("run__team").prefetch_related(
             Prefetch("copies", queryset=copies, to_attr="present")
         )
+
+    @extend_schema(responses={200: CheckpointPlacementSerializer})
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="placement",
+        url_name="placement",
+        pagination_class=None,
+        filter_backends=[],
+    )
+    def placement_detail(self, request, pk=None):
+        """Where the checkpoint's present copies are (tiers, host, site, region, failure domain), and its flags."""
+        checkpoint = self.get_object()
+        result = placement.checkpoint_placement(checkpoint, checkpoint.present)
+        data = {
+            "checkpoint_id": checkpoint.pk,
+            "verified_copies": len(result.verified),
+            "failure_domains": result.domains,
+            "flags": _flag_counts({f: 1 for f in result.flags}),
+            "copies": result.copies,
+        }
+        return Response(CheckpointPlacementSerializer(data).data)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("flag", str, enum=placement.Flag.values, description="List the checkpoints of one flag."),
+            OpenApiParameter("run", int, description="Only this run (its id)."),
+        ],
+        responses={200: FlaggedCheckpointSerializer(many=True)},
+    )
+    @action(detail=False, methods=["get"], url_path="flagged", filter_backends=[])
+    def flagged(self, request):
+        """Without ``flag``: every placement flag with its help and count. With it: the flagged checkpoints,
+        cursor-paged, each with why."""
+        run = request.query_params.get("run") or None
+        if run is not None and not run.isdigit():
+            raise ValidationError({"run": "a run id"})
+        run_id = int(run) if run else None
+        flag = request.query_params.get("flag") or None
+
+        def scoped(name):
+            return restrict_runs(placement.flagged(name, run_id=run_id), request.user, run_path="run__")
+
+        if flag is None:
+            counts = {f: scoped(f).count() for f in placement.Flag.values}
+            return Response(FlagCountSerializer(_flag_counts(counts), many=True).data)
+        if flag not in placement.Flag.values:
+            raise ValidationError({"flag": f"one of {', '.join(placement.Flag.values)}"})
+        page = self.paginate_queryset(scoped(flag).select_related("run__team"))
+        items = placement.explain([(flag, ck) for ck in page])
+        data = [{"checkpoint": ck, "flag": f, "why": why} for f, ck, why in items]
+        return self.get_paginated_response(FlaggedCheckpointSerializer(data, many=True).data)
 
 
 class OrphanPagination(PageNumberPagination):

@@ -13,7 +13,7 @@ from catalog.choices import CopyState, Importance, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
 from catalog.templatetags.fleet_format import bytes_iec, count, duration, relative_time, state_badge
 from fleet.models import Host, StorageLocation
-from tests.conftest import queries_for
+from tests.conftest import give_roles, queries_for
 
 pytestmark = pytest.mark.django_db
 
@@ -103,7 +103,7 @@ def test_the_login_page_has_labelled_fields(client):
 
 
 def test_a_user_signs_in_and_out(client, django_user_model):
-    django_user_model.objects.create_user(username="ada", password="a-long-password-1")
+    give_roles(django_user_model.objects.create_user(username="ada", password="a-long-password-1"), "viewer")
     response = client.post("/accounts/login/", {"username": "ada", "password": "a-long-password-1"})
     assert response.status_code == 302
     page = client.get("/runs/")
