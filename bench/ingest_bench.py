@@ -50,6 +50,8 @@ import psycopg  # noqa: E402
 
 from fleet.agent import AGENT, encode_line  # noqa: E402  (the agent's own line encoder; stdlib only)
 
+# The database and Redis db the benchmark owns (it drops and flushes them): set by --database / --redis-url,
+# so that two people benchmarking on one machine do not destroy each other's runs.
 DB_NAME = "ckptfleet_bench"
 PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
 PG_BENCH = f"postgres://postgres@127.0.0.1:5432/{DB_NAME}"
@@ -60,7 +62,7 @@ PROBE_ROOT = "/bench/nvme1"
 EPOCH = 1_763_700_000  # November 2025, seconds
 BASELINE_COLS = "location_id, path, size, mtime, checksum, checksum_algo, facts, first_seen_at, changed_at"
 APPLIED_LOG = re.compile(
-    r"inventory (?P<id>\d+) applied: staged (?P<staged>\d+) rows in (?P<stage_s>[\d.]+) s, "
+    r"inventory (?P<id>\d+) applied(?: \((?P<mode>\w+)\))?: staged (?P<staged>\d+) rows in (?P<stage_s>[\d.]+) s, "
     r"merged \(\+(?P<added>\d+) ~(?P<changed>\d+) -(?P<gone>\d+)\) in (?P<merge_s>[\d.]+) s, "
     r"judged (?P<judged>\d+) checkpoint copies in (?P<judge_s>[\d.]+) s, committed in (?P<commit_s>[\d.]+) s"
 )
@@ -412,7 +414,10 @@ class Services:
         while time.monotonic() < deadline:
             for m in APPLIED_LOG.finditer(self.worker_log.read_text(errors="replace")):
                 if int(m["id"]) == inventory_id:
-                    return {k: (float(v) if k.endswith("_s") else int(v)) for k, v in m.groupdict().items()}
+                    return {
+                        k: (v if k == "mode" else float(v) if k.endswith("_s") else int(v))
+                        for k, v in m.groupdict().items()
+                    }
             time.sleep(0.1)
         return None
 
@@ -471,7 +476,7 @@ def push(
     if profile is not None:
         spy = subprocess.Popen(
             [
-                str(Path(venv_python()).parent / "py-spy"),
+                os.environ.get("PY_SPY") or shutil.which("py-spy") or str(Path(venv_python()).parent / "py-spy"),
                 "record",
                 "-p",
                 str(services.worker.pid),
@@ -834,6 +839,7 @@ def report(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global DB_NAME, PG_BENCH, REDIS_URL
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=1_000_000)
     parser.add_argument("--checkpoints", type=int, default=1_000)
@@ -859,7 +865,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE",
         help="record the worker with py-spy (pip install py-spy) during the first push, collapsed stacks",
     )
+    parser.add_argument(
+        "--database",
+        default=DB_NAME,
+        help=f"name of the PostgreSQL database to drop, create and use (default {DB_NAME})",
+    )
+    parser.add_argument(
+        "--redis-url", default=REDIS_URL, help=f"Redis db for the worker's broker, flushed first (default {REDIS_URL})"
+    )
     args = parser.parse_args(argv)
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", args.database):
+        parser.error("--database must be a plain lowercase identifier")
+    DB_NAME = args.database
+    PG_BENCH = f"postgres://postgres@127.0.0.1:5432/{DB_NAME}"
+    REDIS_URL = args.redis_url
 
     def on_term(signum, frame):
         raise KeyboardInterrupt

@@ -99,6 +99,19 @@ def recognize(
     if not write_order_mtimes:
         files = (replace(entry, mtime=0.0) for entry in files)
     root = build_tree(files)
+    views: list[DirView] = []
+    try:
+        return _recognize(root, formats, views)
+    finally:
+        # Directories point at their parents and parents at them: a cycle per directory, which only
+        # the cyclic garbage collector would free, long after (a worker judging run directory after
+        # run directory would grow with the inventory). Nothing returned refers to them: break them.
+        for directory in (*_pre_order(root), *views):
+            directory.parent = None
+            directory.dirs = {}
+
+
+def _recognize(root: DirView, formats: Sequence[CheckpointFormat], views: list[DirView]) -> list[Found]:
 
     # Unclaimed files per directory subtree, so "is everything below here claimed?" is O(1).
     remaining: dict[str, int] = {}
@@ -129,7 +142,7 @@ def recognize(
         for fmt in formats:
             if view is None:
                 whole = remaining[directory.path] == total[directory.path]
-                view = directory if whole else _unclaimed_view(directory, claimed, remaining)
+                view = directory if whole else _unclaimed_view(directory, claimed, remaining, views)
             found = fmt.claim(view)
             if not found:
                 continue
@@ -168,17 +181,22 @@ def _has_own_unclaimed(directory: DirView, claimed: set[str]) -> bool:
     return any(entry.path not in claimed for entry in directory.files.values())
 
 
-def _unclaimed_view(directory: DirView, claimed: set[str], remaining: dict[str, int]) -> DirView:
+def _unclaimed_view(
+    directory: DirView, claimed: set[str], remaining: dict[str, int], views: list[DirView] | None = None
+) -> DirView:
     """A copy of ``directory`` with only its unclaimed files and the subdirectories that still have
-    some. Its ``parent`` is the real parent, so formats can still read tracker files there."""
+    some. Its ``parent`` is the real parent, so formats can still read tracker files there. Every
+    view made is added to ``views``, so that the caller can break their cycles afterwards."""
     view = DirView(
         path=directory.path,
         parent=directory.parent,
         files={name: e for name, e in directory.files.items() if e.path not in claimed},
     )
+    if views is not None:
+        views.append(view)
     for name, sub in directory.dirs.items():
         if remaining[sub.path]:
-            child = _unclaimed_view(sub, claimed, remaining)
+            child = _unclaimed_view(sub, claimed, remaining, views)
             child.parent = view
             view.dirs[name] = child
     return view

@@ -15,10 +15,12 @@ from django.utils import timezone
 from catalog.choices import Importance
 from catalog.formats.base import FileEntry, Found
 from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
-from catalog.verification import carried_over, checkpoints_verify, relative_checksums
+from catalog.verification import FileFacts, carried_over, checkpoints_verify, relative_checksums
 from fleet.models import Inventory, StorageLocation
 
 UNASSIGNED_TEAM = "unassigned"
+# Verification runs after this many files have been judged (and at the end), so memory stays bounded.
+VERIFY_EVERY_FILES = 20_000
 _TEMPLATE_PART = re.compile(r"^\{(team|run|any)\}$|^\*$")
 
 
@@ -157,55 +159,118 @@ def _update_copy_links(targets: dict[int | None, list[int]]) -> None:
             ShardFile.objects.filter(pk__in=ids[i : i + 1000]).update(copy_id=copy_id)
 
 
-def location_recognize(*, location: StorageLocation, inventory: Inventory | None = None) -> int:
-    """Re-judge the checkpoints in every run directory the inventory touched; all of them without one.
+@dataclass(slots=True)
+class GroupFile:
+    """One present file of a run directory, as recognition sees it, and the copy it is linked to now."""
 
-    Returns how many checkpoint copies are present in the groups looked at. Runs inside the
-    ingest transaction, one run directory at a time, so memory is bounded by the largest run.
+    entry: FileEntry
+    stored: bool  # a catalog_shardfile row exists for it (False: the ingest is about to insert it)
+    copy_id: int | None = None
+
+
+CheckpointKey = tuple[int, int | None, str]  # (run id, step, tag): the tag only tells step-less ones apart
+
+
+class Judge:
+    """Judges a location's run directories one at a time and writes their copies, in bulk per directory.
+
+    ``group`` recognises one run directory and returns the copy each of its files belongs to; the
+    caller writes those links (into new rows or onto existing ones) and then calls ``verify``, which
+    verifies every checkpoint judged since the last call. Member files of the copies judged here are
+    handed to verification from memory, so they are not read back. Memory is bounded by what the
+    caller holds between two ``verify`` calls.
     """
-    from catalog.recognition import recognize
 
-    template = PathTemplate.parse(location.path_template)
-    teams: dict[str, Team] = {}
-    runs: dict[tuple[int, str], Run] = {}
-    now = timezone.now()
-    found_total = 0
-    judged: dict[int, tuple[str, list[str]]] = {}  # the formats' verdict on each copy, for verification
-    touched: set[int] = set()  # checkpoints whose copies were judged here, to verify afterwards
-    for group in _affected_groups(location, template, inventory):
-        current: dict[int, int | None] = {}
-        entries: list[FileEntry] = []
-        ids_by_path: dict[str, int] = {}
-        for pk, copy_id, entry in _group_files(location, template, group):
-            current[pk] = copy_id
-            entries.append(entry)
-            ids_by_path[entry.path] = pk
+    def __init__(self, location: StorageLocation, *, now: datetime | None = None) -> None:
+        self.location = location
+        self.template = PathTemplate.parse(location.path_template)
+        self.now = now or timezone.now()
+        self.teams: dict[str, Team] = {}
+        self.runs: dict[tuple[int, str], Run] = {}
+        self.found = 0  # copies present in the directories judged
+        # A location with no copy yet (its first inventory) needs no lookup of existing ones per directory.
+        self.has_copies = CheckpointCopy.objects.filter(location=location).exists()
+        self.pending_files = 0
+        self._judged: dict[int, tuple[str, list[str]]] = {}  # the formats' verdict on each copy
+        self._touched: set[int] = set()  # checkpoints whose copies were judged, to verify
+        self._known: dict[int, dict[str, tuple[str, FileFacts]]] = {}  # member files of copies judged here
+
+    def _existing(self, group: str) -> dict[str, CheckpointCopy]:
+        if not self.has_copies:
+            return {}
+        copies = CheckpointCopy.objects.filter(location=self.location)
+        if group:
+            copies = copies.filter(Q(path=group) | _subtree(group))
+        existing = {c.path: c for c in copies}
+        if group and len(group.split("/")) < self.template.depth:
+            existing = {p: c for p, c in existing.items() if self.template.group_of(p) == group}
+        return existing
+
+    def _checkpoints(self, found: list[Found]) -> list[Checkpoint]:
+        """The checkpoint of each found copy, created where missing: a few queries per directory, not per copy."""
+        keys: list[CheckpointKey] = []
+        for f in found:
+            run = _team_and_run(self.location, self.template, f, self.teams, self.runs)
+            if f.step is not None:
+                keys.append((run.pk, f.step, ""))
+            else:
+                keys.append((run.pk, None, f.path.rsplit("/", 1)[-1] or self.location.name))
+        wanted = set(keys)
+        known = self._load_checkpoints(wanted)
+        missing = [k for k in dict.fromkeys(keys) if k not in known]
+        if missing:
+            # Another location's ingest may create the same checkpoint meanwhile: skip conflicts, read back.
+            Checkpoint.objects.bulk_create(
+                [Checkpoint(run_id=run_id, step=step, tag=tag) for run_id, step, tag in missing],
+                ignore_conflicts=True,
+            )
+            known.update(self._load_checkpoints(set(missing)))
+        return [known[k] for k in keys]
+
+    @staticmethod
+    def _load_checkpoints(keys: set[CheckpointKey]) -> dict[CheckpointKey, Checkpoint]:
+        steps: dict[int, set[int]] = {}
+        tags: dict[int, set[str]] = {}
+        for run_id, step, tag in keys:
+            if step is not None:
+                steps.setdefault(run_id, set()).add(step)
+            else:
+                tags.setdefault(run_id, set()).add(tag)
+        q = Q(pk__in=[])
+        for run_id, values in steps.items():
+            q |= Q(run_id=run_id, step__in=sorted(values))
+        for run_id, values in tags.items():
+            q |= Q(run_id=run_id, step__isnull=True, tag__in=sorted(values))
+        out: dict[CheckpointKey, Checkpoint] = {}
+        for c in Checkpoint.objects.filter(q):
+            key = (c.run_id, c.step, "") if c.step is not None else (c.run_id, None, c.tag)
+            if key in keys:
+                out[key] = c
+        return out
+
+    def group(self, group: str, entries: list[FileEntry]) -> dict[str, int | None]:
+        """Recognise the present files of one run directory and write its copies; returns {path: copy id}
+        for the files a copy claims. Copies of the location in this directory no longer found are marked gone.
+        """
+        from catalog.recognition import recognize
+
+        now = self.now
         found = recognize(entries)
         by_path = {e.path: e for e in entries}
-        existing = {
-            c.path: c
-            for c in CheckpointCopy.objects.filter(location=location)
-            .filter(Q(path=group) | _subtree(group) if group else Q())
-            .select_related("checkpoint")
-        }
-        if group and len(group.split("/")) < template.depth:
-            existing = {p: c for p, c in existing.items() if template.group_of(p) == group}
-        wanted: dict[int, int | None] = dict.fromkeys(current)
+        existing = self._existing(group)
+        checkpoints = self._checkpoints(found) if found else []
+        targets: dict[str, int | None] = {}
+        created: list[tuple[CheckpointCopy, Found]] = []
+        kept: list[tuple[CheckpointCopy, Found]] = []
         seen_paths: set[str] = set()
-        for f in found:
-            run = _team_and_run(location, template, f, teams, runs)
-            if f.step is not None:
-                checkpoint, _ = Checkpoint.objects.get_or_create(run=run, step=f.step)
-            else:
-                tag = f.path.rsplit("/", 1)[-1] or location.name
-                checkpoint, _ = Checkpoint.objects.get_or_create(run=run, step=None, tag=tag)
+        for f, checkpoint in zip(found, checkpoints, strict=True):
             if f.importance in Importance.values and checkpoint.importance != f.importance:
                 checkpoint.importance = f.importance
                 checkpoint.save(update_fields=["importance"])
             members = [by_path[p] for p in f.files if p in by_path]
             newest = max((m.mtime for m in members), default=None)
             values = {
-                "checkpoint": checkpoint,
+                "checkpoint_id": checkpoint.pk,
                 "format": f.format,
                 "state": f.state,
                 "reasons": list(f.reasons),
@@ -220,9 +285,9 @@ def location_recognize(*, location: StorageLocation, inventory: Inventory | None
             }
             copy = existing.get(f.path)
             if copy is None:
-                copy = CheckpointCopy.objects.create(location=location, path=f.path, judged_at=now, **values)
+                created.append((CheckpointCopy(location=self.location, path=f.path, judged_at=now, **values), f))
             else:
-                touched.add(copy.checkpoint_id)  # the one it belonged to, should the copy move to another
+                self._touched.add(copy.checkpoint_id)  # the one it belonged to, should the copy move to another
                 values["state"], values["reasons"] = carried_over(copy, f.state, values["reasons"])
                 changed = [k for k, v in values.items() if getattr(copy, k) != v]
                 if changed:
@@ -230,21 +295,61 @@ def location_recognize(*, location: StorageLocation, inventory: Inventory | None
                         setattr(copy, k, values[k])
                     copy.judged_at = now
                     copy.save(update_fields=[*changed, "judged_at"])
+                kept.append((copy, f))
             seen_paths.add(f.path)
-            judged[copy.pk] = (f.state, list(f.reasons))
-            touched.add(checkpoint.pk)
+        if created:
+            CheckpointCopy.objects.bulk_create([c for c, _ in created])
+        for copy, f in (*kept, *created):
+            self._judged[copy.pk] = (f.state, list(f.reasons))
+            self._touched.add(copy.checkpoint_id)
+            members = self._known.setdefault(copy.pk, {})
             for p in f.files:
-                if p in ids_by_path:
-                    wanted[ids_by_path[p]] = copy.pk
-            found_total += 1
-        vanished = [c.pk for p, c in existing.items() if p not in seen_paths and c.gone_at is None]
+                entry = by_path.get(p)
+                if entry is not None:
+                    targets[p] = copy.pk
+                    members[p] = (p, FileFacts(entry.size, entry.checksum_algo or "", entry.checksum or ""))
+            self.found += 1
+        vanished = [c for p, c in existing.items() if p not in seen_paths and c.gone_at is None]
         if vanished:
-            CheckpointCopy.objects.filter(pk__in=vanished).update(gone_at=now, file_count=0, bytes=0)
-            touched.update(c.checkpoint_id for p, c in existing.items() if p not in seen_paths and c.gone_at is None)
+            CheckpointCopy.objects.filter(pk__in=[c.pk for c in vanished]).update(gone_at=now, file_count=0, bytes=0)
+            self._touched.update(c.checkpoint_id for c in vanished)
+        self.pending_files += len(entries)
+        return targets
+
+    def verify(self) -> int:
+        """Verify the checkpoints judged since the last call (their links must be written by now)."""
+        written = 0
+        if self._touched:
+            written = checkpoints_verify(self._touched, judged=self._judged, known=self._known)
+        self._judged, self._touched, self._known = {}, set(), {}
+        self.pending_files = 0
+        return written
+
+
+def location_recognize(*, location: StorageLocation, inventory: Inventory | None = None) -> int:
+    """Re-judge the checkpoints in every run directory the inventory touched; all of them without one.
+
+    Returns how many checkpoint copies are present in the groups looked at. Runs inside the caller's
+    transaction over the stored shard files, one run directory at a time, relinking only the files
+    whose copy changed; verification runs every few thousand files, so memory stays bounded.
+    (An ingest judges the staged rows instead, before it writes them: ``fleet.ingest``.)
+    """
+    judge = Judge(location)
+    template = judge.template
+    for group in _affected_groups(location, template, inventory):
+        files: list[GroupFile] = []
+        ids: dict[str, int] = {}
+        for pk, copy_id, entry in _group_files(location, template, group):
+            files.append(GroupFile(entry, True, copy_id))
+            ids[entry.path] = pk
+        targets = judge.group(group, [f.entry for f in files])
         moves: dict[int | None, list[int]] = {}
-        for pk, target in wanted.items():
-            if current[pk] != target:
-                moves.setdefault(target, []).append(pk)
+        for f in files:
+            target = targets.get(f.entry.path)
+            if f.copy_id != target:
+                moves.setdefault(target, []).append(ids[f.entry.path])
         _update_copy_links(moves)
-    checkpoints_verify(touched, judged=judged)
-    return found_total
+        if judge.pending_files >= VERIFY_EVERY_FILES:
+            judge.verify()
+    judge.verify()
+    return judge.found

@@ -64,8 +64,8 @@ DIGEST_HEX_LENGTH: dict[str, int] = {
 }
 # Files that are the writer's manifest themselves: a manifest never lists its own checksum.
 MANIFEST_FILES = frozenset({"ckptfleet.json", "integrity.json"})
-# Checkpoints per batch are chosen so that one batch loads about this many member files.
-FILES_PER_BATCH = 200_000
+# Checkpoints per batch are chosen so that one batch loads about this many member files (bounded memory).
+FILES_PER_BATCH = 20_000
 _HEX = re.compile(r"^[0-9a-f]+$")
 
 
@@ -485,44 +485,55 @@ def _own_reasons(copy: Any) -> list[str]:
 
 
 def checkpoints_verify(
-    checkpoint_ids: Iterable[int], *, judged: Mapping[int, tuple[str, list[str]]] | None = None
+    checkpoint_ids: Iterable[int],
+    *,
+    judged: Mapping[int, tuple[str, list[str]]] | None = None,
+    known: Mapping[int, Mapping[str, tuple[str, FileFacts]]] | None = None,
 ) -> int:
     """Verify every present copy of these checkpoints; returns how many copies were written.
 
     ``judged`` maps the ids of copies the formats have just judged to that verdict (state, reasons);
-    for the others it is what is stored, less what verification added. Member files are loaded in one
-    query per batch of checkpoints, batches sized to about ``FILES_PER_BATCH`` files. Run it in the
-    transaction that judged the copies; it writes only what changed, with ``update_fields``.
+    for the others it is what is stored, less what verification added. ``known`` gives the member
+    files of copies the caller already holds ({copy id: {path: (path, FileFacts)}}, as they are
+    linked now); the others' are read, in batches of checkpoints of about ``FILES_PER_BATCH`` files.
+    Run it in the transaction that judged the copies; it writes only what changed, with ``update_fields``.
     """
     from catalog.models import CheckpointCopy
 
     ids = sorted(set(checkpoint_ids))
     judged = judged or {}
-    copies: list[Any] = []
+    known = known or {}
+    written = 0
     for i in range(0, len(ids), 1000):
-        copies.extend(
+        by_checkpoint: dict[int, list[Any]] = defaultdict(list)
+        for copy in (
             CheckpointCopy.objects.filter(checkpoint_id__in=ids[i : i + 1000], gone_at__isnull=True)
             .select_related("location", "location__host")
             .order_by("checkpoint_id", "pk")
-        )
-    by_checkpoint: dict[int, list[Any]] = defaultdict(list)
-    for copy in copies:
-        by_checkpoint[copy.checkpoint_id].append(copy)
-
-    written = 0
-    for batch in _batches(by_checkpoint):
-        files = _member_files(batch)
-        for checkpoint_id in batch:
-            written += _verify_one(by_checkpoint[checkpoint_id], files, judged)
+        ):
+            by_checkpoint[copy.checkpoint_id].append(copy)
+        for batch in _batches(by_checkpoint, known):
+            copies = [c for checkpoint_id in batch for c in by_checkpoint[checkpoint_id]]
+            files = _member_files([c.pk for c in copies if c.pk not in known])
+            files.update((c.pk, known[c.pk]) for c in copies if c.pk in known)
+            dirty: list[tuple[Any, list[str]]] = []
+            for checkpoint_id in batch:
+                dirty += _verify_one(by_checkpoint[checkpoint_id], files, judged)
+            if dirty:
+                # One statement per batch, not one per copy; fields a copy did not change keep their value.
+                fields = sorted({f for _, changed in dirty for f in changed})
+                CheckpointCopy.objects.bulk_update([c for c, _ in dirty], fields, batch_size=500)
+                written += len(dirty)
     return written
 
 
-def _batches(by_checkpoint: dict[int, list[Any]]) -> Iterable[list[int]]:
+def _batches(by_checkpoint: dict[int, list[Any]], known: Mapping[int, Any]) -> Iterable[list[int]]:
+    """Checkpoints in batches whose copies not in ``known`` hold about ``FILES_PER_BATCH`` files."""
     batch: list[int] = []
     weight = 0
     for checkpoint_id, members in sorted(by_checkpoint.items()):
         batch.append(checkpoint_id)
-        weight += sum(max(c.file_count, 1) for c in members)
+        weight += sum(max(c.file_count, 1) for c in members if c.pk not in known)
         if weight >= FILES_PER_BATCH:
             yield batch
             batch, weight = [], 0
@@ -530,19 +541,23 @@ def _batches(by_checkpoint: dict[int, list[Any]]) -> Iterable[list[int]]:
         yield batch
 
 
-def _member_files(checkpoint_ids: list[int]) -> dict[int, dict[str, tuple[str, FileFacts]]]:
+def _member_files(copy_ids: list[int]) -> dict[int, dict[str, tuple[str, FileFacts]]]:
     from catalog.models import ShardFile
 
-    rows = ShardFile.objects.filter(
-        copy__checkpoint_id__in=checkpoint_ids, copy__gone_at__isnull=True, gone_at__isnull=True
-    ).values_list("copy_id", "path", "size", "checksum", "checksum_algo")
     files: dict[int, dict[str, tuple[str, FileFacts]]] = defaultdict(dict)
-    for copy_id, path, size, digest, algo in rows.iterator(chunk_size=5000):
-        files[copy_id][path] = (path, FileFacts(size, algo, digest))
+    for i in range(0, len(copy_ids), 1000):
+        rows = ShardFile.objects.filter(copy_id__in=copy_ids[i : i + 1000], gone_at__isnull=True).values_list(
+            "copy_id", "path", "size", "checksum", "checksum_algo"
+        )
+        for copy_id, path, size, digest, algo in rows.iterator(chunk_size=5000):
+            files[copy_id][path] = (path, FileFacts(size, algo, digest))
     return files
 
 
-def _verify_one(copies: list[Any], files: dict[int, dict[str, tuple[str, FileFacts]]], judged: Mapping) -> int:
+def _verify_one(
+    copies: list[Any], files: dict[int, dict[str, tuple[str, FileFacts]]], judged: Mapping
+) -> list[tuple[Any, list[str]]]:
+    """Judge the copies of one checkpoint; returns the copies whose verdict changed (set on them) and the fields."""
     names = Counter(c.location.name for c in copies)
     bases: dict[int, tuple[str | None, list[str]]] = {}
     evidence = []
@@ -563,7 +578,7 @@ def _verify_one(copies: list[Any], files: dict[int, dict[str, tuple[str, FileFac
         )
     verdicts = judge(evidence)
     now = timezone.now()
-    written = 0
+    dirty = []
     for copy in copies:
         verdict = verdicts[copy.pk]
         state, reasons = bases[copy.pk]
@@ -585,9 +600,8 @@ def _verify_one(copies: list[Any], files: dict[int, dict[str, tuple[str, FileFac
         if "state" in changed or "reasons" in changed:
             copy.judged_at = now
             changed.append("judged_at")
-        copy.save(update_fields=changed)
-        written += 1
-    return written
+        dirty.append((copy, changed))
+    return dirty
 
 
 STALE_MISMATCH = "an earlier checksum mismatch no longer stands; judge the location again to clear this state"

@@ -17,6 +17,7 @@ import re
 import time
 import zlib
 from collections.abc import Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -223,20 +224,12 @@ def _chunks(rows: Iterator[Row], size: int) -> Iterator[list[Row]]:
         yield chunk
 
 
-def _stage_chunk(inventory_id: int, chunk: list[Row]) -> None:
+def _stage_sqlite(cursor, inventory_id: int, chunk: list[Row]) -> None:
     table = IngestRow._meta.db_table
     cols = ", ".join(("inventory_id", *STAGED_COLUMNS))
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            with cursor.cursor.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
-                for r in chunk:
-                    copy.write_row(r.values(inventory_id, _same))
-        else:
-            adapt = connection.ops.adapt_datetimefield_value
-            marks = ", ".join(["%s"] * (len(STAGED_COLUMNS) + 1))
-            cursor.executemany(
-                f"INSERT INTO {table} ({cols}) VALUES ({marks})", [r.values(inventory_id, adapt) for r in chunk]
-            )
+    adapt = connection.ops.adapt_datetimefield_value
+    marks = ", ".join(["%s"] * (len(STAGED_COLUMNS) + 1))
+    cursor.executemany(f"INSERT INTO {table} ({cols}) VALUES ({marks})", [r.values(inventory_id, adapt) for r in chunk])
 
 
 def _same(value):
@@ -248,24 +241,71 @@ def stage(inventory: Inventory, stream, header: dict | None = None) -> tuple[int
     return stage_rows(inventory, read_inventory(stream, max_line=settings.INVENTORY_MAX_LINE, header=header))
 
 
+# A staging transaction is committed after this many chunks or seconds, whichever comes first: one
+# long COPY keeps PostgreSQL busy on its own core while Python parses, and the progress stays fresh.
+STAGE_COMMIT_CHUNKS = 20
+STAGE_COMMIT_SECONDS = 5.0
+
+
 def stage_rows(inventory: Inventory, rows: Iterable[Row], *, progress=None) -> tuple[int, int]:
-    """Stage rows in chunks (COPY on PostgreSQL). ``progress(files, bytes)`` is called after each chunk."""
+    """Stage rows (one COPY per transaction of up to ``STAGE_COMMIT_CHUNKS`` chunks on PostgreSQL).
+
+    Memory is bounded by one chunk of ``INGEST_CHUNK_ROWS``. ``progress(files, bytes)`` is called
+    after each commit.
+    """
     files = 0
     total = 0
-    for chunk in _chunks(iter(rows), settings.INGEST_CHUNK_ROWS):
+    chunks = _chunks(iter(rows), settings.INGEST_CHUNK_ROWS)
+    table = IngestRow._meta.db_table
+    cols = ", ".join(("inventory_id", *STAGED_COLUMNS))
+    # SQLite: a transaction per chunk, so that a duplicate is found among the committed rows.
+    per_commit = STAGE_COMMIT_CHUNKS if connection.vendor == "postgresql" else 1
+    done = False
+    while not done:
+        last: list[Row] = []
+        staged = 0
         try:
-            with transaction.atomic():
-                _stage_chunk(inventory.pk, chunk)
-        except (IntegrityError, connection.Database.IntegrityError):
+            with (
+                transaction.atomic(),
+                connection.cursor() as cursor,
+                (
+                    cursor.cursor.copy(f"COPY {table} ({cols}) FROM STDIN")
+                    if connection.vendor == "postgresql"
+                    else nullcontext()
+                ) as copy,
+            ):
+                started = time.monotonic()
+                for n, chunk in enumerate(chunks, start=1):
+                    last = chunk
+                    if copy is not None:
+                        for r in chunk:
+                            copy.write_row(r.values(inventory.pk, _same))
+                    else:
+                        _stage_sqlite(cursor, inventory.pk, chunk)
+                    staged += len(chunk)
+                    total += sum(r.size for r in chunk)
+                    if n >= per_commit or time.monotonic() - started >= STAGE_COMMIT_SECONDS:
+                        break
+                else:
+                    done = True
+        except (IntegrityError, connection.Database.IntegrityError) as exc:
             # COPY raises the driver's own error, not Django's wrapper.
-            paths = [r.path for r in chunk]
-            dupe = _first_duplicate(inventory.pk, paths)
+            dupe = _duplicate_from_error(exc, inventory.pk) or _first_duplicate(inventory.pk, [r.path for r in last])
             raise InventoryError(None, f"the path {dupe!r} is reported more than once") from None
-        files += len(chunk)
-        total += sum(r.size for r in chunk)
-        if progress is not None:
+        files += staged
+        if progress is not None and staged:
             progress(files, total)
     return files, total
+
+
+def _duplicate_from_error(exc: BaseException, inventory_id: int) -> str | None:
+    """The path PostgreSQL names in a unique violation of (inventory_id, path), if it names one."""
+    cause = exc.__cause__ if isinstance(exc, IntegrityError) and exc.__cause__ is not None else exc
+    detail = getattr(getattr(cause, "diag", None), "message_detail", None) or ""
+    head, tail = f"Key (inventory_id, path)=({inventory_id}, ", ") already exists."
+    if detail.startswith(head) and detail.endswith(tail):
+        return detail[len(head) : -len(tail)]
+    return None
 
 
 def _first_duplicate(inventory_id: int, paths: list[str]) -> str:
@@ -277,12 +317,28 @@ def _first_duplicate(inventory_id: int, paths: list[str]) -> str:
     staged = set(
         IngestRow.objects.filter(inventory_id=inventory_id, path__in=paths[:5000]).values_list("path", flat=True)
     )
-    return next((p for p in paths if p in staged), paths[0])
+    return next((p for p in paths if p in staged), paths[0] if paths else "?")
 
 
 def unstage(inventory_id: int) -> None:
+    """Empty the staging rows of one inventory: TRUNCATE when nothing else is staged (PostgreSQL), else DELETE.
+
+    TRUNCATE leaves no dead rows behind (a million per inventory otherwise, until a vacuum) but needs
+    the table to itself: it is tried only outside a transaction, without waiting for the lock.
+    """
+    table = IngestRow._meta.db_table
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE NOWAIT")
+                cursor.execute(f"SELECT 1 FROM {table} WHERE inventory_id <> %s LIMIT 1", [inventory_id])
+                if cursor.fetchone() is None:
+                    cursor.execute(f"TRUNCATE {table}")
+                    return
+        except DatabaseError:
+            pass  # somebody else uses the table now: delete our rows instead
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {IngestRow._meta.db_table} WHERE inventory_id = %s", [inventory_id])
+        cursor.execute(f"DELETE FROM {table} WHERE inventory_id = %s", [inventory_id])
 
 
 @dataclass
@@ -293,15 +349,15 @@ class MergeCounts:
 
 
 def merge(inventory: Inventory, location: StorageLocation, *, now: datetime) -> MergeCounts:
-    """Merge the staged snapshot into the location's shard files. Runs inside the caller's transaction.
+    """Update the location's changed shard files and mark the gone ones, from the staged snapshot.
 
-    Only rows whose facts differ are written, so the same inventory applied twice writes nothing.
+    Runs inside the caller's transaction. Only rows whose facts differ are written, so the same
+    inventory applied twice writes nothing. New rows are not inserted here: they are inserted with
+    the copy they belong to once their run directory is judged (``_Links``); ``added`` is 0.
     """
     files = "catalog_shardfile"
     staged = IngestRow._meta.db_table
     inv, loc = inventory.pk, location.pk
-    columns = ", ".join(STAGED_COLUMNS)
-    staged_columns = ", ".join(f"s.{c}" for c in STAGED_COLUMNS)
     adapt = connection.ops.adapt_datetimefield_value
     previous_seen = adapt(location.last_applied_at or now)
     now = adapt(now)
@@ -329,17 +385,6 @@ def merge(inventory: Inventory, location: StorageLocation, *, now: datetime) -> 
         changed = cursor.rowcount
         cursor.execute(
             f"""
-            INSERT INTO {files} (location_id, {columns}, first_seen_at, changed_at, changed_by_id)
-            SELECT %s, {staged_columns}, %s, %s, %s
-            FROM {staged} s
-            WHERE s.inventory_id = %s
-              AND NOT EXISTS (SELECT 1 FROM {files} f WHERE f.location_id = %s AND f.path = s.path)
-            """,
-            [loc, now, now, inv, inv, loc],
-        )
-        added = cursor.rowcount
-        cursor.execute(
-            f"""
             UPDATE {files} SET gone_at = %s, last_seen_at = %s, changed_at = %s, changed_by_id = %s
             WHERE location_id = %s AND gone_at IS NULL
               AND NOT EXISTS (SELECT 1 FROM {staged} s WHERE s.inventory_id = %s AND s.path = {files}.path)
@@ -347,14 +392,148 @@ def merge(inventory: Inventory, location: StorageLocation, *, now: datetime) -> 
             [now, previous_seen, now, inv, loc, inv],
         )
         gone = cursor.rowcount
-    return MergeCounts(added=added, changed=changed, gone=gone)
+    return MergeCounts(added=0, changed=changed, gone=gone)
+
+
+SHARD_COLUMNS = (*STAGED_COLUMNS, "first_seen_at", "changed_at", "changed_by_id", "copy_id")
+
+
+class _Links:
+    """The files of judged run directories waiting to be written: new ones with their copy, and
+    stored ones whose copy changed. ``flush`` writes them in three set-based statements through a
+    temporary table (COPY on PostgreSQL), so every new row is written once, already linked."""
+
+    TABLE = "ckptfleet_ingest_link"
+
+    def __init__(self, inventory: Inventory, location: StorageLocation, now: datetime) -> None:
+        self.inv, self.loc = inventory.pk, location.pk
+        self.now = connection.ops.adapt_datetimefield_value(now)
+        self.rows: list[tuple[str, int | None, bool]] = []
+        self.added = 0
+        pg = connection.vendor == "postgresql"
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE IF EXISTS {self.TABLE}")
+            path = 'text COLLATE "C"' if pg else "text"
+            cursor.execute(f"CREATE TEMPORARY TABLE {self.TABLE} (path {path} NOT NULL, copy_id bigint, new boolean)")
+
+    def add(self, path: str, copy_id: int | None, *, new: bool) -> None:
+        self.rows.append((path, copy_id, new))
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        links, files, staged = self.TABLE, ShardFile._meta.db_table, IngestRow._meta.db_table
+        columns = ", ".join(SHARD_COLUMNS)
+        staged_columns = ", ".join(f"s.{c}" for c in STAGED_COLUMNS)
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                with cursor.cursor.copy(f"COPY {links} (path, copy_id, new) FROM STDIN") as copy:
+                    for row in self.rows:
+                        copy.write_row(row)
+            else:
+                cursor.executemany(f"INSERT INTO {links} (path, copy_id, new) VALUES (%s, %s, %s)", self.rows)
+            cursor.execute(
+                f"""
+                INSERT INTO {files} (location_id, {columns})
+                SELECT %s, {staged_columns}, %s, %s, %s, l.copy_id
+                FROM {links} l JOIN {staged} s ON s.inventory_id = %s AND s.path = l.path
+                WHERE l.new
+                """,
+                [self.loc, self.now, self.now, self.inv, self.inv],
+            )
+            self.added += cursor.rowcount
+            cursor.execute(
+                f"""
+                UPDATE {files} SET copy_id = l.copy_id FROM {links} l
+                WHERE {files}.location_id = %s AND {files}.path = l.path AND NOT l.new
+                """,
+                [self.loc],
+            )
+            cursor.execute(f"DELETE FROM {links}")
+        self.rows = []
+
+    def close(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE IF EXISTS {self.TABLE}")
+
+
+def _new_paths(inventory: Inventory, location: StorageLocation) -> Iterator[str]:
+    """Staged paths that have no shard-file row at the location yet."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT s.path FROM {IngestRow._meta.db_table} s
+            WHERE s.inventory_id = %s
+              AND NOT EXISTS (SELECT 1 FROM {ShardFile._meta.db_table} f WHERE f.location_id = %s AND f.path = s.path)
+            """,
+            [inventory.pk, location.pk],
+        )
+        while rows := cursor.fetchmany(5000):
+            for (path,) in rows:
+                yield path
+
+
+def _staged_group(inventory: Inventory, location: StorageLocation, template, group: str) -> list:
+    """The staged files of one run directory, with what the location stores for each (if anything)."""
+    from catalog.formats.base import FileEntry
+    from catalog.services import GroupFile, _sqlite_epoch
+
+    depth = len(group.split("/")) if group else 0
+    shallow = depth < template.depth
+    where = ["s.inventory_id = %s"]
+    params: list = [location.pk, inventory.pk]
+    if group:
+        where.append("s.path >= %s AND s.path < %s")
+        params += [group + "/", group + "0"]  # '0' is the byte after '/': the subtree is one range
+    pg = connection.vendor == "postgresql"
+    mtime, facts = ("extract(epoch FROM s.mtime)::float8", "s.facts::text") if pg else ("s.mtime", "s.facts")
+    sql = f"""
+        SELECT s.path, s.size, {mtime}, {facts}, s.checksum, s.checksum_algo, f.id, f.copy_id
+        FROM {IngestRow._meta.db_table} s
+        LEFT JOIN {ShardFile._meta.db_table} f ON f.location_id = %s AND f.path = s.path
+        WHERE {" AND ".join(where)}
+    """
+    epoch = float if pg else _sqlite_epoch
+    out = []
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        while rows := cursor.fetchmany(5000):
+            for path, size, when, facts_text, checksum, algo, file_id, copy_id in rows:
+                if shallow and template.group_of(path) != group:
+                    continue
+                entry = FileEntry(
+                    path=path,
+                    size=size,
+                    mtime=epoch(when),
+                    facts=json.loads(facts_text) if facts_text else None,
+                    checksum=checksum or None,
+                    checksum_algo=algo or None,
+                )
+                out.append(GroupFile(entry, file_id is not None, copy_id))
+    return out
+
+
+def _write_links(links: _Links, files: list, targets: dict[str, int | None]) -> None:
+    for f in files:
+        target = targets.get(f.entry.path)
+        if not f.stored:
+            links.add(f.entry.path, target, new=True)
+        elif f.copy_id != target:
+            links.add(f.entry.path, target, new=False)
+
+
+def _flush_every() -> int:
+    """Files judged between two writes of links and verification: bounds the worker's memory."""
+    return settings.INGEST_CHUNK_ROWS * 4
 
 
 def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
     """Apply one received inventory, all or nothing. Safe to run twice: only one run claims it.
 
     ``claim`` is the task id: a redelivery of the same task (its worker died mid-way) may take the
-    inventory over again, a different task may not.
+    inventory over again, a different task may not. The first inventory of a location that has no
+    shard files yet, sorted by path as the agent sends it, is applied in one pass (``_ingest_direct``);
+    any other is staged, then merged (``apply_staged``).
     """
     waiting = Q(status=InventoryStatus.RECEIVED)
     if claim:
@@ -372,6 +551,11 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
     t0 = time.monotonic()
     header: dict = {}
     try:
+        if not ShardFile.objects.filter(location=location).exists():
+            done = _ingest_direct(inventory, started=t0)
+            if done is not None:
+                return done
+            t0 = time.monotonic()  # not sorted by path: staged below, timed from here
         with inventory.upload.open("rb") as stream:
             files, total = stage(inventory, stream, header)
         if files == 0 and not header.get("allow_empty"):
@@ -395,10 +579,51 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
     return apply_staged(inventory, files=files, total=total, started=t0)
 
 
-def apply_staged(inventory: Inventory, *, files: int, total: int, started: float) -> Inventory:
-    """Merge a fully staged snapshot, judge what it touched, and mark the inventory applied, in one transaction."""
-    from catalog.services import location_recognize
+def _finish(inventory: Inventory, location: StorageLocation, *, now: datetime, files: int, total: int, counts) -> None:
+    """The end of every apply, in its transaction: the usage rollup, the location's cursor, the inventory."""
     from catalog.usage import usage_refresh
+
+    found = CheckpointCopy.objects.filter(location=location, gone_at__isnull=True).count()
+    usage_refresh(location=location, day=now.astimezone(UTC).date(), now=now)
+    taken = inventory.taken_at or now
+    StorageLocation.objects.filter(pk=location.pk).update(last_inventory=inventory, last_applied_at=taken)
+    Inventory.objects.filter(pk=inventory.pk).update(
+        status=InventoryStatus.APPLIED,
+        finished_at=timezone.now(),
+        files_count=files,
+        bytes_total=total,
+        files_added=counts.added,
+        files_changed=counts.changed,
+        files_gone=counts.gone,
+        checkpoints_found=found,
+    )
+
+
+def _log_applied(inventory, mode, files, counts, judged, t0, t1, t2, t3) -> None:
+    log.info(
+        "inventory %s applied (%s): staged %s rows in %.2f s, merged (+%s ~%s -%s) in %.2f s, "
+        "judged %s checkpoint copies in %.2f s, committed in %.2f s",
+        inventory.pk,
+        mode,
+        files,
+        t1 - t0,
+        counts.added,
+        counts.changed,
+        counts.gone,
+        t2 - t1,
+        judged,
+        t3 - t2,
+        time.monotonic() - t3,
+    )
+
+
+def apply_staged(inventory: Inventory, *, files: int, total: int, started: float) -> Inventory:
+    """Merge a fully staged snapshot, judge what it touched, and mark the inventory applied, in one transaction.
+
+    Changed and gone rows are updated first; then every run directory with a new, changed or gone
+    file is judged from the staged rows, and its new files are inserted already linked to their copy.
+    """
+    from catalog.services import Judge
 
     location = inventory.location
     try:
@@ -413,39 +638,162 @@ def apply_staged(inventory: Inventory, *, files: int, total: int, started: float
                 with connection.cursor() as cursor:
                     cursor.execute(f"ANALYZE {IngestRow._meta.db_table}")
             counts = merge(inventory, location, now=now)
+            judge = Judge(location, now=now)
+            template = judge.template
+            groups = {template.group_of(p) for p in _new_paths(inventory, location)}
+            changed = ShardFile.objects.filter(location=location, changed_by=inventory)
+            groups.update(template.group_of(p) for p in changed.values_list("path", flat=True).iterator(5000))
             t2 = time.monotonic()
-            judged = location_recognize(location=location, inventory=inventory)
-            found = CheckpointCopy.objects.filter(location=location, gone_at__isnull=True).count()
-            usage_refresh(location=location, day=now.astimezone(UTC).date(), now=now)
+            links = _Links(inventory, location, now)
+            for group in sorted(groups):
+                group_files = _staged_group(inventory, location, template, group)
+                _write_links(links, group_files, judge.group(group, [f.entry for f in group_files]))
+                if judge.pending_files >= _flush_every():
+                    links.flush()
+                    judge.verify()
+            links.flush()
+            judge.verify()
+            links.close()
+            counts.added = links.added
+            _finish(inventory, location, now=now, files=files, total=total, counts=counts)
             t3 = time.monotonic()
-            taken = inventory.taken_at or now
-            StorageLocation.objects.filter(pk=location.pk).update(last_inventory=inventory, last_applied_at=taken)
-            Inventory.objects.filter(pk=inventory.pk).update(
-                status=InventoryStatus.APPLIED,
-                finished_at=timezone.now(),
-                files_count=files,
-                bytes_total=total,
-                files_added=counts.added,
-                files_changed=counts.changed,
-                files_gone=counts.gone,
-                checkpoints_found=found,
-            )
     finally:
         unstage(inventory.pk)
-    log.info(
-        "inventory %s applied: staged %s rows in %.2f s, merged (+%s ~%s -%s) in %.2f s, "
-        "judged %s checkpoint copies in %.2f s, committed in %.2f s",
-        inventory.pk,
-        files,
-        t1 - started,
-        counts.added,
-        counts.changed,
-        counts.gone,
-        t2 - t1,
-        judged,
-        t3 - t2,
-        time.monotonic() - t3,
+    _log_applied(inventory, "staged", files, counts, judge.found, started, t1, t2, t3)
+    inventory.refresh_from_db()
+    return inventory
+
+
+class _NotSorted(Exception):
+    """The upload is not sorted by path: it cannot be applied in one pass."""
+
+
+class _Groups:
+    """Run directories of a path-sorted stream of rows, each handed out once all its rows have passed.
+
+    Every file of a group lies in the range [group + "/", group + "0") (the group of a file is its
+    run directory or, above that depth, its directory), so in path order a group is complete once a
+    path outside its range arrives. Groups nest (a team directory's own files and its runs), so a few
+    are open at once.
+    """
+
+    def __init__(self, template) -> None:
+        self.template = template
+        self.open: dict[str, list[Row]] = {}
+        self.last = None
+
+    def add(self, row: Row) -> list[tuple[str, list[Row]]]:
+        group = self.template.group_of(row.path)
+        done = []
+        if group != self.last:
+            for g in list(self.open):
+                if g and g != group and not row.path.startswith(g + "/"):
+                    done.append((g, self.open.pop(g)))
+            self.last = group
+        self.open.setdefault(group, []).append(row)
+        return done
+
+    def finish(self) -> list[tuple[str, list[Row]]]:
+        done = sorted(self.open.items(), key=lambda item: item[0], reverse=True)
+        self.open = {}
+        return done
+
+
+def _entry(row: Row):
+    from catalog.formats.base import FileEntry
+
+    return FileEntry(
+        path=row.path,
+        size=row.size,
+        mtime=row.mtime.timestamp(),
+        facts=json.loads(row.facts) if row.facts else None,
+        checksum=row.checksum or None,
+        checksum_algo=row.checksum_algo or None,
     )
+
+
+def _copy_rows(location: StorageLocation, inventory: Inventory, now: datetime, rows: list[tuple[Row, int | None]]):
+    """Write new shard-file rows, each with its copy: COPY on PostgreSQL, batched INSERTs on SQLite."""
+    table = ShardFile._meta.db_table
+    cols = ", ".join(("location_id", *SHARD_COLUMNS))
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            with cursor.cursor.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
+                loc, inv, write = location.pk, inventory.pk, copy.write_row
+                for r, copy_id in rows:
+                    write(
+                        (loc, r.path, r.size, r.mtime, r.checksum, r.checksum_algo, r.facts, r.storage_class, r.tier,
+                         r.etag, r.version_id, r.legal_hold, r.retain_until, now, now, inv, copy_id)
+                    )  # fmt: skip
+        else:
+            adapt = connection.ops.adapt_datetimefield_value
+            when = adapt(now)
+            marks = ", ".join(["%s"] * (len(SHARD_COLUMNS) + 1))
+            cursor.executemany(
+                f"INSERT INTO {table} ({cols}) VALUES ({marks})",
+                [
+                    (location.pk, *row.values(inventory.pk, adapt)[1:], when, when, inventory.pk, copy_id)
+                    for row, copy_id in rows
+                ],
+            )
+
+
+def _ingest_direct(inventory: Inventory, *, started: float) -> Inventory | None:
+    """Apply the first inventory of a location in one pass: parse, judge each run directory as soon as
+    its last file has passed, and COPY its rows straight into ``catalog_shardfile``, linked to their
+    copies: every row is written once. All in one transaction, so a bad line anywhere applies nothing.
+
+    Returns None, having changed nothing, when the upload is not sorted by path (or the location got
+    files meanwhile): the caller stages it instead. Raises InventoryError, OSError or DatabaseError.
+    """
+    from catalog.services import Judge
+
+    header: dict = {}
+    pending: list[tuple[Row, int | None]] = []
+    files = total = 0
+    try:
+        with inventory.upload.open("rb") as stream, transaction.atomic():
+            location = StorageLocation.objects.select_for_update().get(pk=inventory.location_id)
+            if ShardFile.objects.filter(location=location).exists():
+                return None
+            now = timezone.now()
+            judge = Judge(location, now=now)
+            groups = _Groups(judge.template)
+            flush_every = _flush_every()
+
+            def judged(group: str, rows: list[Row]) -> None:
+                targets = judge.group(group, [_entry(r) for r in rows])
+                pending.extend((r, targets.get(r.path)) for r in rows)
+                if len(pending) >= flush_every:
+                    _copy_rows(location, inventory, now, pending)
+                    pending.clear()
+                    judge.verify()
+
+            previous = None
+            for row in read_inventory(stream, max_line=settings.INVENTORY_MAX_LINE, header=header):
+                if previous is not None and row.path <= previous:
+                    if row.path == previous:
+                        raise InventoryError(None, f"the path {row.path!r} is reported more than once")
+                    raise _NotSorted
+                previous = row.path
+                files += 1
+                total += row.size
+                for group, rows in groups.add(row):
+                    judged(group, rows)
+            for group, rows in groups.finish():
+                judged(group, rows)
+            _copy_rows(location, inventory, now, pending)
+            pending.clear()
+            t1 = time.monotonic()
+            judge.verify()
+            counts = MergeCounts(added=files, changed=0, gone=0)
+            t2 = time.monotonic()
+            _finish(inventory, location, now=now, files=files, total=total, counts=counts)
+            t3 = time.monotonic()
+    except _NotSorted:
+        log.info("inventory %s is not sorted by path: staging it", inventory.pk)
+        return None
+    _log_applied(inventory, "direct", files, counts, judge.found, started, t1, t2, t3)
     inventory.refresh_from_db()
     return inventory
 

@@ -6,12 +6,15 @@ import gzip
 import json
 
 import pytest
+from django.db import IntegrityError, connection, transaction
 from django.test import override_settings
 
 from catalog.models import CheckpointCopy, ShardFile
 from fleet.choices import InventoryStatus
 from fleet.ingest import check_path
 from fleet.models import Inventory
+from fleet.services import gzip_lines
+from tests.conftest import is_postgres
 
 URL = "/api/v1/inventories/"
 
@@ -374,3 +377,123 @@ def test_facts_with_a_nul_character_become_an_error_fact(make_host, push):
     response = push(kit, kit.body(files))
     assert Inventory.objects.get(pk=response.json()["id"]).status == InventoryStatus.APPLIED
     assert ShardFile.objects.get().facts == {"kind": "json", "error": "facts contain a NUL character"}
+
+
+# --- the one-pass first inventory, the staged merge, and what both write -------------------------
+
+
+def judged(location) -> list[tuple]:
+    """Every copy of a location and its files, as the ingest left them, comparable across locations."""
+    copies = CheckpointCopy.objects.filter(location=location).select_related("checkpoint__run__team")
+    out = []
+    for c in copies.order_by("path"):
+        files = sorted(c.files.filter(gone_at__isnull=True).values_list("path", flat=True))
+        out.append(
+            (c.path, c.checkpoint.run.team.name, c.checkpoint.run.name, c.checkpoint.step, c.format, c.state,
+             tuple(c.reasons), c.verification, tuple(c.verification_reasons), c.file_count, c.bytes, tuple(files))
+        )  # fmt: skip
+    return out
+
+
+def many(runs: int, steps: int, ranks: int) -> list[dict]:
+    files = []
+    for r in range(runs):
+        for s in range(1, steps + 1):
+            files += dcp(s * 100, ranks, run=f"run-{r}", missing=1 if (r, s) == (0, 2) else None)
+    return sorted(files, key=lambda f: f["path"])
+
+
+def test_a_first_inventory_in_path_order_and_one_out_of_order_are_judged_alike(make_host, push, settings):
+    settings.INGEST_CHUNK_ROWS = 100  # judged, written and verified in several batches of 400 files
+    files = many(runs=3, steps=6, ranks=30)  # 558 files in 3 run directories
+    sorted_kit = make_host("gpu-a01", "/mnt/nvme0/ckpt")
+    shuffled_kit = make_host("gpu-a02", "/mnt/nvme0/ckpt")
+    push(sorted_kit, sorted_kit.body(files))
+    push(shuffled_kit, shuffled_kit.body(list(reversed(files))))  # staged, then merged
+    for kit in (sorted_kit, shuffled_kit):
+        inventory = Inventory.objects.filter(location=kit.location).get()
+        assert inventory.status == InventoryStatus.APPLIED, inventory.error
+        assert (inventory.files_count, inventory.files_added) == (len(files), len(files))
+        assert inventory.checkpoints_found == 18
+        # Every file of a checkpoint is linked to its copy as it is written.
+        assert not ShardFile.objects.filter(location=kit.location, copy__isnull=True).exists()
+    first, second = judged(sorted_kit.location), judged(shuffled_kit.location)
+    assert first == second
+    assert [row[5] for row in first].count("partial") == 1
+    # Two copies of each checkpoint now, neither with checksums: verification says why, for each.
+    assert {row[7] for row in first} == {"unverified"}
+
+
+def test_a_second_inventory_links_its_new_files_and_leaves_the_others_untouched(make_host, push):
+    kit = make_host()
+    push(kit, kit.body(dcp(100) + dcp(200)))
+    first = Inventory.objects.get()
+    push(kit, kit.body(dcp(100) + dcp(200) + dcp(300)))
+    second = Inventory.objects.order_by("-id").first()
+    assert (second.files_added, second.files_changed, second.files_gone) == (3, 0, 0)
+    new = ShardFile.objects.filter(path__startswith="llm/llama-7b/step-300/")
+    copy = CheckpointCopy.objects.get(checkpoint__step=300)
+    assert sorted(new.values_list("copy_id", flat=True)) == [copy.pk] * 3
+    assert set(new.values_list("changed_by_id", flat=True)) == {second.pk}
+    old = ShardFile.objects.exclude(path__startswith="llm/llama-7b/step-300/")
+    assert set(old.values_list("changed_by_id", flat=True)) == {first.pk}
+    assert copy.state == "complete" and copy.file_count == 3
+
+
+def test_files_stay_linked_to_the_copies_that_claim_them_as_copies_change(make_host, push):
+    kit = make_host()
+    push(kit, kit.body(dcp(100) + dcp(200)))
+    # step-100 loses its manifest, step-200 its second rank, and step-300 arrives.
+    files = [f for f in dcp(100) if not f["path"].endswith(".metadata")] + dcp(200, missing=1) + dcp(300)
+    push(kit, kit.body(files))
+    present = CheckpointCopy.objects.filter(location=kit.location, gone_at__isnull=True)
+    for copy in present:
+        linked = set(ShardFile.objects.filter(copy=copy, gone_at__isnull=True).values_list("path", flat=True))
+        assert len(linked) == copy.file_count, (copy.path, linked)
+        assert all(p.startswith(copy.path + "/") or p == copy.path for p in linked)
+    present_files = ShardFile.objects.filter(location=kit.location, gone_at__isnull=True)
+    assert not present_files.filter(copy__gone_at__isnull=False).exists()
+    assert sorted(present_files.values_list("path", flat=True)) == sorted(f["path"] for f in files)
+
+
+def test_a_path_reported_twice_in_a_row_fails_in_the_one_pass_ingest(make_host, push):
+    kit = make_host()
+    files = dcp(100)
+    response = push(kit, kit.body([*files, files[-1]]))
+    inventory = Inventory.objects.get(pk=response.json()["id"])
+    assert inventory.status == InventoryStatus.FAILED
+    assert f"the path {files[-1]['path']!r} is reported more than once" in inventory.error
+    assert not ShardFile.objects.exists() and not CheckpointCopy.objects.exists()
+
+
+def test_a_bad_line_late_in_a_first_inventory_applies_nothing(make_host, push, settings):
+    settings.INGEST_CHUNK_ROWS = 100  # earlier run directories were already written when it fails
+    kit = make_host()
+    files = many(runs=2, steps=5, ranks=30)
+    lines = kit.lines(files)
+    lines[-2] = {**lines[-2], "size": -1}
+    response = push(kit, gzip_lines(lines))
+    inventory = Inventory.objects.get(pk=response.json()["id"])
+    assert inventory.status == InventoryStatus.FAILED
+    assert inventory.error_line == len(lines) - 1
+    assert not ShardFile.objects.exists() and not CheckpointCopy.objects.exists()
+
+
+def test_shard_files_refer_to_locations_and_copies_that_exist(make_host, push):
+    if not is_postgres():
+        pytest.skip("the statement-level reference checks are PostgreSQL's; SQLite keeps its foreign keys")
+    kit = make_host()
+    push(kit, kit.body(dcp(100)))
+    row = ShardFile.objects.filter(copy__isnull=False).first()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ShardFile.objects.filter(pk=row.pk).update(copy_id=row.copy_id + 1000)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ShardFile.objects.filter(pk=row.pk).update(location_id=kit.location.pk + 1000)
+    with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("DELETE FROM catalog_checkpointcopy WHERE id = %s", [row.copy_id])
+    with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("DELETE FROM fleet_storagelocation WHERE id = %s", [kit.location.pk])
+    # The ORM's own cascade and SET NULL still work: the rows are handled before the delete.
+    CheckpointCopy.objects.filter(pk=row.copy_id).delete()
+    row.refresh_from_db()
+    assert row.copy_id is None
