@@ -4,11 +4,14 @@
 The endpoint is moto's server in its own process, filled with DCP-like checkpoints
 (``{team}/{run}/step-N/__R_0.distcp`` plus a ``.metadata`` that really is a pickled DCP ``Metadata``
 naming every rank's file). The scan is the production path: a fresh PostgreSQL database
-(``ckptfleet_scanbench``) migrated with ``manage.py migrate``, ``fleet.scan.bucket_add``, a real
-``celery worker`` process on Redis db 12, and ``fleet.scan.scan_start`` queueing the task; the clock
-runs from ``scan_start`` until the inventory is applied. Measured in the same run against the same
+(``--db-name``, default ``ckptfleet_scanbench``) migrated with ``manage.py migrate``,
+``fleet.scan.bucket_add``, a real ``celery worker`` process on Redis (``--redis-db``, default 12),
+and ``fleet.scan.scan_start`` queueing the task; the clock runs from ``scan_start`` until the
+inventory is applied, and for a bucket that fetches checksums on until the HEADs that follow the
+snapshot in the same task are written. Measured in the same run against the same
 endpoint: ``aws s3api list-objects-v2 --bucket B --endpoint-url URL > /dev/null`` (the awscli
-package), and ``fleet.s3`` listing the bucket without ingesting anything.
+package, installed by this script into a virtualenv of its own the first time), and ``fleet.s3``
+listing the bucket without ingesting anything.
 
     .venv/bin/python bench/scan_bench.py                     # 200,000 objects (+ a 20,000-object probe)
     .venv/bin/python bench/scan_bench.py --objects 50000     # quick
@@ -66,7 +69,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-DB_NAME = "ckptfleet_scanbench"
+DB_NAME = "ckptfleet_scanbench"  # --db-name; PG_BENCH and REDIS_URL follow the options in main()
 PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
 PG_BENCH = f"postgres://postgres@127.0.0.1:5432/{DB_NAME}"
 REDIS_URL = "redis://127.0.0.1:6379/12"
@@ -86,11 +89,19 @@ TEAMS = {
     "rl": ["policy-8b", "reward-8b"],
 }
 STEPS_PER_RUN = 20
+AWSCLI_VERSION = "1.45.11"  # the baseline, installed by this script into its own virtualenv (--aws-cli to override)
+AWSCLI_HOME = (
+    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ckptfleet-bench" / f"awscli-{AWSCLI_VERSION}"
+)
+STORED_LOG = re.compile(
+    r"scan (?P<id>\d+) stored: (?P<heads>\d+) HEAD requests after the snapshot, (?P<written>\d+) files updated, "
+    r"(?P<reverified>\d+) copies re-verified, in (?P<stored_s>[\d.]+) s"
+)
 SCAN_LOG = re.compile(
     r"scan (?P<id>\d+) of .*?: (?P<staged>\d+) objects staged, (?P<heads>\d+) HEAD and (?P<gets>\d+) ranged GET"
 )
 APPLIED_LOG = re.compile(
-    r"inventory (?P<id>\d+) applied: staged (?P<staged>\d+) rows in (?P<stage_s>[\d.]+) s, "
+    r"inventory (?P<id>\d+) applied(?: \((?P<mode>\w+)\))?: staged (?P<staged>\d+) rows in (?P<stage_s>[\d.]+) s, "
     r"merged \(\+(?P<added>\d+) ~(?P<changed>\d+) -(?P<gone>\d+)\) in (?P<merge_s>[\d.]+) s, "
     r"judged (?P<judged>\d+) checkpoint copies in (?P<judge_s>[\d.]+) s, committed in (?P<commit_s>[\d.]+) s"
 )
@@ -383,7 +394,7 @@ class Endpoint:
 
 
 class Worker:
-    """A solo Celery worker on the bench database and Redis db 12."""
+    """A solo Celery worker on the bench database and the bench's Redis db."""
 
     def __init__(self, env: dict, logdir: Path) -> None:
         self.log = logdir / "worker.log"
@@ -430,7 +441,10 @@ class Worker:
         while time.monotonic() < deadline:
             for m in pattern.finditer(self.log.read_text(errors="replace")):
                 if int(m["id"]) == inventory_id:
-                    return {k: (float(v) if k.endswith("_s") else int(v)) for k, v in m.groupdict().items()}
+                    return {
+                        k: (float(v) if k.endswith("_s") else int(v) if v and v.isdigit() else v)
+                        for k, v in m.groupdict().items()
+                    }
             time.sleep(0.1)
         return None
 
@@ -518,9 +532,27 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def aws_cli(endpoint: Endpoint, bucket: str, env: dict) -> dict:
+def ensure_aws_cli() -> tuple[str, str]:
+    """The ``aws`` of awscli ``AWSCLI_VERSION`` in a virtualenv of its own (made once, then reused), and its version.
+
+    Its own virtualenv because awscli pins botocore exactly, and the scanner's botocore is another
+    version: installed side by side, one of them would be replaced.
+    """
+    aws = AWSCLI_HOME / "bin" / "aws"
+    if not aws.exists():
+        say(f"installing awscli {AWSCLI_VERSION} into {AWSCLI_HOME} (once)")
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(AWSCLI_HOME)], check=True)
+        subprocess.run(
+            [str(AWSCLI_HOME / "bin" / "python"), "-m", "pip", "install", "-q", f"awscli=={AWSCLI_VERSION}"],
+            check=True,
+        )
+    done = subprocess.run([str(aws), "--version"], capture_output=True, text=True, check=True)
+    return str(aws), (done.stdout or done.stderr).strip()
+
+
+def aws_cli(endpoint: Endpoint, bucket: str, env: dict, aws: str = "aws") -> dict:
     """``aws s3api list-objects-v2 --bucket B --endpoint-url URL > /dev/null``, timed with its CPU."""
-    command = f"aws s3api list-objects-v2 --bucket {bucket} --endpoint-url {endpoint.url} > /dev/null"
+    command = f"{aws} s3api list-objects-v2 --bucket {bucket} --endpoint-url {endpoint.url} > /dev/null"
     say(f"baseline: {command}")
     cpu0, moto0, load = children_cpu(), endpoint.cpu(), os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -588,6 +620,7 @@ def scan(
 ) -> dict:
     """scan_start, then poll the inventory every 0.1 s until it is applied or failed."""
     from catalog.models import CheckpointCopy
+    from fleet.models import Bucket
     from fleet.scan import scan_start
     from fleet.services import Actor
 
@@ -637,6 +670,7 @@ def scan(
                 rss["staging"] = max(rss["staging"], now_rss)
             time.sleep(0.1)
         e2e = time.perf_counter() - t0
+        applied_cpu = (worker.cpu() - worker0, endpoint.cpu() - moto0)
     if spy is not None:
         spy.send_signal(signal.SIGINT)
         spy.wait(timeout=120)
@@ -644,6 +678,18 @@ def scan(
         raise SystemExit(f"scan-bench: scan {inventory.pk} failed: {inventory.error}")
     requests = worker.logged(SCAN_LOG, inventory.pk) or {}
     phases = worker.logged(APPLIED_LOG, inventory.pk) or {}
+    # The HEADs of new objects run after the snapshot is applied, in the same task: wait for them
+    # (so the next scan does not queue behind them) and time them from the scan's start.
+    stored: dict = {}
+    if Bucket.objects.get(location=location).fetch_checksums:
+        with BackendCpu() as stored_backends:
+            stored = worker.logged(STORED_LOG, inventory.pk, timeout=7200) or {}
+            stored_e2e = time.perf_counter() - t0
+        if stored:
+            stored["e2e_s"] = stored_e2e
+            stored["pg_cpu_s"] = stored_backends.seconds
+            stored["worker_cpu_s"] = worker.cpu() - worker0 - applied_cpu[0]
+            stored["moto_cpu_s"] = endpoint.cpu() - moto0 - applied_cpu[1]
     states: dict[str, int] = {}
     for state in CheckpointCopy.objects.filter(location=location, gone_at__isnull=True).values_list("state", flat=True):
         states[state] = states.get(state, 0) + 1
@@ -660,9 +706,10 @@ def scan(
         "notes": inventory.error,
         "requests": requests,
         "phases": phases,
+        "stored": stored,
         "states": states,
-        "worker_cpu_s": worker.cpu() - worker0,
-        "moto_cpu_s": endpoint.cpu() - moto0,
+        "worker_cpu_s": applied_cpu[0],
+        "moto_cpu_s": applied_cpu[1],
         "pg_cpu_s": backends.seconds,
         "load_1min": load,
         "worker": worker.memory(),
@@ -673,7 +720,7 @@ def scan(
         f"{label}: scan {inventory.pk} applied in {e2e:.2f} s: {inventory.files_count:,} objects "
         f"+{inventory.files_added} ~{inventory.files_changed} -{inventory.files_gone}; {requests}; {phases}; "
         f"CPU worker {result['worker_cpu_s']:.1f} s, endpoint {result['moto_cpu_s']:.1f} s, "
-        f"PostgreSQL {result['pg_cpu_s']:.1f} s"
+        f"PostgreSQL {result['pg_cpu_s']:.1f} s; after the snapshot: {stored or 'no HEAD phase'}"
     )
     return result
 
@@ -731,6 +778,8 @@ def report(r: dict) -> str:
         f"listing {'indexed (see the docstring)' if endpoint['indexed'] else 'stock moto'}; "
         f"endpoint RSS after filling {mib(endpoint['maxrss_kib'])}",
     )
+    row("baseline CLI", r.get("aws_cli", "?"), "in its own virtualenv, made by this script")
+    row("database", r.get("database", "?"), "dropped and made by this script")
     for i, c in enumerate(r["cli_runs"], 1):
         row(
             f"**baseline: `aws s3api list-objects-v2`** (run {i})",
@@ -772,6 +821,15 @@ def report(r: dict) -> str:
             f"{p.get('judged', '?')} checkpoint copies",
         )
         row("&nbsp;&nbsp;commit", f"{p.get('commit_s', float('nan')):.2f} s", f"queue {s['queue_s']:.2f} s")
+        st = s.get("stored") or {}
+        if st:
+            row(
+                "&nbsp;&nbsp;then: stored checksums (HEAD), written and re-verified",
+                f"done {st['e2e_s']:.2f} s after the start",
+                f"{st['heads']:,} HEAD, {st['written']:,} files updated, {st['reverified']:,} copies re-verified in "
+                f"{st['stored_s']:.2f} s ({st['e2e_s'] / best_cli:.2f}x the CLI in all); CPU worker "
+                f"{st['worker_cpu_s']:.1f} s + endpoint {st['moto_cpu_s']:.1f} s + PostgreSQL {st['pg_cpu_s']:.1f} s",
+            )
         row(
             "&nbsp;&nbsp;worker RSS: listing + staging / applying",
             f"{mib(s['rss_kib']['staging'])} / {mib(s['rss_kib']['applying'])}",
@@ -790,7 +848,7 @@ def report(r: dict) -> str:
     if r.get("no_head"):
         scan_rows("first", f"first scan ({n:,} objects, registered `--no-checksums`: no HEAD)")
     else:
-        scan_rows("first", f"first scan ({n:,} objects, default settings: HEAD each new object)")
+        scan_rows("first", f"first scan ({n:,} objects, default settings: HEAD each new object after the snapshot)")
     if "analyze_s" in r:
         row("`ANALYZE catalog_shardfile` before the re-scan", f"{r['analyze_s']:.2f} s", "--analyze")
     scan_rows("rescan", "re-scan, nothing changed (no HEAD, no GET)")
@@ -804,7 +862,7 @@ def report(r: dict) -> str:
         row("worker VmHWM at the end", mib(mem["nohead"]), "")
     pq = r["page_query"]
     row(
-        "fleet page: bytes by tier, one GROUP BY",
+        "fleet page: bytes by tier, from the usage rollup",
         f"{pq['s'] * 1000:.0f} ms",
         f"over {r['shardfile_rows']:,} present objects of the bench buckets",
     )
@@ -815,6 +873,7 @@ def report(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global DB_NAME, PG_BENCH, REDIS_URL
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--objects", type=int, default=200_000)
     parser.add_argument("--probe-objects", type=int, default=20_000, help="0: no probe bucket")
@@ -836,10 +895,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--py-spy", type=Path, metavar="FILE", help="py-spy the worker during the first big scan")
     parser.add_argument("--py-spy-rescan", type=Path, metavar="FILE", help="py-spy the worker during the re-scan")
+    parser.add_argument(
+        "--db-name", default=DB_NAME, help=f"the bench's own database, dropped and made (default {DB_NAME})"
+    )
+    parser.add_argument("--redis-db", type=int, default=12, help="the Redis database number of the bench's worker")
+    parser.add_argument(
+        "--aws-cli", help=f"an aws executable to use instead of awscli {AWSCLI_VERSION} in {AWSCLI_HOME}"
+    )
     args = parser.parse_args(argv)
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", args.db_name):
+        raise SystemExit(f"scan-bench: {args.db_name!r} is not a plain database name")
+    DB_NAME = args.db_name
+    PG_BENCH = f"postgres://postgres@127.0.0.1:5432/{DB_NAME}"
+    REDIS_URL = f"redis://127.0.0.1:6379/{args.redis_db}"
     args.no_copy = args.no_copy or args.no_head
-    if shutil.which("aws") is None:
-        raise SystemExit("scan-bench: the aws CLI is missing (apt-get install awscli, or pip install awscli)")
+    if args.aws_cli:
+        aws = shutil.which(args.aws_cli)
+        if aws is None:
+            raise SystemExit(f"scan-bench: no aws CLI at {args.aws_cli}")
+        aws_version = subprocess.run([aws, "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    else:
+        aws, aws_version = ensure_aws_cli()
+    say(f"baseline CLI: {aws} ({aws_version})")
 
     def on_term(signum, frame):
         raise KeyboardInterrupt
@@ -887,6 +964,8 @@ def main(argv: list[str] | None = None) -> int:
         "analyze": args.analyze,
         "expected": expected,
         "source": source_state(),
+        "aws_cli": aws_version,
+        "database": DB_NAME,
     }
     endpoint = worker = None
     ok = False
@@ -911,7 +990,7 @@ def main(argv: list[str] | None = None) -> int:
         redis.Redis.from_url(REDIS_URL).flushdb()
 
         # Baselines before the worker starts, each against the same endpoint.
-        results["cli_runs"] = [aws_cli(endpoint, "bench-main", env)]
+        results["cli_runs"] = [aws_cli(endpoint, "bench-main", env, aws)]
         results["list_seq"] = listing_only(endpoint, "bench-main", parallel=False)
         results["list_par"] = listing_only(endpoint, "bench-main", parallel=True)
 
@@ -932,7 +1011,7 @@ def main(argv: list[str] | None = None) -> int:
                 **kwargs,
             ).location
 
-        say("starting a solo Celery worker on Redis db 12")
+        say(f"starting a solo Celery worker on {REDIS_URL}")
         worker = Worker(env, tmp)
         memory = {"idle": worker.memory()["VmHWM"]}
         if args.probe_objects:
@@ -972,7 +1051,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[key]["expect_partial"] = expected["partial"]
                 results[key]["expect_complete"] = expected["checkpoints"] - expected["partial"]
         results["memory"] = memory
-        results["cli_runs"].append(aws_cli(endpoint, "bench-main", env))
+        results["cli_runs"].append(aws_cli(endpoint, "bench-main", env, aws))
         results["cli"] = results["cli_runs"][0]
         from catalog.models import ShardFile
 

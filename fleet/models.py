@@ -173,6 +173,38 @@ class MultipartUpload(models.Model):
         return f"incomplete upload of {self.key} at {self.location}"
 
 
+class ObjectVersion(models.Model):
+    """A non-current version (or delete marker) found in a versioned bucket: bytes billed that no listing shows.
+
+    Recorded by each scan of a bucket with versioning enabled or suspended (``ListObjectVersions``);
+    ``gone_at`` is set when a later scan no longer finds it (a lifecycle rule or a person removed it).
+    A delete marker has no bytes; it is kept because it hides the object whose versions remain.
+    """
+
+    location = models.ForeignKey(StorageLocation, on_delete=models.CASCADE, related_name="object_versions")
+    key = models.TextField()
+    version_id = models.CharField(max_length=1024)
+    size = models.BigIntegerField()
+    last_modified = models.DateTimeField()
+    etag = models.CharField(max_length=200, blank=True)
+    storage_class = models.CharField(max_length=32, blank=True)
+    delete_marker = models.BooleanField(default=False)
+    first_seen_at = models.DateTimeField()
+    gone_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["location", "key", "-last_modified"]
+        constraints = [
+            models.UniqueConstraint(fields=["location", "key", "version_id"], name="objectversion_unique"),
+            models.CheckConstraint(condition=models.Q(size__gte=0), name="objectversion_size_nonnegative"),
+        ]
+        indexes = [models.Index(fields=["location", "gone_at"], name="objectversion_present")]
+
+    def __str__(self) -> str:
+        kind = "delete marker" if self.delete_marker else "non-current version"
+        return f"{kind} {self.version_id} of {self.key} at {self.location}"
+
+
 class Inventory(models.Model):
     """One report of everything at one storage location: a full snapshot, applied all or nothing."""
 

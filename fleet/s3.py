@@ -35,6 +35,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
     ProfileNotFound,
 )
+from botocore.utils import parse_timestamp
 from django.conf import settings
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ _TRANSIENT_CODES = frozenset(
 _NOT_IMPLEMENTED_CODES = frozenset({"NotImplemented", "XNotImplemented", "MethodNotAllowed", "501"})
 # A policy refusal or a missing feature: what the feature would tell is then unknown.
 _UNSUPPORTED_CODES = _NOT_IMPLEMENTED_CODES | {"AccessDenied"}
+UNSUPPORTED_CODES = _UNSUPPORTED_CODES
 _GONE_CODES = frozenset({"NoSuchKey", "404", "NotFound", "PreconditionFailed", "412", "NoSuchVersion"})
 # (HEAD field, our algorithm name, digest length), strongest first: a store returns at most one.
 _CHECKSUM_FIELDS = (
@@ -190,6 +192,23 @@ def _secrets_file(name: str) -> dict[str, str]:
     return keys
 
 
+def _timestamp(value: Any) -> datetime:
+    """botocore's timestamp parser, with S3's ISO 8601 listing times (``2026-11-22T01:02:03.000Z``) read natively.
+
+    botocore parses every ``LastModified`` of a listing with dateutil, about half of a listing
+    thread's CPU; ``datetime.fromisoformat`` (Python 3.11 reads the ``Z``) is ten times cheaper.
+    Anything else (HEAD's RFC 1123 ``Last-Modified``, epoch numbers) goes to botocore as before.
+    """
+    if isinstance(value, str) and len(value) >= 20 and value[4] == "-" and value[10] == "T":
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return parse_timestamp(value)
+
+
 def make_client(
     *, endpoint_url: str = "", region_name: str = "", addressing_style: str = "auto", credentials: str = "default"
 ) -> Any:
@@ -207,6 +226,8 @@ def make_client(
         user_agent_appid=USER_AGENT_APPID,
     )
     session = _session(credentials)
+    # A component of this session's own botocore session: no other client is affected.
+    session._session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=_timestamp)
     try:
         return session.client("s3", endpoint_url=endpoint_url or None, config=config)
     except (BotoCoreError, ValueError) as exc:
@@ -320,6 +341,59 @@ def newest_key(client: Any, bucket: str, prefix: str, *, suffix: str) -> ObjectI
             ):
                 best = obj
     return best
+
+
+@dataclass(slots=True)
+class VersionInfo:
+    """A non-current version of an object (or a delete marker, which has no bytes) in a versioned bucket."""
+
+    key: str
+    version_id: str
+    size: int
+    last_modified: datetime
+    etag: str = ""
+    storage_class: str = ""
+    delete_marker: bool = False
+
+
+def noncurrent_versions(client: Any, bucket: str, prefix: str) -> Iterator[list[VersionInfo]]:
+    """Every non-current version and non-current delete marker below ``prefix``, a page at a time.
+
+    Current versions are left out: the object listing has them. Non-current versions are billed
+    like any object of their storage class, though no listing of objects shows them. Raises S3Error
+    (AccessDenied included: the caller decides what an unknown means).
+    """
+    what = f"ListObjectVersions of s3://{bucket}/{prefix}"
+    try:
+        for answer in client.get_paginator("list_object_versions").paginate(
+            Bucket=bucket, Prefix=prefix, PaginationConfig={"PageSize": PAGE_SIZE}
+        ):
+            page = [
+                VersionInfo(
+                    key=item["Key"],
+                    version_id=str(item.get("VersionId") or ""),
+                    size=int(item.get("Size") or 0),
+                    last_modified=_utc(item["LastModified"]),
+                    etag=_etag(item.get("ETag")),
+                    storage_class=str(item.get("StorageClass") or ""),
+                )
+                for item in answer.get("Versions", ())
+                if not item.get("IsLatest")
+            ]
+            page.extend(
+                VersionInfo(
+                    key=item["Key"],
+                    version_id=str(item.get("VersionId") or ""),
+                    size=0,
+                    last_modified=_utc(item["LastModified"]),
+                    delete_marker=True,
+                )
+                for item in answer.get("DeleteMarkers", ())
+                if not item.get("IsLatest")
+            )
+            yield page
+    except (ClientError, BotoCoreError) as exc:
+        raise describe(exc, what) from None
 
 
 @dataclass(slots=True)
@@ -619,3 +693,258 @@ def bucket_object_lock(client: Any, bucket: str) -> bool | None:
             return None
         raise error from None
     return (answer.get("ObjectLockConfiguration") or {}).get("ObjectLockEnabled") == "Enabled"
+
+
+# --- Object Lock legal holds (the one write here besides deletions) ---------------------------------
+
+
+def set_legal_hold(client: Any, bucket: str, key: str, *, on: bool, version_id: str = "") -> None:
+    """Turn the Object Lock legal hold of one object (version) ON or OFF. Raises S3Error when the store refuses.
+
+    A legal hold has no expiry: while ON, the store refuses to delete or overwrite that version,
+    whoever asks. It is how a hold in the catalog reaches the bucket (``actions.objectlock``).
+    """
+    what = f"PutObjectLegalHold {'ON' if on else 'OFF'} of s3://{bucket}/{key}"
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "LegalHold": {"Status": "ON" if on else "OFF"}}
+    if version_id:
+        kwargs["VersionId"] = version_id
+    try:
+        client.put_object_legal_hold(**kwargs)
+    except (ClientError, BotoCoreError) as exc:
+        raise describe(exc, what) from None
+
+
+# --- promotion: restores and server-side copies ----------------------------------------------------
+# The only writes in this module, used by ``promotion.runner``: a restore request makes a temporary
+# readable copy of an archived object; a copy writes a new object (or the same key in a hotter class).
+# Neither deletes anything.
+
+MULTIPART_COPY_THRESHOLD = 5 * 1024**3  # CopyObject's own limit: larger objects must be copied in parts
+MULTIPART_COPY_PART_SIZE = 512 * 1024**2
+_RESTORE_HEADER = re.compile(r'ongoing-request="(?P<ongoing>true|false)"(?:,\s*expiry-date="(?P<expiry>[^"]+)")?')
+
+
+@dataclass(slots=True)
+class ObjectState:
+    """What HEAD says about an object a promotion reads or writes.
+
+    ``restore`` is None when no restore was ever asked for, "ongoing" while one runs, "available"
+    once the restored copy can be read (until ``restore_expiry``).
+    """
+
+    size: int
+    etag: str
+    storage_class: str
+    version_id: str = ""
+    restore: str | None = None
+    restore_expiry: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+def object_state(client: Any, bucket: str, key: str, *, version_id: str = "") -> ObjectState | None:
+    """HEAD one object (a version, if given): None when there is no such key."""
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
+    if version_id:
+        kwargs["VersionId"] = version_id
+    try:
+        answer = client.head_object(**kwargs)
+    except (ClientError, BotoCoreError) as exc:
+        error = describe(exc, f"HeadObject of s3://{bucket}/{key}")
+        if error.code in ("NoSuchKey", "404", "NotFound", "NoSuchVersion"):
+            return None
+        raise error from None
+    restore, expiry = None, ""
+    match = _RESTORE_HEADER.search(str(answer.get("Restore") or ""))
+    if match:
+        restore = "ongoing" if match["ongoing"] == "true" else "available"
+        expiry = match["expiry"] or ""
+    return ObjectState(
+        size=int(answer.get("ContentLength") or 0),
+        etag=_etag(answer.get("ETag")),
+        storage_class=str(answer.get("StorageClass") or "STANDARD"),
+        version_id=str(answer.get("VersionId") or ""),
+        restore=restore,
+        restore_expiry=expiry,
+        metadata={str(k).lower(): str(v) for k, v in (answer.get("Metadata") or {}).items()},
+    )
+
+
+def restore_request(
+    client: Any, bucket: str, key: str, *, days: int, tier: str = "Standard", version_id: str = ""
+) -> str:
+    """Ask the store to restore an archived object for ``days``: "started", "ongoing" or "available".
+
+    "ongoing" when a restore was already under way (RestoreAlreadyInProgress), "available" when the
+    object is readable already (S3 answers 200 instead of 202 and only extends the expiry).
+    """
+    kwargs: dict[str, Any] = {
+        "Bucket": bucket,
+        "Key": key,
+        "RestoreRequest": {"Days": int(days), "GlacierJobParameters": {"Tier": tier}},
+    }
+    if version_id:
+        kwargs["VersionId"] = version_id
+    try:
+        answer = client.restore_object(**kwargs)
+    except (ClientError, BotoCoreError) as exc:
+        error = describe(exc, f"RestoreObject of s3://{bucket}/{key}")
+        if error.code == "RestoreAlreadyInProgress":
+            return "ongoing"
+        raise error from None
+    status = (answer.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return "available" if status == 200 else "started"
+
+
+def copy_object(
+    client: Any,
+    *,
+    source_bucket: str,
+    source_key: str,
+    target_bucket: str,
+    target_key: str,
+    size: int,
+    storage_class: str,
+    source_etag: str = "",
+    source_version_id: str = "",
+    metadata: dict[str, str] | None = None,
+    threshold: int | None = None,
+    part_size: int | None = None,
+    on_progress: Any = None,
+) -> str:
+    """Copy one object server-side and return the new object's ETag.
+
+    At or below ``threshold`` one CopyObject; above it a multipart copy (UploadPartCopy of
+    ``part_size`` ranges), aborted if any part fails so no billed parts are left behind. Every read
+    of the source is conditional on ``source_etag``, so a source rewritten mid-copy fails the copy
+    instead of mixing versions. ``metadata`` replaces the source's user metadata; ``on_progress``
+    is called with the bytes of each part as it lands.
+    """
+    threshold = MULTIPART_COPY_THRESHOLD if threshold is None else threshold
+    part_size = part_size or MULTIPART_COPY_PART_SIZE
+    source: dict[str, Any] = {"Bucket": source_bucket, "Key": source_key}
+    if source_version_id:
+        source["VersionId"] = source_version_id
+    condition = {"CopySourceIfMatch": f'"{_etag(source_etag)}"'} if source_etag else {}
+    what = f"copy of s3://{source_bucket}/{source_key} to s3://{target_bucket}/{target_key}"
+    if size <= threshold:
+        kwargs: dict[str, Any] = {
+            "Bucket": target_bucket,
+            "Key": target_key,
+            "CopySource": source,
+            "StorageClass": storage_class or "STANDARD",
+            **condition,
+        }
+        if metadata is not None:
+            kwargs.update(Metadata=metadata, MetadataDirective="REPLACE")
+        try:
+            answer = client.copy_object(**kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise describe(exc, f"CopyObject ({what})") from None
+        if on_progress:
+            on_progress(size)
+        return _etag((answer.get("CopyObjectResult") or {}).get("ETag"))
+    try:
+        upload = client.create_multipart_upload(
+            Bucket=target_bucket, Key=target_key, StorageClass=storage_class or "STANDARD", Metadata=metadata or {}
+        )
+    except (ClientError, BotoCoreError) as exc:
+        raise describe(exc, f"CreateMultipartUpload ({what})") from None
+    upload_id = upload["UploadId"]
+    parts = []
+    try:
+        for number, start in enumerate(range(0, size, part_size), start=1):
+            end = min(size, start + part_size) - 1
+            answer = client.upload_part_copy(
+                Bucket=target_bucket,
+                Key=target_key,
+                UploadId=upload_id,
+                PartNumber=number,
+                CopySource=source,
+                CopySourceRange=f"bytes={start}-{end}",
+                **condition,
+            )
+            parts.append({"PartNumber": number, "ETag": (answer.get("CopyPartResult") or {}).get("ETag")})
+            if on_progress:
+                on_progress(end - start + 1)
+        answer = client.complete_multipart_upload(
+            Bucket=target_bucket, Key=target_key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+        )
+    except (ClientError, BotoCoreError) as exc:
+        error = describe(exc, f"multipart {what}")
+        try:
+            client.abort_multipart_upload(Bucket=target_bucket, Key=target_key, UploadId=upload_id)
+        except (ClientError, BotoCoreError) as abort_exc:
+            log.warning("abort of upload %s of %s failed: %s", upload_id, target_key, describe(abort_exc, "abort"))
+        raise error from None
+    return _etag(answer.get("ETag"))
+
+
+# --- deletions: the frozen items of a deletion job (``actions.execution``) -------------------------
+
+DELETE_BATCH = 1000  # DeleteObjects' own maximum
+
+
+@dataclass(slots=True)
+class DeleteOutcome:
+    """What the store said about one object of a DeleteObjects request.
+
+    ``deleted`` is True only when the store confirmed the deletion; otherwise ``code`` and
+    ``message`` carry its per-key error (AccessDenied: Object Lock or a policy; PreconditionFailed:
+    the ETag no longer matches). Both empty: the answer did not mention the object at all.
+    """
+
+    key: str
+    version_id: str
+    deleted: bool = False
+    code: str = ""
+    message: str = ""
+
+
+def delete_objects(client: Any, bucket: str, objects: list[tuple[str, str, str]]) -> list[DeleteOutcome]:
+    """Delete exact object versions: ``(key, version_id, etag)`` each, at most ``DELETE_BATCH`` in one request.
+
+    With a version id that version alone goes (never a delete marker in its place); without one the
+    ETag makes the delete conditional (S3 refuses it with PreconditionFailed when the object was
+    rewritten). Quiet=False, so every key is answered for. Returns one outcome per object, in the
+    order given; raises S3Error when the request as a whole fails.
+    """
+    if len(objects) > DELETE_BATCH:
+        raise ValueError(f"at most {DELETE_BATCH} objects per DeleteObjects request")
+    identifiers = []
+    for key, version_id, etag in objects:
+        ident: dict[str, Any] = {"Key": key}
+        if version_id:
+            ident["VersionId"] = version_id
+        elif etag:
+            ident["ETag"] = f'"{_etag(etag)}"'
+        identifiers.append(ident)
+    what = f"DeleteObjects of {len(objects)} objects in s3://{bucket}"
+    try:
+        answer = client.delete_objects(Bucket=bucket, Delete={"Objects": identifiers, "Quiet": False})
+    except (ClientError, BotoCoreError) as exc:
+        raise describe(exc, what) from None
+    deleted: dict[tuple[str, str], bool] = {}
+    for item in answer.get("Deleted", ()):
+        deleted[(item.get("Key", ""), str(item.get("VersionId") or ""))] = True
+    errors: dict[tuple[str, str], tuple[str, str]] = {}
+    for item in answer.get("Errors", ()):
+        # Some stores leave the version id out of an error: it then stands for every version of the key asked for.
+        errors[(item.get("Key", ""), str(item.get("VersionId") or ""))] = (
+            str(item.get("Code") or "Error"),
+            str(item.get("Message") or "").strip(),
+        )
+    outcomes = []
+    for key, version_id, _etag_value in objects:
+        error = errors.get((key, version_id)) or errors.get((key, ""))
+        if (key, version_id) in deleted and (key, version_id) not in errors:
+            outcomes.append(DeleteOutcome(key, version_id, deleted=True))
+        elif error is not None:
+            outcomes.append(DeleteOutcome(key, version_id, code=error[0], message=error[1]))
+        else:
+            outcomes.append(DeleteOutcome(key, version_id))
+    return outcomes
+
+
+def is_transient_code(code: str) -> bool:
+    """A per-key error that says "try again later" rather than "never"."""
+    return code in _TRANSIENT_CODES or code in ("500", "503")

@@ -20,16 +20,28 @@ What each object becomes: a ``Row`` whose path is the key relative to the prefix
 safe path are skipped and counted in a warning; "folder" placeholder keys ending in ``/`` are skipped
 silently), with its size, LastModified, ETag, storage class and the tier it maps to. Objects whose
 names recognition needs facts about (DCP ``.metadata``, index JSON, sidecars, trackers, safetensors
-headers, ``torch.save`` tails) are read with ranged GETs by the agent's own extractors. With
-``fetch_checksums`` (and in versioned buckets, for the version id) new or changed objects are HEADed
-for their stored checksum. An object whose ETag, size and LastModified are unchanged since the last
-applied scan keeps its earlier facts, checksum and version id without a request, except in a bucket
-with Object Lock, where every object is HEADed on every listing, since a legal hold can change
-without the object changing (S3 Inventory reports carry the lock state instead).
+headers, ``torch.save`` tails) are read with ranged GETs by the agent's own extractors, those of
+several pages in flight while the listing goes on. An object whose ETag, size and LastModified are
+unchanged since the last applied scan keeps its earlier facts, checksum and version id without a
+request; what the last scans know of a page is found with one range query of the (location, path)
+index per page.
+
+HEAD requests (one per object, a thousand times a listing's cost) come **after** the snapshot is
+applied, in the same task: with ``fetch_checksums`` (and in versioned buckets, for the version id)
+the objects this scan added or changed are HEADed for their stored checksum in chunks, each chunk
+written and its checkpoints verified again in one transaction (``_Scanner.fetch_stored``). In a
+bucket with Object Lock every object is HEADed on every listing, while listing, since a legal hold
+can change without the object changing and belongs in the snapshot (S3 Inventory reports carry the
+lock state instead).
+
+In a versioned bucket the non-current versions and delete markers are listed too
+(``ListObjectVersions``) and recorded as ``ObjectVersion`` rows: bytes that are billed though no
+listing of objects shows them.
 """
 
 from __future__ import annotations
 
+import collections
 import csv
 import gzip
 import hashlib
@@ -44,7 +56,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -64,7 +76,7 @@ from fleet import s3
 from fleet.agent import facts_kind, stream_facts
 from fleet.choices import AddressingStyle, InventorySource, InventoryStatus, LocationKind, Tier
 from fleet.ingest import InventoryError, Row, apply_staged, check_path, fail, stage_rows, unstage
-from fleet.models import Bucket, Inventory, MultipartUpload, StorageLocation
+from fleet.models import Bucket, Inventory, MultipartUpload, ObjectVersion, StorageLocation
 from fleet.services import Actor, location_add
 
 log = logging.getLogger(__name__)
@@ -72,6 +84,9 @@ log = logging.getLogger(__name__)
 SCANNER = "ckptfleet-scanner/1"
 LISTING_THREADS = 8
 FETCH_THREADS = 8
+PAGES_IN_FLIGHT = 4  # listing pages whose ranged GETs may be under way at once
+HEAD_THREADS = 16  # HEAD requests wait on the store, not on this process
+HEAD_CHUNK = 2000  # objects HEADed, then written and re-verified in one transaction
 PARALLEL_MIN_PREFIXES = 2  # top-level prefixes in the probe that make a big bucket worth listing in parallel
 SKIPPED_EXAMPLES = 5
 PREVIOUS_BATCH = 500
@@ -369,7 +384,11 @@ def scan_run(inventory_id: int, *, claim: str = "") -> Inventory | None:
         unstage(inventory.pk)
         fail(inventory, f"internal error: {type(exc).__name__}: {exc}", None)
         raise
-    return scanner.apply(files=files, total=total, started=started, claim=claim)
+    applied = scanner.apply(files=files, total=total, started=started, claim=claim)
+    if applied is not None and applied.status == InventoryStatus.APPLIED:
+        scanner.fetch_stored()
+        applied.refresh_from_db()
+    return applied
 
 
 @dataclass(slots=True)
@@ -391,7 +410,7 @@ class _Job:
     obj: s3.ObjectInfo
     previous: _Previous | None  # only when the object is unchanged since then
     fetch_facts: bool
-    head: bool
+    head: bool  # in the listing's path: only in an Object Lock bucket, whose lock state belongs in the snapshot
 
 
 @dataclass
@@ -481,6 +500,10 @@ class _Scanner:
         self.versioned = False
         self.gets = 0
         self.heads = 0
+        self.head_all = False  # an Object Lock bucket listed without lock state: HEAD every object
+        self.lock_listed = False  # the Object Lock state came with the objects (an S3 Inventory report)
+        self.known_paths = False  # whether the location has any shard-file rows to reuse facts from
+        self.versions: list[s3.VersionInfo] | None = None
         self._count_lock = threading.Lock()
 
     # -- staging
@@ -500,16 +523,29 @@ class _Scanner:
             "Suspended",
         )
         self.lock_enabled = bool(self.object_lock if self.object_lock is not None else self.bucket.object_lock)
+        self.known_paths = ShardFile.objects.filter(location_id=self.location.pk).exists()
         if self.report:
             taken, pages = self._report_pages()
         else:
             taken, pages = timezone.now(), self._listing_pages()
         Inventory.objects.filter(pk=self.inventory.pk).update(taken_at=taken)
         self.inventory.taken_at = taken
-        files, total = stage_rows(self.inventory, self._rows(pages), progress=self._progress)
+        files = total = 0
+        # A batch at a time, each staged by its own call: the rows are made (and the last scan's
+        # facts looked up, a database query) while no COPY holds the connection.
+        batch: list[Row] = []
+        for row in self._rows(pages):
+            batch.append(row)
+            if len(batch) >= settings.INGEST_CHUNK_ROWS:
+                files, total = self._stage(batch, files, total)
+                batch = []
+        if batch or not files:
+            files, total = self._stage(batch, files, total)
         self.uploads = s3.multipart_uploads(self.client, name, self.prefix)
         if self.uploads is None:
             self.notes.other.append("incomplete multipart uploads could not be listed; the last known are kept")
+        if self.versioned:
+            self.versions = self._noncurrent_versions()
         log.info(
             "scan %s of %s: %s objects staged, %s HEAD and %s ranged GET requests",
             self.inventory.pk,
@@ -518,6 +554,12 @@ class _Scanner:
             self.heads,
             self.gets,
         )
+        return files, total
+
+    def _stage(self, batch: list[Row], files: int, total: int) -> tuple[int, int]:
+        staged, size = stage_rows(self.inventory, batch)
+        files, total = files + staged, total + size
+        self._progress(files, total)
         return files, total
 
     def _progress(self, files: int, total: int) -> None:
@@ -589,15 +631,31 @@ class _Scanner:
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _rows(self, pages: Iterator[list[s3.ObjectInfo]]) -> Iterator[Row]:
+        """Rows of every page, the ranged GETs of up to ``PAGES_IN_FLIGHT`` pages under way meanwhile.
+
+        A page's rows are yielded once its own reads are done (oldest page first), so staging never
+        waits on a page whose reads have just started while an older one is ready, and the listing
+        threads keep listing. Memory stays bounded by the pages in flight.
+        """
         pool = ThreadPoolExecutor(max_workers=FETCH_THREADS, thread_name_prefix="s3-fetch")
+        flight: collections.deque[list[tuple[_Job, Future | None]]] = collections.deque()
         try:
             for objects in pages:
-                yield from self._page_rows(objects, pool)
+                flight.append(self._page_jobs(objects, pool))
+                while flight and (len(flight) > PAGES_IN_FLIGHT or all(f is None or f.done() for _, f in flight[0])):
+                    yield from self._page_rows(flight.popleft())
+            while flight:
+                yield from self._page_rows(flight.popleft())
         finally:
-            # On a failure the rest of the page's requests are not worth waiting for.
+            # On a failure the rest of the requests are not worth waiting for.
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def _page_rows(self, objects: list[s3.ObjectInfo], pool: ThreadPoolExecutor) -> Iterator[Row]:
+    def _page_rows(self, jobs: list[tuple[_Job, Future | None]]) -> Iterator[Row]:
+        for job, future in jobs:
+            info, facts = future.result() if future is not None else (None, None)
+            yield self._row(job, info, facts)
+
+    def _page_jobs(self, objects: list[s3.ObjectInfo], pool: ThreadPoolExecutor) -> list[tuple[_Job, Future | None]]:
         named: list[tuple[str, s3.ObjectInfo]] = []
         for obj in objects:
             path = obj.key[len(self.prefix) :]
@@ -609,8 +667,8 @@ class _Scanner:
                 self.notes.skip(obj.key, str(exc))
                 continue
             named.append((path, obj))
-        previous = self._previous([path for path, _ in named])
-        jobs: list[_Job] = []
+        previous = self._previous([path for path, _ in named]) if self.known_paths else {}
+        jobs: list[tuple[_Job, Future | None]] = []
         for path, obj in named:
             prev = previous.get(path)
             unchanged = (
@@ -625,78 +683,79 @@ class _Scanner:
             archived = obj.storage_class.upper() in s3.RESTORE_CLASSES
             if kind is not None and not reuse_facts and archived:
                 self.notes.archived += 1
-            head = (not unchanged and (self.bucket.fetch_checksums or self.versioned)) or (
-                self.lock_enabled and not obj.lock_known
+            job = _Job(
+                path=path,
+                obj=obj,
+                previous=prev if unchanged else None,
+                fetch_facts=kind is not None and not reuse_facts and not archived,
+                head=self.lock_enabled and not obj.lock_known,
             )
-            jobs.append(
-                _Job(
-                    path=path,
-                    obj=obj,
-                    previous=prev if unchanged else None,
-                    fetch_facts=kind is not None and not reuse_facts and not archived,
-                    head=head,
-                )
-            )
-        wanted = [job for job in jobs if job.fetch_facts or job.head]
-        fetched = dict(zip((id(j) for j in wanted), pool.map(self._fetch, wanted), strict=True))
-        for job in jobs:
-            info, facts = fetched.get(id(job), (None, None))
-            yield self._row(job, info, facts)
+            self.head_all = self.head_all or job.head
+            self.lock_listed = self.lock_listed or obj.lock_known
+            jobs.append((job, pool.submit(self._fetch, job) if job.fetch_facts or job.head else None))
+        return jobs
 
     def _previous(self, paths: list[str]) -> dict[str, _Previous]:
+        """What the last applied scans learnt about these paths: one query per page.
+
+        A listing page is a run of consecutive keys, and paths compare bytewise in Python, SQLite and
+        PostgreSQL (the "C" collation), so its rows are one range of the (location, path) index. A page
+        whose paths are not in order (an S3 Inventory data file may not be) is looked up by ``IN``.
+        """
         found: dict[str, _Previous] = {}
+        if not paths:
+            return found
+        fields = (
+            "path",
+            "etag",
+            "size",
+            "mtime",
+            "facts",
+            "checksum",
+            "checksum_algo",
+            "version_id",
+            "legal_hold",
+            "retain_until",
+        )
+        here = ShardFile.objects.filter(location_id=self.location.pk)
+        if all(a < b for a, b in itertools.pairwise(paths)):
+            wanted = set(paths)
+            for path, *values in here.filter(path__gte=paths[0], path__lte=paths[-1]).values_list(*fields):
+                if path in wanted:
+                    found[path] = _Previous(*values)
+            return found
         for i in range(0, len(paths), PREVIOUS_BATCH):
-            rows = ShardFile.objects.filter(location_id=self.location.pk, path__in=paths[i : i + PREVIOUS_BATCH])
-            for path, *values in rows.values_list(
-                "path",
-                "etag",
-                "size",
-                "mtime",
-                "facts",
-                "checksum",
-                "checksum_algo",
-                "version_id",
-                "legal_hold",
-                "retain_until",
-            ):
+            rows = here.filter(path__in=paths[i : i + PREVIOUS_BATCH])
+            for path, *values in rows.values_list(*fields):
                 found[path] = _Previous(*values)
         return found
 
     def _fetch(self, job: _Job) -> tuple[s3.HeadInfo | None, dict | None]:
-        """HEAD and/or read facts of one object (in a pool thread: no database here)."""
+        """HEAD and/or read the facts of one object (in a pool thread: no database here)."""
         obj = job.obj
-        info = None
-        if job.head:
-            with self._count_lock:
-                self.heads += 1
-            try:
-                info = s3.head(self.client, self.bucket.bucket_name, obj.key, etag=obj.etag)
-            except s3.S3Error as exc:
-                if exc.transient:
-                    raise
-                self.notes.head_failed(exc)
-        facts = None
-        if job.fetch_facts:
-            name = job.path.rsplit("/", 1)[-1]
-            # Manifests that are parsed whole come in one GET; shards only by their header and tail.
-            whole = facts_kind(name) in WHOLE_KINDS and obj.size <= s3.MAX_SMALL_OBJECT
-            reader = s3.RangedReader(
-                self.client,
-                self.bucket.bucket_name,
-                obj.key,
-                obj.size,
-                etag=obj.etag,
-                read_ahead=max(obj.size, 1) if whole else s3.READ_AHEAD,
-            )
-            with reader:
-                facts = stream_facts(name, reader, obj.size)  # type: ignore[arg-type]
-            with self._count_lock:
-                self.gets += reader.requests
-            if reader.error is not None and reader.error.transient:
-                # The store is struggling, not the object unreadable: a failed scan, not a wrong fact.
-                raise reader.error
-            if reader.error is not None and reader.error.code == "InvalidObjectState":
-                facts = None  # archived (an Intelligent-Tiering archive tier): not read, rather than unreadable
+        info = self._head((0, job.path, obj.etag)) if job.head else None
+        if not job.fetch_facts:
+            return info, None
+        name = job.path.rsplit("/", 1)[-1]
+        # Manifests that are parsed whole come in one GET; shards only by their header and tail.
+        whole = facts_kind(name) in WHOLE_KINDS and obj.size <= s3.MAX_SMALL_OBJECT
+        reader = s3.RangedReader(
+            self.client,
+            self.bucket.bucket_name,
+            obj.key,
+            obj.size,
+            etag=obj.etag,
+            read_ahead=max(obj.size, 1) if whole else s3.READ_AHEAD,
+        )
+        with reader:
+            facts = stream_facts(name, reader, obj.size)  # type: ignore[arg-type]
+        with self._count_lock:
+            self.gets += reader.requests
+        if reader.error is not None and reader.error.transient:
+            # The store is struggling, not the object unreadable: a failed scan, not a wrong fact.
+            raise reader.error
+        if reader.error is not None and reader.error.code == "InvalidObjectState":
+            facts = None  # archived (an Intelligent-Tiering archive tier): not read, rather than unreadable
         return info, facts
 
     def _row(self, job: _Job, info: s3.HeadInfo | None, fetched: dict | None) -> Row:
@@ -732,6 +791,140 @@ class _Scanner:
             legal_hold=legal_hold,
             retain_until=retain_until,
         )
+
+    # -- after the snapshot is applied: stored checksums, versions and lock state
+
+    def fetch_stored(self) -> None:
+        """HEAD what the applied scan added or changed, write what the store says, and verify again.
+
+        HEAD is one request per object, a thousand times a listing's cost, so it is kept off the
+        listing's path: the snapshot is applied first (new objects unverified, with the reason that
+        their checksum is unknown), then the objects this scan added or changed are HEADed
+        ``HEAD_CHUNK`` at a time by ``HEAD_THREADS`` threads. Each chunk's checksums, version ids and
+        lock state are written, conditional on the ETag listed, under the location's lock, and its
+        checkpoints verified again, in one transaction. A store that fails for good stops the rest
+        with a note on the scan; what was written stays, and nothing is marked gone.
+        """
+        if self.head_all or not (self.bucket.fetch_checksums or self.versioned):
+            return  # nothing to fetch, or everything was HEADed while listing (an Object Lock bucket)
+        started = time.monotonic()
+        present = ShardFile.objects.filter(
+            location_id=self.location.pk, gone_at__isnull=True, changed_by_id=self.inventory.pk
+        ).exclude(etag="")
+        last = 0
+        written = headed = verified = 0
+        stopped: s3.S3Error | None = None
+        pool = ThreadPoolExecutor(max_workers=HEAD_THREADS, thread_name_prefix="s3-head")
+        try:
+            while True:
+                chunk = list(present.filter(pk__gt=last).order_by("pk").values_list("pk", "path", "etag")[:HEAD_CHUNK])
+                if not chunk:
+                    break
+                last = chunk[-1][0]
+                try:
+                    answers = list(pool.map(self._head, chunk))
+                except s3.S3Error as exc:
+                    stopped = exc
+                    break
+                headed += len(chunk)
+                changed, copies = self._write_stored(chunk, answers)
+                written += changed
+                verified += copies
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if verified:
+            from catalog.usage import usage_refresh
+
+            # Verification may have found a copy corrupt: today's usage states follow it.
+            with transaction.atomic():
+                StorageLocation.objects.select_for_update().filter(pk=self.location.pk).first()
+                usage_refresh(location=self.location, day=timezone.now().astimezone(UTC).date())
+        if stopped is not None:
+            self.notes.other.append(
+                f"stored checksums were fetched for {headed} object(s) and then stopped: {stopped.message}; "
+                "the others stay unverified until they change (a later scan does not HEAD unchanged objects)"
+            )
+        notes = self.notes.text()
+        if notes:
+            Inventory.objects.filter(pk=self.inventory.pk).update(error=notes)
+        log.info(
+            "scan %s stored: %s HEAD requests after the snapshot, %s files updated, %s copies re-verified, in %.2f s",
+            self.inventory.pk,
+            self.heads,
+            written,
+            verified,
+            time.monotonic() - started,
+        )
+
+    def _head(self, item: tuple[int, str, str]) -> s3.HeadInfo | None:
+        """HEAD one object of the applied snapshot (in a pool thread: no database here)."""
+        _pk, path, etag = item
+        with self._count_lock:
+            self.heads += 1
+        try:
+            return s3.head(self.client, self.bucket.bucket_name, self.prefix + path, etag=etag)
+        except s3.S3Error as exc:
+            if exc.transient:
+                raise
+            self.notes.head_failed(exc)
+            return None
+
+    def _write_stored(self, chunk: list[tuple[int, str, str]], answers: list[s3.HeadInfo | None]) -> tuple[int, int]:
+        """Write one chunk's HEAD answers and verify its checkpoints again; (files written, copies written)."""
+        from catalog.models import CheckpointCopy
+        from catalog.verification import checkpoints_verify
+
+        listed = {pk: (etag, info) for (pk, _path, etag), info in zip(chunk, answers, strict=True) if info is not None}
+        if not listed:
+            return 0, 0
+        # A lock bucket's state came with the listing (HEADed) or its report, and belongs to the snapshot.
+        lock_from_head = not (self.lock_enabled or self.lock_listed)
+        fields = ["checksum", "checksum_algo", "version_id", "legal_hold", "retain_until"]
+        with transaction.atomic():
+            # The ingest's lock: a scan or inventory applying at this location waits, and is waited for.
+            StorageLocation.objects.select_for_update().filter(pk=self.location.pk).first()
+            changed = []
+            for row in ShardFile.objects.filter(pk__in=list(listed), gone_at__isnull=True).only(
+                "pk", "etag", "copy_id", *fields
+            ):
+                etag, info = listed[row.pk]
+                if row.etag != etag:
+                    continue  # rewritten since it was listed: the next scan fetches for the new content
+                values = {
+                    "checksum": info.checksum or row.checksum,
+                    "checksum_algo": info.checksum_algo if info.checksum else row.checksum_algo,
+                    "version_id": (info.version_id or row.version_id)[:1024],
+                    "legal_hold": info.legal_hold if lock_from_head else row.legal_hold,
+                    "retain_until": info.retain_until if lock_from_head else row.retain_until,
+                }
+                if any(getattr(row, k) != v for k, v in values.items()):
+                    for k, v in values.items():
+                        setattr(row, k, v)
+                    changed.append(row)
+            ShardFile.objects.bulk_update(changed, fields, batch_size=1000)
+            copy_ids = {row.copy_id for row in changed if row.copy_id}
+            copies = 0
+            if copy_ids:
+                checkpoints = set(
+                    CheckpointCopy.objects.filter(pk__in=copy_ids).values_list("checkpoint_id", flat=True)
+                )
+                copies = checkpoints_verify(checkpoints)
+        return len(changed), copies
+
+    def _noncurrent_versions(self) -> list[s3.VersionInfo] | None:
+        """The bucket's non-current versions below the prefix; None when the store refuses to list them."""
+        found: list[s3.VersionInfo] = []
+        try:
+            for page in s3.noncurrent_versions(self.client, self.bucket.bucket_name, self.prefix):
+                found.extend(v for v in page if not (v.key.endswith("/") and v.size == 0))
+        except s3.S3Error as exc:
+            if exc.code in s3.UNSUPPORTED_CODES:
+                self.notes.other.append(
+                    f"non-current versions could not be listed ({exc.message}); the last known are kept"
+                )
+                return None
+            raise
+        return found
 
     # -- S3 Inventory reports
 
@@ -872,6 +1065,7 @@ class _Scanner:
                 inventory = apply_staged(inventory, files=files, total=total, started=started)
                 now = timezone.now()
                 self._apply_uploads(now)
+                self._apply_versions(now)
                 state: dict[str, Any] = {}
                 if self.versioning is not None:
                     state["versioning"] = self.versioning
@@ -922,6 +1116,53 @@ class _Scanner:
         vanished = [u.pk for uid, u in existing.items() if uid not in seen and u.gone_at is None]
         for i in range(0, len(vanished), 1000):
             MultipartUpload.objects.filter(pk__in=vanished[i : i + 1000]).update(gone_at=now)
+
+    def _apply_versions(self, now: datetime) -> None:
+        """Record the non-current versions this scan found; mark gone those it no longer finds."""
+        if self.versions is None:
+            if self.versioned:
+                return  # unknown is not none: leave what the last scan found
+            # Versioning never enabled (or the store has none): nothing non-current can exist.
+            self.versions = []
+        # Gone ones too: a version found again (a listing that missed it) is revived, not duplicated.
+        existing = {
+            (v.key, v.version_id): v
+            for v in ObjectVersion.objects.filter(location_id=self.location.pk).only(
+                "pk", "key", "version_id", "storage_class", "gone_at"
+            )
+        }
+        seen: set[tuple[str, str]] = set()
+        new: list[ObjectVersion] = []
+        changed: list[ObjectVersion] = []
+        for v in self.versions:
+            ident = (v.key, v.version_id[:1024])
+            if ident in seen or not v.version_id:
+                continue
+            seen.add(ident)
+            row = existing.get(ident)
+            if row is None:
+                new.append(
+                    ObjectVersion(
+                        location_id=self.location.pk,
+                        key=v.key,
+                        version_id=v.version_id[:1024],
+                        size=v.size,
+                        last_modified=v.last_modified,
+                        etag=v.etag[:200],
+                        storage_class=v.storage_class[:32],
+                        delete_marker=v.delete_marker,
+                        first_seen_at=now,
+                    )
+                )
+            elif row.storage_class != v.storage_class[:32] or row.gone_at is not None:
+                row.storage_class = v.storage_class[:32]  # a lifecycle transition
+                row.gone_at = None
+                changed.append(row)
+        ObjectVersion.objects.bulk_create(new, batch_size=1000)
+        ObjectVersion.objects.bulk_update(changed, ["storage_class", "gone_at"], batch_size=1000)
+        vanished = [row.pk for ident, row in existing.items() if ident not in seen and row.gone_at is None]
+        for i in range(0, len(vanished), 1000):
+            ObjectVersion.objects.filter(pk__in=vanished[i : i + 1000]).update(gone_at=now)
 
 
 def _report_time(value: str) -> datetime | None:

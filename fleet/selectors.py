@@ -6,11 +6,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
+from django.db.models import Count, F, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 
-from catalog.models import ShardFile
+from catalog.models import ShardFile, UsageDaily, UsageState
 from fleet.choices import InventoryStatus, Tier
-from fleet.models import Host, Inventory, MultipartUpload, StorageLocation
+from fleet.models import Host, Inventory, MultipartUpload, ObjectVersion, StorageLocation
 
 IN_PROGRESS = (InventoryStatus.RECEIVED, InventoryStatus.PROCESSING)
 
@@ -76,43 +76,58 @@ class Uploads:
     bytes: int | None
 
 
+@dataclass(frozen=True)
+class Versions:
+    """The non-current versions of one versioned bucket the last scan found: billed bytes no listing shows."""
+
+    count: int
+    bytes: int
+    delete_markers: int
+
+
 _TIER_ORDER = {value: i for i, value in enumerate(Tier.values)}
 
 
 def bucket_locations() -> list[StorageLocation]:
     """Bucket locations with their settings (``loc.bucket``), last finished and newest scan, bytes by tier
-    (``loc.tiers``) and incomplete multipart uploads (``loc.uploads``): four queries for any number of buckets.
+    (``loc.tiers``), incomplete multipart uploads (``loc.uploads``) and non-current versions
+    (``loc.versions``): five queries for any number of buckets.
     """
     locations = list(locations_with_inventories().filter(bucket__isnull=False).select_related("bucket"))
     ids = [loc.pk for loc in locations]
     tiers = bytes_by_tier(ids)
     uploads = incomplete_uploads(ids)
+    versions = noncurrent_versions(ids)
     for loc in locations:
         loc.tiers = tiers.get(loc.pk, [])
         loc.uploads = uploads.get(loc.pk)
+        loc.versions = versions.get(loc.pk)
     return locations
 
 
 def bytes_by_tier(location_ids: Iterable[int]) -> dict[int, list[TierBytes]]:
-    """Present files per location and tier, hottest tier first, in one grouped query.
+    """Present files per location and tier, hottest tier first, from the usage rollup: one small grouped query.
 
-    A file without a tier of its own (a host's) is on its location's tier.
+    Reads the location's ``UsageDaily`` rows of its latest rolled-up day (``UsageCursor.day``), which
+    the ingest rewrites from the present files in the same transaction as every applied inventory or
+    scan, so the page costs the same at a thousand files or a hundred million. Incomplete multipart
+    uploads are rolled up too but are no files; they are shown on their own.
     """
     ids = list(location_ids)
     if not ids:
         return {}
     rows = (
-        ShardFile.objects.filter(location_id__in=ids, gone_at__isnull=True)
-        .values("location_id", "tier", "location__tier")
-        .annotate(total=Sum("size"), objects=Count("pk"))
+        UsageDaily.objects.filter(location_id__in=ids, day=F("location__usage_cursor__day"))
+        .exclude(state=UsageState.MULTIPART)
+        .values("location_id", "tier")
+        .annotate(total=Sum("bytes"), objects=Sum("files"))
         .order_by()
     )
     sums: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     for row in rows:
-        tier = row["tier"] or row["location__tier"]
-        acc = sums[row["location_id"]][tier]
+        acc = sums[row["location_id"]][row["tier"]]
         acc[0] += row["total"] or 0
-        acc[1] += row["objects"]
+        acc[1] += row["objects"] or 0
     labels = dict(Tier.choices)
     return {
         pk: [
@@ -136,6 +151,27 @@ def incomplete_uploads(location_ids: Iterable[int]) -> dict[int, Uploads]:
     )
     return {
         r["location_id"]: Uploads(count=r["uploads"], bytes=None if r["unknown"] else (r["parts_bytes"] or 0))
+        for r in rows
+    }
+
+
+def noncurrent_versions(location_ids: Iterable[int]) -> dict[int, Versions]:
+    """Non-current versions and delete markers still present per location, in one grouped query."""
+    ids = list(location_ids)
+    if not ids:
+        return {}
+    rows = (
+        ObjectVersion.objects.filter(location_id__in=ids, gone_at__isnull=True)
+        .values("location_id")
+        .annotate(
+            versions=Count("pk", filter=Q(delete_marker=False)),
+            total=Sum("size"),
+            markers=Count("pk", filter=Q(delete_marker=True)),
+        )
+        .order_by()
+    )
+    return {
+        r["location_id"]: Versions(count=r["versions"], bytes=r["total"] or 0, delete_markers=r["markers"])
         for r in rows
     }
 

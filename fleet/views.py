@@ -9,6 +9,7 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from access.roles import Role, require_role
 from catalog.choices import ActorKind, EventSource
 from catalog.templatetags.fleet_format import bytes_iec, count, location_href
 from ckptfleet.errors import DomainError
@@ -60,6 +61,7 @@ def location_scan(request, pk: int):
     user = request.user
     actor = Actor(kind=ActorKind.USER, label=user.get_username(), source=EventSource.UI, user=user)
     try:
+        require_role(user, Role.OPERATOR, doing=f"Scanning {location.name}", target_type="location", target_id=pk)
         inventory = scan_start(location=location, actor=actor)
     except DomainError as exc:
         messages.error(request, exc.message)

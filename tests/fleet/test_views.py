@@ -252,6 +252,32 @@ def add_files(
         for i in range(gone)
     ]
     ShardFile.objects.bulk_create(rows)
+    refresh_usage(location)
+
+
+def refresh_usage(location: StorageLocation) -> None:
+    """Roll the location's present files up, as applying a scan does in the same transaction."""
+    from catalog.usage import usage_refresh
+    from fleet.pricebook import utc_today
+
+    usage_refresh(location=location, day=utc_today())
+
+
+def add_version(location: StorageLocation, key: str, size: int, *, marker: bool = False, gone: bool = False):
+    from fleet.models import ObjectVersion
+
+    now = timezone.now()
+    return ObjectVersion.objects.create(
+        location=location,
+        key=key,
+        version_id=f"v-{key}-{size}-{marker}",
+        size=0 if marker else size,
+        last_modified=now,
+        storage_class="" if marker else "STANDARD",
+        delete_marker=marker,
+        first_seen_at=now,
+        gone_at=now if gone else None,
+    )
 
 
 def add_upload(location: StorageLocation, key: str = "fleet/llm/run/step-9/__0_0.distcp", size: int | None = 5 * 2**20):
@@ -269,6 +295,7 @@ def test_buckets_show_their_last_scan_objects_bytes_by_tier_and_incomplete_uploa
     inv = make_scan(loc, files_count=12, bytes_total=3 * 2**20, files_added=12, files_changed=0, files_gone=0)
     add_files(loc, {"object_standard": (10, 2**20), "deep_archive": (2, 3 * 2**30)}, gone=4)
     add_upload(loc)
+    refresh_usage(loc)
     make_location(make_host())
 
     response = signed_in.get("/fleet/")
@@ -350,10 +377,58 @@ def test_the_fleet_query_count_does_not_grow_with_buckets_their_files_and_upload
         make_scan(loc, InventoryStatus.FAILED if i % 3 == 0 else InventoryStatus.APPLIED)
         if i % 2:
             make_scan(loc, InventoryStatus.PROCESSING)
-        add_files(loc, {"object_standard": (3, 10), "archive": (2, 10), "deep_archive": (1, 10)}, gone=1)
         add_upload(loc, size=None if i % 4 == 0 else 100)
+        add_version(loc, f"fleet/llm/{i}", 10)
+        add_version(loc, f"fleet/llm/{i}", 0, marker=True)
+        add_files(loc, {"object_standard": (3, 10), "archive": (2, 10), "deep_archive": (1, 10)}, gone=1)
     with django_assert_max_num_queries(one):
         assert signed_in.get("/fleet/").status_code == 200
+
+
+def test_bytes_by_tier_come_from_the_usage_rollup_never_from_shard_files(signed_in):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    loc = make_bucket().location
+    make_scan(loc)
+    add_files(loc, {"object_standard": (3, 2**20)})
+    # Files written after the last rollup are not on the page until a scan rolls them up again:
+    # proof that the page reads the rollup, not a GROUP BY over shard files.
+    now = timezone.now()
+    ShardFile.objects.create(
+        location=loc, path="late/0", size=2**30, mtime=now, tier="archive", first_seen_at=now, changed_at=now
+    )
+    with CaptureQueriesContext(connection) as ctx:
+        html = signed_in.get("/fleet/").content.decode()
+    assert '3.0 MiB</strong> <span class="muted">in 3 objects' in html
+    assert "Archive" not in html.split('id="buckets"')[1].split("</section>")[0]
+    assert not [q["sql"] for q in ctx.captured_queries if "catalog_shardfile" in q["sql"]]
+
+    refresh_usage(loc)
+    html = signed_in.get("/fleet/").content.decode()
+    assert '1.0 GiB</strong> <span class="muted">in 1 object' in html
+
+
+def test_a_versioned_bucket_shows_the_bytes_of_its_non_current_versions(signed_in):
+    loc = make_bucket().location
+    make_scan(loc)
+    add_version(loc, "fleet/llm/run/step-1/__0_0.distcp", 3 * 2**20)
+    add_version(loc, "fleet/llm/run/step-1/__1_0.distcp", 2**20)
+    add_version(loc, "fleet/llm/run/step-1/__1_0.distcp", 0, marker=True)
+    add_version(loc, "fleet/llm/run/step-0/__0_0.distcp", 2**30, gone=True)  # expired: no longer billed
+
+    html = signed_in.get("/fleet/").content.decode()
+
+    assert "Non-current versions: <strong" in html
+    assert "4.0 MiB</strong>" in html
+    assert "in 2 versions, 1 delete marker" in html
+
+
+def test_a_bucket_without_non_current_versions_does_not_mention_them(signed_in):
+    loc = make_bucket().location
+    make_scan(loc)
+    add_files(loc, {"object_standard": (1, 10)})
+    assert "Non-current versions" not in signed_in.get("/fleet/").content.decode()
 
 
 def test_it_sends_a_stranger_to_the_login_page_instead_of_scanning(client):
@@ -410,7 +485,10 @@ def test_scan_now_of_a_host_location_is_refused_in_words(signed_in):
 def test_the_api_the_button_uses_needs_the_csrf_token_and_answers_409_while_a_scan_runs(django_user_model):
     from django.test import Client
 
+    from tests.conftest import give_roles
+
     user = django_user_model.objects.create_user(username="ada", password="a-long-password-1")
+    give_roles(user, "operator")
     browser = Client(enforce_csrf_checks=True)
     browser.force_login(user)
     loc = make_bucket().location
