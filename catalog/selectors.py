@@ -90,7 +90,8 @@ def newest_restorable(run: Run) -> tuple[Checkpoint | None, bool]:
     """
     # One filter() call per query, so that both conditions apply to the same copy.
     complete = dict(run=run, copies__gone_at__isnull=True, copies__state=CopyState.COMPLETE)
-    order = (NEWEST_STEP_FIRST, "tag")
+    # Among step-less checkpoints the greatest tag wins, as in newest_restorable_ids and the placement flags.
+    order = (NEWEST_STEP_FIRST, "-tag")
     verified = (
         Checkpoint.objects.filter(**complete, copies__verification=Verification.VERIFIED).order_by(*order).first()
     )

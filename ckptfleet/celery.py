@@ -15,4 +15,10 @@ app.conf.beat_schedule = {
     "scan-due-buckets": {"task": "fleet.tasks.scan_due_buckets", "schedule": 60.0},
     # Daily usage of locations without a fresh inventory; hourly so that a missed run costs an hour, not a day.
     "carry-usage-forward": {"task": "fleet.tasks.carry_usage_forward", "schedule": 3600.0},
+    # Retention policies propose deletions once a day; each still waits for approval and the grace period.
+    "propose-retention-deletions": {"task": "retention.tasks.propose_retention_deletions", "schedule": 86400.0},
+    # Deletions whose grace period ended start here; running ones without progress for a while are resent.
+    "start-due-deletions": {"task": "actions.tasks.start_due_deletions", "schedule": 60.0},
+    # Promotions: restores due for a status poll (each job every PROMOTION_POLL_SECONDS), and lost jobs resent.
+    "advance-promotions": {"task": "promotion.tasks.advance_promotions", "schedule": 60.0},
 }

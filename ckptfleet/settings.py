@@ -28,6 +28,20 @@ VAR_DIR = Path(env_str("CKPTFLEET_VAR_DIR", str(BASE_DIR / "var")))
 DEBUG = env_bool("CKPTFLEET_DEBUG", False)
 
 
+def _restore_assumptions() -> dict:
+    import json
+
+    from fleet.restore_assumptions import parse_assumptions
+
+    raw = env_str("CKPTFLEET_RESTORE_ASSUMPTIONS")
+    if not raw:
+        return {}
+    try:
+        return parse_assumptions(json.loads(raw))
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError too
+        raise ImproperlyConfigured(f"CKPTFLEET_RESTORE_ASSUMPTIONS: {exc}") from None
+
+
 def _secret_key() -> str:
     key = env_secret("DJANGO_SECRET_KEY")
     if key:
@@ -74,6 +88,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Pages need a role; refused actions are audited after the view, in their own transaction.
+    "access.middleware.RoleMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
@@ -152,8 +168,9 @@ CELERY_TIMEZONE = "UTC"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
+        "access.authentication.ApiTokenAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": ["access.permissions.HasRole"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "ckptfleet.pagination.IdCursorPagination",
@@ -175,9 +192,23 @@ SPECTACULAR_SETTINGS = {
 INVENTORY_MAX_BYTES = env_int("CKPTFLEET_INVENTORY_MAX_BYTES", 1024**3, minimum=1024)
 INVENTORY_MAX_LINE = env_int("CKPTFLEET_INVENTORY_MAX_LINE", 4 * 1024**2, minimum=1024)
 INGEST_CHUNK_ROWS = env_int("CKPTFLEET_INGEST_CHUNK_ROWS", 5000, minimum=100)
+# Deletions: the grace period before a scheduled deletion may run (zero only in development), and the
+# size above which a second person must approve it.
+DELETION_GRACE_DAYS = env_int("CKPTFLEET_DELETION_GRACE_DAYS", 7, minimum=0 if DEBUG else 1)
+DELETION_APPROVAL_BYTES = env_int("CKPTFLEET_DELETION_APPROVAL_BYTES", 10 * 1024**4, minimum=0)
 S3_SECRETS_DIR = Path(env_str("CKPTFLEET_S3_SECRETS_DIR", str(VAR_DIR / "s3-secrets")))
+# Placement: a finished run's checkpoints still on NVMe this many days after its last checkpoint are flagged.
+NVME_FINISHED_DAYS = env_int("CKPTFLEET_NVME_FINISHED_DAYS", 14, minimum=0)
+# Recovery view: per-tier restore throughput and first-byte delay overriding the defaults in
+# fleet/restore_assumptions.py, as JSON, e.g. {"archive": {"mib_per_s": 200, "delay_s": 10800}}.
+RESTORE_ASSUMPTIONS = _restore_assumptions()
 # Django's own cap on in-memory request bodies does not apply to the streamed inventory upload.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024**2
+
+# Access: whom the 403 page of a person without a role names (a team, a channel, an address), and
+# whether a person in a "team:<name>" group sees only that team's runs.
+CKPTFLEET_ACCESS_CONTACT = env_str("CKPTFLEET_ACCESS_CONTACT", "")
+CKPTFLEET_TEAM_SCOPING = env_bool("CKPTFLEET_TEAM_SCOPING", False)
 
 LOGGING = {
     "version": 1,

@@ -6,9 +6,12 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from catalog.api import dashboard as dashboard_api
+from catalog.api.audit import AuditEventViewSet
 from catalog.api.views import CheckpointViewSet, OrphanListView, RunViewSet
 from ckptfleet.health import healthz
 from fleet.api.views import (
+    AgentDeletionsView,
     HostViewSet,
     InventoryDetailView,
     InventoryUploadView,
@@ -22,12 +25,19 @@ router.register("checkpoints", CheckpointViewSet, basename="checkpoint")
 router.register("hosts", HostViewSet, basename="host")
 router.register("locations", StorageLocationViewSet, basename="location")
 router.register("inventory-list", InventoryViewSet, basename="inventory")
+router.register("audit", AuditEventViewSet, basename="audit-event")
 
 api = [
     path("inventories/", InventoryUploadView.as_view(), name="inventory-upload"),
     path("inventories/<int:pk>/", InventoryDetailView.as_view(), name="inventory-detail-status"),
+    path("agent/deletions/", AgentDeletionsView.as_view(), name="agent-deletions"),
     path("orphans/", OrphanListView.as_view(), name="orphan-list"),
+    path("overview/", dashboard_api.OverviewView.as_view(), name="api-overview"),
+    path("recovery/<int:pk>/", dashboard_api.RecoveryView.as_view(), name="api-recovery"),
+    path("jobs/", dashboard_api.JobListView.as_view(), name="api-jobs"),
     path("spend/", include("catalog.api.urls_spend")),
+    path("actions/", include("actions.urls_api")),
+    path("retention/", include("retention.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("", include(router.urls)),
@@ -39,7 +49,14 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include(api)),
+    path("", include("catalog.urls_overview")),
     path("", include("catalog.urls")),
     path("fleet/", include("fleet.urls")),
     path("spend/", include("catalog.urls_spend")),
+    path("recovery/", include("catalog.urls_recovery")),
+    path("jobs/", include("catalog.urls_jobs")),
+    path("actions/", include("actions.urls")),
+    path("audit/", include("catalog.urls_audit")),
+    path("retention/", include("retention.urls")),
+    path("", include("promotion.urls")),  # /promotions/, /checkpoints/<pk>/promote/ and /api/v1/promotions/
 ]

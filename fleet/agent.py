@@ -17,6 +17,7 @@ Usage::
     export CKPTFLEET_TOKEN_FILE=/etc/ckptfleet/token        # or CKPTFLEET_TOKEN=cfh_...
     ckptfleet-agent --root /mnt/nvme0/checkpoints --root /mnt/nvme1/checkpoints [--checksums] [--wait]
     ckptfleet-agent --root /mnt/nvme0/checkpoints --dry-run   # print the NDJSON, contact nobody
+    ckptfleet-agent --root /mnt/nvme0/checkpoints --deletions # delete what the server scheduled, report back
 
 The token is never taken from the command line (it would show in ``ps`` and shell history) and is
 never printed. Every error is one line on stderr starting with ``ckptfleet-agent:`` and the exit
@@ -57,6 +58,7 @@ import base64
 import builtins
 import collections
 import contextlib
+import errno
 import gzip
 import hashlib
 import http.client
@@ -98,6 +100,8 @@ PROG = "ckptfleet-agent"
 AGENT = f"{PROG}/{__version__}"
 WIRE_FORMAT = "ckptfleet-inventory/1"
 INVENTORIES_PATH = "/api/v1/inventories/"
+DELETIONS_PATH = "/api/v1/agent/deletions/"
+MTIME_TOLERANCE_NS = 2000  # the server keeps microseconds; a float round trip adds less than this
 
 MAX_PATH_BYTES = 4096
 MAX_LINE_BYTES = 4 * 1024 * 1024  # the server's default CKPTFLEET_INVENTORY_MAX_LINE
@@ -1080,6 +1084,126 @@ def _send_root(args: argparse.Namespace, root: str, server: str, token: str, cac
     )
 
 
+# --- deletions: the files the server scheduled for deletion on this host --------------------------
+
+
+def delete_file(root: str, rel: str, size: int, mtime: float) -> tuple[str, str]:
+    """Delete one frozen file below ``root`` if it is still the file that was scheduled.
+
+    Returns (result, detail): ("deleted", ""), ("skipped", "missing: ..."), ("skipped", "changed: ...")
+    when its size or mtime differ (it was written again since), ("skipped", "refused: ...") for a path
+    that is not a plain relative path below the root or that leads through a symlink, or
+    ("failed", why) when the operating system refused. Exactly one regular file is unlinked, never
+    a directory: each directory on the way is opened without following symlinks and the file is
+    unlinked relative to its directory, so no symlink swapped in meanwhile leads outside the root.
+    """
+    parts = rel.split("/") if isinstance(rel, str) else []
+    if not parts or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or _REFUSED_CHARS.search(rel):
+        return "skipped", "refused: not a plain relative path below the root"
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    try:
+        fd = os.open(root, flags)
+    except OSError as exc:
+        return "failed", f"cannot open the root: {_os_reason(exc)}"
+    try:
+        for part in parts[:-1]:
+            try:
+                child = os.open(part, flags | getattr(os, "O_NOFOLLOW", 0), dir_fd=fd)
+            except FileNotFoundError:
+                return "skipped", "missing: its directory is gone"
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    return "skipped", f"refused: {_printable(part)} on its path is no longer a plain directory"
+                return "failed", f"cannot open its directory: {_os_reason(exc)}"
+            os.close(fd)
+            fd = child
+        name = parts[-1]
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return "skipped", "missing: no such file"
+        except OSError as exc:
+            return "failed", f"cannot stat it: {_os_reason(exc)}"
+        if not stat.S_ISREG(st.st_mode):
+            return "skipped", "changed: no longer a regular file"
+        if st.st_size != size:
+            return "skipped", f"changed: its size is {st.st_size} bytes, scheduled at {size}"
+        if abs(st.st_mtime_ns - round(mtime * 1e9)) > MTIME_TOLERANCE_NS:
+            return "skipped", "changed: modified since it was scheduled"
+        try:
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            return "skipped", "missing: no such file"
+        except OSError as exc:
+            return "failed", f"cannot delete it: {_os_reason(exc)}"
+        return "deleted", ""
+    finally:
+        os.close(fd)
+
+
+def fetch_deletions(server: str, token: str, root: str, *, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """The pending files of this host's running deletion jobs below ``root``."""
+    url = server.rstrip("/") + DELETIONS_PATH + "?" + urllib.parse.urlencode({"root": root})
+    status, reason, answer = _request("GET", url, token, timeout=timeout)
+    if status != 200:
+        raise AgentError(_refusal(status, reason, answer), fatal=status in (401, 403))
+    doc = _answer_json(answer)
+    items = doc.get("items") if doc else None
+    if not isinstance(items, list):
+        raise AgentError(f"server answered without a list of items: {_one_line(answer[:200])}")
+    return items
+
+
+def report_deletions(server: str, token: str, results: list[dict[str, Any]], *, timeout: float = 60.0) -> dict:
+    body = json.dumps({"results": results}).encode()
+    status, reason, answer = _request(
+        "POST",
+        server.rstrip("/") + DELETIONS_PATH,
+        token,
+        timeout=timeout,
+        body=io.BytesIO(body),
+        length=len(body),
+        headers=[("Content-Type", "application/json")],
+    )
+    if status != 200:
+        raise AgentError(_refusal(status, reason, answer), fatal=status in (401, 403))
+    return _answer_json(answer) or {}
+
+
+def _delete_root(args: argparse.Namespace, root: str, server: str, token: str) -> bool:
+    """Delete this root's scheduled files and report each; True when none failed."""
+    label = f"{args.host}:{root}"
+    tried: set[int] = set()
+    counts: collections.Counter[str] = collections.Counter()
+    try:
+        while True:
+            items = [i for i in fetch_deletions(server, token, root, timeout=args.timeout) if i.get("id") not in tried]
+            if not items:
+                break
+            results = []
+            for item in items:
+                tried.add(item.get("id"))
+                if item.get("root") != root:
+                    result, detail = "skipped", "refused: the item is not below this root"
+                else:
+                    try:
+                        result, detail = delete_file(root, item["path"], int(item["size"]), float(item["mtime"]))
+                    except (KeyError, TypeError, ValueError):
+                        result, detail = "skipped", "refused: the server sent an incomplete item"
+                counts[result] += 1
+                if result != "deleted":
+                    _stderr_warn(f"{label}: {_printable(str(item.get('path')))}: {result}: {detail}")
+                results.append({"id": item.get("id"), "result": result, "detail": detail})
+            report_deletions(server, token, results, timeout=args.timeout)
+    except AgentError as exc:
+        raise AgentError(f"{label}: {exc}", fatal=exc.fatal) from None
+    print(
+        f"{label}: {counts['deleted']} deleted, {counts['skipped']} skipped, {counts['failed']} failed",
+        flush=True,
+    )
+    return counts["failed"] == 0
+
+
 # --- command line ---------------------------------------------------------------------------------
 
 
@@ -1149,6 +1273,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="report a root with no files as empty (else the server refuses it, as an unmounted disk looks so)",
     )
+    parser.add_argument(
+        "--deletions",
+        action="store_true",
+        help="instead of reporting, delete the files the server scheduled for deletion below these roots "
+        "(each checked for size and mtime first) and report what was done",
+    )
     parser.add_argument("--version", action="version", version=AGENT)
     return parser
 
@@ -1202,6 +1332,19 @@ def _run(argv: list[str] | None) -> int:
     if not args.dry_run:
         server = _check_server(args.server)
         token = _read_token(args)
+    if args.deletions:
+        if args.dry_run:
+            raise AgentError("--deletions and --dry-run do not go together")
+        failed = False
+        for root in roots:
+            try:
+                failed = not _delete_root(args, root, server or "", token or "") or failed
+            except AgentError as exc:
+                failed = True
+                _error(str(exc))
+                if exc.fatal:
+                    break
+        return 1 if failed else 0
     cache = ChecksumCache(args.cache) if args.checksums else None
     failed = False
     try:

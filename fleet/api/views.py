@@ -11,6 +11,7 @@ from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from access.roles import Role, require_role
 from catalog.choices import ActorKind, EventSource
 from ckptfleet.errors import PermissionRefused, TooLarge
 from fleet.api.auth import HostPrincipal, HostTokenAuthentication
@@ -114,8 +115,47 @@ class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
         """POST: scan this bucket now. Answers 202 with the scan's inventory URL to poll."""
         location = self.get_object()
         user = request.user
+        require_role(
+            user, Role.OPERATOR, doing=f"Scanning {location.name}", target_type="location", target_id=location.pk
+        )
         actor = Actor(kind=ActorKind.USER, label=user.get_username(), source=EventSource.API, user=user)
         inventory = scan_start(location=location, actor=actor)
         inventory.refresh_from_db(fields=["status"])  # without a worker it has run by now
         body = {"id": inventory.pk, "status": inventory.status, "url": f"/api/v1/inventories/{inventory.pk}/"}
         return Response(body, status=status.HTTP_202_ACCEPTED)
+
+
+class IsDeletingHost(IsHost):
+    message = "only a host agent's token may fetch or report its deletions"
+
+
+class AgentDeletionsView(APIView):
+    """A host agent's deletions: GET its pending files (its own roots only), POST what it did with them.
+
+    GET ``?root=/abs/root`` narrows to one root. Each listed job was checked against the promises
+    under its locks just now (``actions.execution.agent_pending``). POST
+    ``{"results": [{"id": 1, "result": "deleted|skipped|failed", "detail": "..."}]}``; an item of
+    another host refuses the whole report.
+    """
+
+    authentication_classes = [HostTokenAuthentication]
+    permission_classes = [IsDeletingHost]
+
+    @extend_schema(responses={200: OpenApiResponse(description="pending files"), 403: OpenApiResponse()})
+    def get(self, request):
+        from actions.execution import agent_pending
+
+        root = request.query_params.get("root", "")
+        items = agent_pending(host=request.user.host, root=root)
+        return Response({"host": request.user.host.name, "items": items})
+
+    @extend_schema(
+        request=None,
+        responses={200: OpenApiResponse(description="recorded"), 400: OpenApiResponse(), 403: OpenApiResponse()},
+    )
+    def post(self, request):
+        from actions.execution import agent_report
+
+        results = request.data.get("results") if isinstance(request.data, dict) else None
+        counts = agent_report(host=request.user.host, results=results)
+        return Response(counts)

@@ -35,9 +35,11 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from access.roles import Role
 from catalog.models import Team
 from ckptfleet.errors import DomainError
 from fleet import agent, ingest
@@ -353,6 +355,7 @@ class Command(BaseCommand):
         if opts["s3_endpoint"]:
             self._buckets(opts["s3_endpoint"].rstrip("/"), actor)
         self._demo_login()
+        self._demo_actions()
 
     def _scan(self, host: Host, root: Path):
         cache = agent.ChecksumCache(str(Path(settings.VAR_DIR) / "demo-checksums.sqlite3"))
@@ -459,4 +462,59 @@ class Command(BaseCommand):
             user.is_superuser = True
             user.set_password(password)
             user.save()
-        self.stdout.write(f"demo login: user 'demo', password in {password_file} ({password})")
+            user.groups.add(Group.objects.get_or_create(name=Role.ADMIN)[0])
+            # One person per role, to see what each may do (access.roles); all share the demo password.
+            for role in (Role.VIEWER, Role.FINANCE, Role.OPERATOR, Role.APPROVER):
+                person, _ = user_model.objects.get_or_create(
+                    username=f"demo-{role}", defaults={"email": f"demo-{role}@example.com"}
+                )
+                person.set_password(password)
+                person.save()
+                person.groups.set([Group.objects.get_or_create(name=role)[0]])
+        self.stdout.write(
+            f"demo logins: 'demo' (admin), 'demo-viewer', 'demo-finance', 'demo-operator', 'demo-approver'; "
+            f"password in {password_file} ({password})"
+        )
+
+    def _demo_actions(self) -> None:
+        """A demo hold, pin and scheduled deletion, through the services, once (by the demo operator)."""
+        from actions import services as actions
+        from actions.models import DeletionJob, Hold, Pin
+        from catalog.choices import EventSource
+        from catalog.models import Checkpoint
+
+        operator = get_user_model().objects.filter(username="demo-operator").first()
+        if operator is None or Hold.objects.exists() or Pin.objects.exists() or DeletionJob.objects.exists():
+            return
+        actor = actions.person(operator, EventSource.COMMAND)
+        checkpoints = list(
+            Checkpoint.objects.filter(copies__gone_at__isnull=True, copies__state="complete", step__isnull=False)
+            .select_related("run__team")
+            .distinct()
+            .order_by("run_id", "-step")
+        )
+        by_run: dict[int, list] = {}
+        for ckpt in checkpoints:
+            by_run.setdefault(ckpt.run_id, []).append(ckpt)
+        runs = sorted(by_run.values(), key=len, reverse=True)
+        if not runs or len(runs[0]) < 2:
+            return
+        newest, oldest = runs[0][0], runs[0][-1]
+        held = runs[1][0] if len(runs) > 1 else newest
+        try:
+            actions.pin(checkpoint=newest, reason="demo: the checkpoint to restore from", actor=actor)
+            actions.hold(
+                run=held.run,
+                checkpoint=held,
+                reason="demo: evidence for an audit of the training data",
+                case_ref="DEMO-LEGAL-1",
+                actor=actor,
+            )
+            job = actions.schedule_deletion(checkpoint=oldest, reason="demo: superseded by newer steps", actor=actor)
+        except DomainError as exc:
+            self.stdout.write(f"demo actions stopped: {exc.message}")
+            return
+        self.stdout.write(
+            f"demo actions: pinned {newest}, held {held} (case DEMO-LEGAL-1), deletion {job.pk} of {oldest}: "
+            f"{job.get_state_display().lower()}"
+        )
