@@ -1,0 +1,171 @@
+"""API of the dashboard pages: the overview's numbers, a run's recovery answer, and the jobs list.
+
+The same functions build the pages (``catalog.views_overview``, ``catalog.recovery``, ``catalog.jobs``),
+so a script sees what a person sees.
+"""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from access.scoping import restrict_runs
+from catalog.jobs import KINDS, STATES, recent_jobs
+from catalog.models import Run
+from catalog.recovery import recovery_for
+from catalog.views_overview import attention_items, overview_basis
+
+JOBS_LIMIT = 200
+
+
+def _copy(r) -> dict:
+    copy = r.copy
+    return {
+        "copy": copy.pk,
+        "location": copy.location.name,
+        "location_id": copy.location_id,
+        "host": copy.location.host.name if copy.location.host_id else None,
+        "path": copy.path,
+        "state": copy.state,
+        "verification": copy.verification,
+        "bytes": copy.bytes,
+        "files": copy.file_count,
+        "parts": [{"tier": p.tier, "storage_class": p.storage_class, "bytes": p.bytes} for p in r.parts],
+        "estimated_seconds": round(r.seconds, 1),
+        "restore_delay_seconds": r.delay_s,
+        "transfer_seconds": round(r.transfer_s, 1),
+        "commands": r.commands,
+        "notes": r.notes,
+    }
+
+
+class RecoveryView(APIView):
+    """The checkpoint to restore a run from, its copies ranked by estimated restore time, and the fallbacks."""
+
+    @extend_schema(
+        responses=inline_serializer(
+            "Recovery",
+            {
+                "run": serializers.IntegerField(),
+                "checkpoint": serializers.IntegerField(allow_null=True),
+                "label": serializers.CharField(allow_null=True),
+                "verified": serializers.BooleanField(),
+                "warnings": serializers.ListField(child=serializers.CharField()),
+                "copies": serializers.ListField(child=serializers.DictField()),
+                "unusable": serializers.ListField(child=serializers.DictField()),
+                "fallbacks": serializers.ListField(child=serializers.DictField()),
+                "assumptions": serializers.DictField(),
+            },
+        )
+    )
+    def get(self, request, pk: int):
+        run = get_object_or_404(restrict_runs(Run.objects.select_related("team"), request.user), pk=pk)
+        rec = recovery_for(run)
+        return Response(
+            {
+                "run": run.pk,
+                "checkpoint": rec.checkpoint.pk if rec.checkpoint else None,
+                "label": rec.checkpoint.label if rec.checkpoint else None,
+                "verified": rec.verified,
+                "warnings": rec.warnings,
+                "copies": [_copy(r) for r in rec.copies],
+                "unusable": [_copy(r) | {"reasons": r.copy.reasons} for r in rec.unusable],
+                "fallbacks": [
+                    {
+                        "checkpoint": f.checkpoint.pk,
+                        "label": f.checkpoint.label,
+                        "verified": f.verified,
+                        "best": _copy(f.best) if f.best else None,
+                    }
+                    for f in rec.fallbacks
+                ],
+                "assumptions": {
+                    tier: {"mib_per_s": a.mib_per_s, "delay_s": a.delay_s, "basis": a.basis}
+                    for tier, a in rec.assumptions.items()
+                },
+            }
+        )
+
+
+class JobListView(APIView):
+    """The newest scans, promotions and deletions, with state and progress (``kind``, ``state`` filter)."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("kind", str, enum=list(KINDS)),
+            OpenApiParameter("state", str, enum=list(STATES)),
+        ],
+        responses=inline_serializer("JobList", {"jobs": serializers.ListField(child=serializers.DictField())}),
+    )
+    def get(self, request):
+        kind = request.query_params.get("kind", "")
+        state = request.query_params.get("state", "")
+        if kind and kind not in KINDS:
+            raise serializers.ValidationError({"kind": f"one of {', '.join(KINDS)}"})
+        if state and state not in STATES:
+            raise serializers.ValidationError({"state": f"one of {', '.join(STATES)}"})
+        jobs = recent_jobs(kind=kind, state=state, limit=JOBS_LIMIT)
+        return Response(
+            {
+                "jobs": [
+                    j.as_json()
+                    | {
+                        "kind": j.kind,
+                        "id": j.pk,
+                        "title": j.title,
+                        "url": request.build_absolute_uri(j.url),
+                        "requested_at": j.at,
+                        "started_at": j.started_at,
+                        "finished_at": j.finished_at,
+                        "by": j.by,
+                    }
+                    for j in jobs
+                ]
+            }
+        )
+
+
+class OverviewView(APIView):
+    """The overview's headline: stored bytes, this month's spend, forecast and trend, and what needs attention."""
+
+    @extend_schema(
+        responses=inline_serializer(
+            "Overview",
+            {
+                "as_of": serializers.DateField(allow_null=True),
+                "currency": serializers.CharField(),
+                "stored_bytes": serializers.IntegerField(),
+                "files": serializers.IntegerField(),
+                "spend_to_date": serializers.DecimalField(max_digits=20, decimal_places=2),
+                "forecast": serializers.DecimalField(max_digits=20, decimal_places=2, allow_null=True),
+                "last_month": serializers.DecimalField(max_digits=20, decimal_places=2),
+                "attention": serializers.ListField(child=serializers.DictField()),
+            },
+        )
+    )
+    def get(self, request):
+        basis, summary = overview_basis()
+        return Response(
+            {
+                "as_of": basis.as_of,
+                "currency": basis.currency,
+                "stored_bytes": summary.stored,
+                "files": summary.files,
+                "spend_to_date": f"{summary.spend:.2f}",
+                "forecast": None if summary.forecast is None else f"{summary.forecast:.2f}",
+                "last_month": f"{summary.previous:.2f}",
+                "attention": [
+                    {
+                        "key": a["key"],
+                        "label": a["label"],
+                        "count": a["count"],
+                        "bytes": a.get("bytes"),
+                        "url": a["url"],
+                    }
+                    for a in attention_items(request.user, basis)
+                ],
+            }
+        )

@@ -1,0 +1,208 @@
+"""Every job in one list: inventories and bucket scans, promotions and deletions, with progress and outcome.
+
+Each kind keeps its own state in its own table; this module reads the newest of each (one query per
+kind, bounded) and presents them as one shape for the jobs page and its live-progress endpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.urls import reverse
+
+from actions.models import DeletionJob, DeletionState
+from fleet.choices import InventorySource, InventoryStatus
+from fleet.models import Inventory
+from promotion.choices import OPEN_STATES as PROMOTION_OPEN
+from promotion.choices import JobState
+from promotion.models import PromotionJob
+
+KINDS = {"scan": "Scans and inventories", "promotion": "Promotions", "deletion": "Deletions"}
+STATES = {"active": "Running or waiting", "ended": "Finished", "failed": "Failed or blocked"}
+
+INVENTORY_ACTIVE = (InventoryStatus.RECEIVED, InventoryStatus.PROCESSING)
+DELETION_ACTIVE = (DeletionState.AWAITING_APPROVAL, DeletionState.SCHEDULED, DeletionState.RUNNING)
+FAILED = {InventoryStatus.FAILED, JobState.FAILED, DeletionState.FAILED, DeletionState.BLOCKED}
+
+
+@dataclass
+class Job:
+    kind: str
+    pk: int
+    title: str
+    url: str
+    state: str
+    state_label: str
+    active: bool
+    at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    done: int | None = None
+    total: int | None = None
+    unit: str = ""  # "bytes", "files", "items"
+    outcome: str = ""
+    by: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.pk}"
+
+    @property
+    def failed(self) -> bool:
+        return self.state in FAILED
+
+    @property
+    def percent(self) -> int | None:
+        if not self.total or self.done is None:
+            return None
+        return min(100, int(self.done * 100 / self.total))
+
+    def as_json(self) -> dict:
+        return {
+            "key": self.key,
+            "state": self.state,
+            "state_label": self.state_label,
+            "active": self.active,
+            "done": self.done,
+            "total": self.total,
+            "unit": self.unit,
+            "percent": self.percent,
+            "outcome": self.outcome,
+        }
+
+
+def _inventory(inv: Inventory) -> Job:
+    source = InventorySource(inv.source).label if inv.source in InventorySource.values else inv.source
+    done = inv.files_count if inv.status == InventoryStatus.APPLIED else None
+    return Job(
+        kind="scan",
+        pk=inv.pk,
+        title=f"{source}: {inv.location.name}",
+        url=reverse("fleet:inventory-detail", args=[inv.pk]),
+        state=inv.status,
+        state_label=inv.get_status_display(),
+        active=inv.status in INVENTORY_ACTIVE,
+        at=inv.received_at,
+        started_at=inv.started_at,
+        finished_at=inv.finished_at,
+        done=done,
+        total=inv.files_count or None,
+        unit="files",
+        outcome=inv.error
+        or (f"{inv.files_added:,} added, {inv.files_changed:,} changed, {inv.files_gone:,} gone" if done else ""),
+        by=inv.host.name if inv.host_id else "scheduled scan",
+    )
+
+
+def _promotion(job: PromotionJob) -> Job:
+    checkpoint = job.checkpoint
+    target = job.target_location.name + (f" ({job.target_storage_class})" if job.target_storage_class else "")
+    return Job(
+        kind="promotion",
+        pk=job.pk,
+        title=f"Promote {checkpoint.run.team.name}/{checkpoint.run.name} {checkpoint.label} to {target}",
+        url=reverse("promotion:job-detail", args=[job.pk]),
+        state=job.state,
+        state_label=job.get_state_display(),
+        active=job.state in PROMOTION_OPEN,
+        at=job.requested_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        done=job.bytes_done,
+        total=job.bytes_total or None,
+        unit="bytes",
+        outcome=job.error,
+        by=job.requested_label,
+    )
+
+
+def _deletion(job: DeletionJob) -> Job:
+    checkpoint = job.checkpoint
+    scope = f"copy at {job.copy.location.name}" if job.copy_id else "every copy"
+    return Job(
+        kind="deletion",
+        pk=job.pk,
+        title=f"Delete {checkpoint.run.team.name}/{checkpoint.run.name} {checkpoint.label} ({scope})",
+        url=reverse("actions:deletion-detail", args=[job.pk]),
+        state=job.state,
+        state_label=job.get_state_display(),
+        active=job.state in DELETION_ACTIVE,
+        at=job.requested_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        done=job.items_deleted + job.items_blocked,
+        total=job.items_total or None,
+        unit="items",
+        outcome=job.outcome
+        or (f"waits until {job.execute_after:%Y-%m-%d %H:%M} UTC" if job.state == DeletionState.SCHEDULED else ""),
+        by=job.requested_label,
+    )
+
+
+def recent_jobs(*, kind: str = "", state: str = "", limit: int = 50) -> list[Job]:
+    """The newest ``limit`` jobs of the chosen kind (or all) and state group, newest first: one query per kind."""
+    jobs: list[Job] = []
+    if kind in ("", "scan"):
+        qs = Inventory.objects.select_related("location", "host").defer("upload").order_by("-received_at", "-id")
+        if state == "active":
+            qs = qs.filter(status__in=INVENTORY_ACTIVE)
+        elif state == "ended":
+            qs = qs.filter(status=InventoryStatus.APPLIED)
+        elif state == "failed":
+            qs = qs.filter(status=InventoryStatus.FAILED)
+        jobs += [_inventory(i) for i in qs[:limit]]
+    if kind in ("", "promotion"):
+        qs = PromotionJob.objects.select_related(
+            "checkpoint", "checkpoint__run", "checkpoint__run__team", "target_location"
+        ).order_by("-requested_at", "-id")
+        if state == "active":
+            qs = qs.filter(state__in=PROMOTION_OPEN)
+        elif state == "ended":
+            qs = qs.filter(state__in=[JobState.COMPLETED, JobState.CANCELLED])
+        elif state == "failed":
+            qs = qs.filter(state=JobState.FAILED)
+        jobs += [_promotion(j) for j in qs[:limit]]
+    if kind in ("", "deletion"):
+        qs = DeletionJob.objects.select_related(
+            "checkpoint", "checkpoint__run", "checkpoint__run__team", "copy", "copy__location"
+        ).order_by("-requested_at", "-id")
+        if state == "active":
+            qs = qs.filter(state__in=DELETION_ACTIVE)
+        elif state == "ended":
+            qs = qs.filter(state__in=[DeletionState.COMPLETED, DeletionState.CANCELLED])
+        elif state == "failed":
+            qs = qs.filter(state__in=[DeletionState.FAILED, DeletionState.BLOCKED])
+        jobs += [_deletion(j) for j in qs[:limit]]
+    jobs.sort(key=lambda j: (j.at, j.pk), reverse=True)
+    return jobs[:limit]
+
+
+def jobs_by_key(keys: list[str]) -> list[Job]:
+    """The current state of the jobs named ``kind:id`` (for live progress): one query per kind asked for."""
+    ids: dict[str, list[int]] = {"scan": [], "promotion": [], "deletion": []}
+    for key in keys[:200]:
+        kind, _, pk = key.partition(":")
+        if kind in ids and pk.isdigit():
+            ids[kind].append(int(pk))
+    jobs: list[Job] = []
+    if ids["scan"]:
+        jobs += [
+            _inventory(i)
+            for i in Inventory.objects.select_related("location", "host").defer("upload").filter(pk__in=ids["scan"])
+        ]
+    if ids["promotion"]:
+        jobs += [
+            _promotion(j)
+            for j in PromotionJob.objects.select_related(
+                "checkpoint", "checkpoint__run", "checkpoint__run__team", "target_location"
+            ).filter(pk__in=ids["promotion"])
+        ]
+    if ids["deletion"]:
+        jobs += [
+            _deletion(j)
+            for j in DeletionJob.objects.select_related(
+                "checkpoint", "checkpoint__run", "checkpoint__run__team", "copy", "copy__location"
+            ).filter(pk__in=ids["deletion"])
+        ]
+    return jobs

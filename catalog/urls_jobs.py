@@ -1,0 +1,9 @@
+from django.urls import path
+
+from catalog import views_jobs
+
+app_name = "jobs"
+urlpatterns = [
+    path("", views_jobs.job_list, name="list"),
+    path("progress.json", views_jobs.job_progress, name="progress"),
+]

@@ -1,0 +1,10 @@
+from django.urls import path
+
+from catalog import views_recovery
+
+app_name = "recovery"
+urlpatterns = [
+    path("", views_recovery.search, name="search"),
+    path("<int:pk>/", views_recovery.run, name="run"),
+    path("<int:pk>/protect/", views_recovery.protect, name="protect"),
+]

@@ -1,0 +1,186 @@
+"""The overview people land on, and the copy triage queues its counts link to.
+
+The overview reads rollups (UsageDaily through ``catalog.spend``), the placement flags, a few
+counts over copies and locations, and the newest audit events: a fixed number of queries whatever
+the size of the fleet.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count, OuterRef, Q, Subquery, Sum
+from django.shortcuts import render
+from django.urls import reverse
+
+from access.scoping import restrict_runs
+from catalog import placement, spend
+from catalog.choices import CopyState, Verification
+from catalog.models import AuditEvent, CheckpointCopy, UsageDaily, UsageState
+from catalog.views_spend import bytes_by_tier_chart
+from ckptfleet.params import positive_int_param
+from fleet.choices import InventoryStatus
+from fleet.models import Inventory, StorageLocation
+from fleet.pricebook import utc_today
+
+RECENT_EVENTS = 8
+QUEUE_PAGE = 100
+
+# The copy queues: what each one lists, and why it needs attention.
+QUEUES = {
+    "partial": (
+        "Partial copies",
+        "Files the checkpoint's own manifest expects are missing: the copy restores nothing.",
+        Q(state=CopyState.PARTIAL),
+    ),
+    "corrupt": (
+        "Corrupt copies",
+        "Sizes or headers disagree with the manifest: the copy restores nothing.",
+        Q(state=CopyState.CORRUPT),
+    ),
+    "mismatch": (
+        "Copies whose checksums disagree",
+        "Content checksums disagree with the writer's record or another copy: one of them is damaged.",
+        Q(verification=Verification.MISMATCH),
+    ),
+    "unverified": (
+        "Complete but unverified copies",
+        "Complete by their manifest, but no checksum evidence confirms the content.",
+        Q(state=CopyState.COMPLETE, verification=Verification.UNVERIFIED),
+    ),
+}
+
+
+def _present_copies(user):
+    return restrict_runs(CheckpointCopy.objects.filter(gone_at__isnull=True), user, run_path="checkpoint__run__")
+
+
+def _locations_with_last_scan():
+    newest = Inventory.objects.filter(location=OuterRef("pk")).order_by("-received_at", "-id")
+    return StorageLocation.objects.select_related("host").annotate(
+        last_status=Subquery(newest.values("status")[:1]),
+        last_error=Subquery(newest.values("error")[:1]),
+        last_received=Subquery(newest.values("received_at")[:1]),
+    )
+
+
+def overview_basis() -> tuple[spend.Basis, spend.Summary]:
+    """This month's spend basis and headline numbers."""
+    today = utc_today()
+    basis = spend.basis_for(spend.Period.month(today.year, today.month), today=today)
+    return basis, spend.summary(basis)
+
+
+def attention_items(user, basis: spend.Basis, *, locations=None) -> list[dict]:
+    """Every queue that may need attention: its count (and bytes), what it means and where it is listed."""
+    copies = _present_copies(user).aggregate(**{key: Count("pk", filter=q) for key, (_, _, q) in QUEUES.items()})
+    orphaned = {}
+    if basis.as_of is not None:
+        orphaned = UsageDaily.objects.filter(
+            day=basis.as_of, state__in=[UsageState.UNCLAIMED, UsageState.TEMPORARY, UsageState.MULTIPART]
+        ).aggregate(bytes=Sum("bytes"), files=Sum("files"))
+    if locations is None:
+        locations = list(_locations_with_last_scan())
+    failing = sum(1 for loc in locations if loc.last_status == InventoryStatus.FAILED)
+    queue_url = reverse("overview:copy-queue")
+    return [
+        *(
+            {
+                "key": key,
+                "label": label,
+                "count": copies[key],
+                "help": help_text,
+                "url": f"{queue_url}?kind={key}",
+                "noun": "copy,copies",
+            }
+            for key, (label, help_text, _) in QUEUES.items()
+        ),
+        {
+            "key": "orphaned",
+            "label": "Orphaned bytes",
+            "bytes": orphaned.get("bytes") or 0,
+            "count": orphaned.get("files") or 0,
+            "noun": "file",
+            "help": "Files of no checkpoint, left-overs of interrupted saves, incomplete multipart uploads.",
+            "url": reverse("catalog:orphans"),
+        },
+        *(
+            {
+                "key": flag,
+                "label": placement.Flag(flag).label,
+                "count": n,
+                "noun": "checkpoint",
+                "help": placement.flag_help(flag),
+                "url": f"{reverse('catalog:placement')}?flag={flag}",
+            }
+            for flag, n in placement.flag_counts().items()
+        ),
+        {
+            "key": "failed_scans",
+            "label": "Locations whose last scan failed",
+            "count": failing,
+            "noun": "location",
+            "help": "Their newest inventory or bucket scan failed: nothing was marked gone, but what is there "
+            "now is unknown.",
+            "url": reverse("fleet:overview"),
+        },
+    ]
+
+
+@login_required
+def overview(request):
+    basis, summary = overview_basis()
+    by_tier = spend.by_tier(basis)
+    locations = list(_locations_with_last_scan().order_by("last_applied_at", "name"))
+    attention = attention_items(request.user, basis, locations=locations)
+    copies_total = _present_copies(request.user).count()
+    events = list(AuditEvent.objects.order_by("-at", "-id")[:RECENT_EVENTS])
+    return render(
+        request,
+        "overview.html",
+        {
+            "basis": basis,
+            "summary": summary,
+            "by_tier": by_tier,
+            "bytes_chart": bytes_by_tier_chart(by_tier),
+            "attention": attention,
+            "needs_attention": sum(1 for a in attention if a["count"]),
+            "copies_total": copies_total,
+            "locations": locations,
+            "events": events,
+        },
+    )
+
+
+@login_required
+def copy_queue(request):
+    kind = request.GET.get("kind", "partial")
+    if kind not in QUEUES:
+        kind = "partial"
+    label, help_text, q = QUEUES[kind]
+    after = positive_int_param(request, "after")
+    rows = (
+        _present_copies(request.user)
+        .filter(q)
+        .select_related("checkpoint", "checkpoint__run", "checkpoint__run__team", "location")
+        .order_by("-pk")
+    )
+    if after:
+        rows = rows.filter(pk__lt=after)
+    page = list(rows[: QUEUE_PAGE + 1])
+    more = len(page) > QUEUE_PAGE
+    page = page[:QUEUE_PAGE]
+    totals = _present_copies(request.user).filter(q).aggregate(n=Count("pk"), bytes=Sum("bytes"))
+    return render(
+        request,
+        "catalog/copy_queue.html",
+        {
+            "kind": kind,
+            "label": label,
+            "help": help_text,
+            "queues": [(key, value[0]) for key, value in QUEUES.items()],
+            "copies": page,
+            "next_after": page[-1].pk if more and page else None,
+            "total": totals["n"],
+            "total_bytes": totals["bytes"] or 0,
+        },
+    )

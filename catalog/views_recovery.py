@@ -1,0 +1,100 @@
+"""The on-call recovery view: pick a run, see what to restore, from where, how long it takes, and protect it."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.http import Http404
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from access.roles import Role, has_role
+from access.scoping import restrict_runs
+from actions import protection, services
+from catalog import selectors
+from catalog.choices import EventSource
+from catalog.models import Checkpoint, Run
+from catalog.recovery import recovery_for
+from ckptfleet.errors import DomainError
+
+MATCHES_SHOWN = 20
+
+
+@login_required
+def search(request):
+    """Keyboard first: the box has focus; one match goes straight to it, several are listed."""
+    q = request.GET.get("q", "").strip()[:200]
+    runs = []
+    if q:
+        found = list(restrict_runs(selectors.run_search(q=q), request.user)[: MATCHES_SHOWN + 1])
+        exact = [r for r in found if r.name == q or f"{r.team.name}/{r.name}" == q]
+        if len(found) == 1 or len(exact) == 1:
+            return redirect("recovery:run", pk=(exact or found)[0].pk)
+        runs = found[:MATCHES_SHOWN]
+    return render(
+        request,
+        "recovery/search.html",
+        {"q": q, "runs": runs, "more": q and len(runs) == MATCHES_SHOWN},
+    )
+
+
+def _run(request, pk: int) -> Run:
+    return get_object_or_404(restrict_runs(Run.objects.select_related("team"), request.user), pk=pk)
+
+
+@login_required
+def run(request, pk: int):
+    the_run = _run(request, pk)
+    recovery = recovery_for(the_run)
+    held = pinned = False
+    holds = []
+    if recovery.checkpoint is not None:
+        holds = list(protection.active_holds(recovery.checkpoint).order_by("placed_at"))
+        held = bool(holds)
+        pinned = protection.is_pinned(recovery.checkpoint)
+    return render(
+        request,
+        "recovery/run.html",
+        {
+            "run": the_run,
+            "recovery": recovery,
+            "held": held,
+            "holds": holds,
+            "pinned": pinned,
+            "may_protect": has_role(request.user, Role.OPERATOR),
+        },
+    )
+
+
+@login_required
+@require_POST
+def protect(request, pk: int):
+    """Pin and hold the checkpoint for the incident: two audited actions in one transaction."""
+    the_run = _run(request, pk)
+    try:
+        checkpoint = Checkpoint.objects.get(pk=int(request.POST.get("checkpoint", "")), run=the_run)
+    except (ValueError, Checkpoint.DoesNotExist):
+        raise Http404("no such checkpoint in this run") from None
+    reason = request.POST.get("reason", "")
+    incident = request.POST.get("case_ref", "")
+    actor = services.person(request.user, EventSource.UI)
+    done = []
+    try:
+        with transaction.atomic():
+            if not protection.is_pinned(checkpoint):
+                services.pin(checkpoint=checkpoint, reason=reason, actor=actor)
+                done.append("pinned")
+            held_for_case = protection.active_holds(checkpoint).filter(case_ref=incident.strip()).exists()
+            if not held_for_case:
+                services.hold(run=the_run, checkpoint=checkpoint, reason=reason, case_ref=incident, actor=actor)
+                done.append(f"held for {incident.strip()}")
+    except DomainError as exc:
+        messages.error(request, f"Nothing was changed: {exc.message}")
+    else:
+        if done:
+            messages.success(request, f"{checkpoint.label} is now {' and '.join(done)}. No deletion can touch it.")
+        else:
+            messages.info(request, f"{checkpoint.label} was already pinned and held for {incident.strip()}.")
+    return redirect(reverse("recovery:run", args=[the_run.pk]) + "#protect")
