@@ -264,3 +264,31 @@ def queries_for(client, url: str) -> int:
         response = client.get(url)
     assert response.status_code == 200
     return len(ctx.captured_queries)
+
+
+def restore_default_prices() -> None:
+    """Put back the price book's shipped defaults if the table is empty.
+
+    They come with a data migration (fleet 0005); a transactional test (every live-server test) ends
+    by flushing the tables, which takes them away from every test that runs after it.
+    """
+    import importlib
+
+    from django.apps import apps
+
+    from fleet.models import PricePoint
+
+    if not PricePoint.objects.exists():
+        importlib.import_module("fleet.migrations.0005_default_prices").add_defaults(apps, None)
+
+
+@pytest.fixture(autouse=True)
+def _default_price_book(request):
+    """Every test with the database starts with the shipped price book, whatever ran before it."""
+    uses_db = request.node.get_closest_marker("django_db") is not None or bool(
+        {"db", "transactional_db", "live_server"} & set(request.fixturenames)
+    )
+    if uses_db:
+        request.getfixturevalue("_django_db_helper")  # the database is set up for this test first
+        restore_default_prices()
+    yield

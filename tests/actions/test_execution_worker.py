@@ -177,9 +177,20 @@ def test_a_big_deletion_survives_its_worker_being_killed(s3, celery_worker_proce
     worker = celery_worker_process
     kills = []
     t0 = time.monotonic()
+
+    def recorded_now() -> int:
+        return DeletionItem.objects.filter(job=job, state=ItemState.DELETED).count()
+
     for _ in range(ROUNDS):
-        # A random moment while the job runs: just after it starts, mid-batch, or between batches.
-        time.sleep(rng.uniform(0.2, 4.0))
+        # A random moment while the job runs, chosen by its progress rather than by the clock (an idle
+        # machine finishes 10,000 keys in seconds): once a random number of items is recorded, and a
+        # random fraction of a batch later, so the kill lands before a batch, mid-batch or after it.
+        done = recorded_now()
+        target = rng.randrange(done, max(done + 1, OBJECTS - 2 * execution.BATCH))
+        deadline = time.monotonic() + 120
+        while recorded_now() < target and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0, 0.25))
         if DeletionJob.objects.get(pk=job.pk).state != DeletionState.RUNNING:
             break
         worker.send_signal(signal.SIGKILL)
