@@ -17,18 +17,20 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 # Extra arguments for pytest, e.g. `make test-sqlite PYTEST_ARGS='-k ingest -x'`.
 PYTEST_ARGS ?=
 
-# One pytest run: $(1) is a header, $(2) the environment. A fresh temporary folder holds the run's
-# CKPTFLEET_VAR_DIR (so it stays off the checkout's var/: its SQLite file and development key) and
-# pytest's basetemp, and is removed afterwards with rm -rf, which also copes with the very deep trees
-# some tests make (pytest's own clean-up at exit recurses and fails on them).
+# One pytest run: $(1) is a header, $(2) the environment, $(3) the name of its screenshot folder.
+# A fresh temporary folder holds the run's CKPTFLEET_VAR_DIR (so it stays off the checkout's var/:
+# its SQLite file and development key) and pytest's basetemp, and is removed afterwards with rm -rf,
+# which also copes with the very deep trees some tests make (pytest's own clean-up at exit recurses
+# and fails on them). The browser tests' screenshots are kept: var/test-artefacts/$(3)/.
 define run_pytest
 	@printf '\n==================== %s ====================\n' $(1)
 	@tmp=$$(mktemp -d -t ckptfleet-test.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
-	env -u DATABASE_URL -u REDIS_URL CKPTFLEET_DEBUG=1 CKPTFLEET_VAR_DIR="$$tmp/var" $(2) \
+	env -u DATABASE_URL -u REDIS_URL CKPTFLEET_DEBUG=1 CKPTFLEET_VAR_DIR="$$tmp/var" \
+		CKPTFLEET_ARTEFACTS="$(CURDIR)/var/test-artefacts/$(3)" $(2) \
 		$(PY) -m pytest --basetemp="$$tmp/pytest" $(PYTEST_ARGS)
 endef
-PYTEST_SQLITE = $(call run_pytest,"pytest on SQLite (embedded default)",)
-PYTEST_POSTGRES = $(call run_pytest,"pytest on PostgreSQL + Redis",DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL))
+PYTEST_SQLITE = $(call run_pytest,"pytest on SQLite (embedded default)",,sqlite)
+PYTEST_POSTGRES = $(call run_pytest,"pytest on PostgreSQL + Redis",DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL),postgres)
 
 .PHONY: help venv demo test test-sqlite test-postgres lint test-deps services bench compose-check
 

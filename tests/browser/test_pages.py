@@ -11,7 +11,8 @@ from django.core.management import call_command
 
 from tests.conftest import need_service
 
-ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts"))
+# Screenshots are test artefacts: `make test` keeps them in var/test-artefacts/<database>/.
+ARTIFACTS = Path(os.environ.get("CKPTFLEET_ARTEFACTS", Path(__file__).resolve().parents[2] / "var" / "test-artefacts"))
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
