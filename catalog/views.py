@@ -13,10 +13,12 @@ from django.shortcuts import get_object_or_404, render
 
 from access.scoping import may_see_run, restrict_runs
 from catalog import placement, selectors
-from catalog.choices import CopyState
+from catalog.choices import CopyState, RunStatus
 from catalog.models import Checkpoint, CheckpointCopy, Run
+from catalog.run_filters import SORTS, RunFilters
 from catalog.verification import failure_domain, summarize
 from ckptfleet.params import positive_int_param
+from fleet.choices import Tier
 
 RUNS_PER_PAGE = 50
 CHECKPOINTS_PER_PAGE = 50
@@ -29,12 +31,10 @@ FLAGGED_PREVIEW = 5
 
 @login_required
 def run_list(request):
-    q = request.GET.get("q", "").strip()[:200]
-    team_id = positive_int_param(request, "team")
-    paginator = Paginator(restrict_runs(selectors.run_search(q=q, team_id=team_id), request.user), RUNS_PER_PAGE)
+    filters = RunFilters.from_params(request.GET)
+    paginator = Paginator(restrict_runs(filters.apply(), request.user), RUNS_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
     teams = list(selectors.team_choices())
-    filtered = bool(q or team_id)
     return render(
         request,
         "catalog/run_list.html",
@@ -42,11 +42,17 @@ def run_list(request):
             "page_obj": page,
             "runs": page.object_list,
             "teams": teams,
-            "q": q,
-            "team_id": team_id,
-            "filtered": filtered,
+            "filters": filters,
+            "q": filters.q,
+            "team_id": filters.team_id,
+            "filtered": filters.narrowed,
+            "statuses": RunStatus.choices,
+            "tiers": Tier.choices,
+            "flags": placement.Flag.choices,
+            "sorts": [(key, label) for key, (label, _) in SORTS.items()],
+            "page_query": filters.query(),
             # No run at all and no filter: the fleet has reported nothing yet.
-            "fleet_is_empty": paginator.count == 0 and not filtered,
+            "fleet_is_empty": paginator.count == 0 and not filters.narrowed,
         },
     )
 

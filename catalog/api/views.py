@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import generics, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -23,7 +23,9 @@ from catalog.api.serializers import (
     RunSerializer,
 )
 from catalog.models import Checkpoint, Run
+from catalog.run_filters import RunFilters
 from ckptfleet.errors import DomainError
+from fleet.choices import Tier
 
 PLACEMENT_PAGE = 50
 PLACEMENT_PAGE_MAX = 200
@@ -45,14 +47,30 @@ def _flag_counts(counts: dict[str, int]) -> list[dict]:
     ]
 
 
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[
+            OpenApiParameter("q", str, description="Part of a run or team name."),
+            OpenApiParameter("team", int, description="A team's id."),
+            OpenApiParameter("tier", str, enum=Tier.values, description="Runs with a present copy on this tier."),
+            OpenApiParameter(
+                "flag", str, enum=placement.Flag.values, description="Runs with a checkpoint raising this flag."
+            ),
+            OpenApiParameter("attention", bool, description="Runs with a partial or corrupt present copy."),
+        ]
+    )
+)
 class RunViewSet(viewsets.ReadOnlyModelViewSet):
-    """Training runs with checkpoint counts, bytes and their newest step."""
+    """Training runs with checkpoint counts, bytes and their newest step; the runs page's filters apply."""
 
     serializer_class = RunSerializer
     filterset_fields = ["team__name", "status"]
 
     def get_queryset(self):
-        return restrict_runs(selectors.run_list(), self.request.user)
+        runs = selectors.run_list()
+        if self.action == "list":
+            runs = RunFilters.from_params(self.request.query_params).apply(runs)
+        return restrict_runs(runs, self.request.user)
 
     @extend_schema(
         parameters=[
