@@ -480,7 +480,7 @@ def child(args) -> None:
     if args.child == "generate":
         generate(args.files)
     else:
-        out = measure(args.requests, args.extra_indexes, not args.no_jit)
+        out = measure(args.requests, args.extra_indexes, args.jit)
         Path(args.json_out).write_text(json.dumps(out))
 
 
@@ -517,7 +517,9 @@ def main() -> None:
     parser.add_argument("--generate-only", action="store_true")
     parser.add_argument("--extra-indexes", action="store_true", help="create EXTRA_INDEXES before measuring")
     parser.add_argument(
-        "--no-jit", action="store_true", help="measure with PostgreSQL's JIT off for the session (SET jit = off)"
+        "--jit",
+        action="store_true",
+        help="measure with PostgreSQL's JIT on (the server's default; the app turns it off for its connections)",
     )
     parser.add_argument("--json", help="also write every figure to this file")
     parser.add_argument("--child", choices=["generate", "measure"], help=argparse.SUPPRESS)
@@ -552,13 +554,13 @@ def main() -> None:
         db = db_name(files)
         out = f"/tmp/{db}.json"
         extra = ["--extra-indexes"] if args.extra_indexes else []
-        extra += ["--no-jit"] if args.no_jit else []
+        extra += ["--jit"] if args.jit else []
         _run_child("--child", "measure", "--db", db, "--json-out", out, "--requests", str(args.requests), *extra)
         results[files] = json.loads(Path(out).read_text())
     load_after = os.getloadavg()
     print(
         f"\nServer time per page ({args.requests} requests each, after 3 warm-ups; in-process test client, "
-        f"DEBUG off, PostgreSQL JIT {'off' if args.no_jit else 'on (default)'}). Load average before "
+        f"DEBUG off, PostgreSQL JIT {'on' if args.jit else 'off, as the app sets it'}). Load average before "
         f"{load[0]:.1f}, after {load_after[0]:.1f}; {os.cpu_count()} CPUs. CPU = web process + database backend "
         "per request (parallel query workers not included).\n"
     )
