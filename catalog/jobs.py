@@ -140,69 +140,83 @@ def _deletion(job: DeletionJob) -> Job:
     )
 
 
+def _inventories():
+    return Inventory.objects.select_related("location", "host").defer("upload")
+
+
+def _promotions():
+    return PromotionJob.objects.select_related(
+        "checkpoint", "checkpoint__run", "checkpoint__run__team", "target_location"
+    )
+
+
+def _deletions():
+    return DeletionJob.objects.select_related(
+        "checkpoint", "checkpoint__run", "checkpoint__run__team", "copy", "copy__location"
+    )
+
+
+# Per kind: its rows, how one becomes a Job, its newest-first order, its state field and the states of each group.
+_KIND_SOURCES = {
+    "scan": (
+        _inventories,
+        _inventory,
+        ("-received_at", "-id"),
+        "status",
+        {
+            "active": INVENTORY_ACTIVE,
+            "ended": (InventoryStatus.APPLIED,),
+            "failed": (InventoryStatus.FAILED,),
+        },
+    ),
+    "promotion": (
+        _promotions,
+        _promotion,
+        ("-requested_at", "-id"),
+        "state",
+        {
+            "active": PROMOTION_OPEN,
+            "ended": (JobState.COMPLETED, JobState.CANCELLED),
+            "failed": (JobState.FAILED,),
+        },
+    ),
+    "deletion": (
+        _deletions,
+        _deletion,
+        ("-requested_at", "-id"),
+        "state",
+        {
+            "active": DELETION_ACTIVE,
+            "ended": (DeletionState.COMPLETED, DeletionState.CANCELLED),
+            "failed": (DeletionState.FAILED, DeletionState.BLOCKED),
+        },
+    ),
+}
+
+
 def recent_jobs(*, kind: str = "", state: str = "", limit: int = 50) -> list[Job]:
     """The newest ``limit`` jobs of the chosen kind (or all) and state group, newest first: one query per kind."""
     jobs: list[Job] = []
-    if kind in ("", "scan"):
-        qs = Inventory.objects.select_related("location", "host").defer("upload").order_by("-received_at", "-id")
-        if state == "active":
-            qs = qs.filter(status__in=INVENTORY_ACTIVE)
-        elif state == "ended":
-            qs = qs.filter(status=InventoryStatus.APPLIED)
-        elif state == "failed":
-            qs = qs.filter(status=InventoryStatus.FAILED)
-        jobs += [_inventory(i) for i in qs[:limit]]
-    if kind in ("", "promotion"):
-        qs = PromotionJob.objects.select_related(
-            "checkpoint", "checkpoint__run", "checkpoint__run__team", "target_location"
-        ).order_by("-requested_at", "-id")
-        if state == "active":
-            qs = qs.filter(state__in=PROMOTION_OPEN)
-        elif state == "ended":
-            qs = qs.filter(state__in=[JobState.COMPLETED, JobState.CANCELLED])
-        elif state == "failed":
-            qs = qs.filter(state=JobState.FAILED)
-        jobs += [_promotion(j) for j in qs[:limit]]
-    if kind in ("", "deletion"):
-        qs = DeletionJob.objects.select_related(
-            "checkpoint", "checkpoint__run", "checkpoint__run__team", "copy", "copy__location"
-        ).order_by("-requested_at", "-id")
-        if state == "active":
-            qs = qs.filter(state__in=DELETION_ACTIVE)
-        elif state == "ended":
-            qs = qs.filter(state__in=[DeletionState.COMPLETED, DeletionState.CANCELLED])
-        elif state == "failed":
-            qs = qs.filter(state__in=[DeletionState.FAILED, DeletionState.BLOCKED])
-        jobs += [_deletion(j) for j in qs[:limit]]
+    for name, (rows, as_job, order, field, groups) in _KIND_SOURCES.items():
+        if kind and kind != name:
+            continue
+        qs = rows().order_by(*order)
+        if state in groups:
+            qs = qs.filter(**{f"{field}__in": groups[state]})
+        jobs += [as_job(row) for row in qs[:limit]]
     jobs.sort(key=lambda j: (j.at, j.pk), reverse=True)
     return jobs[:limit]
 
 
 def jobs_by_key(keys: list[str]) -> list[Job]:
     """The current state of the jobs named ``kind:id`` (for live progress): one query per kind asked for."""
-    ids: dict[str, list[int]] = {"scan": [], "promotion": [], "deletion": []}
+    ids: dict[str, list[int]] = {name: [] for name in _KIND_SOURCES}
     for key in keys[:200]:
         kind, _, pk = key.partition(":")
         if kind in ids and pk.isdigit():
             ids[kind].append(int(pk))
     jobs: list[Job] = []
-    if ids["scan"]:
-        jobs += [
-            _inventory(i)
-            for i in Inventory.objects.select_related("location", "host").defer("upload").filter(pk__in=ids["scan"])
-        ]
-    if ids["promotion"]:
-        jobs += [
-            _promotion(j)
-            for j in PromotionJob.objects.select_related(
-                "checkpoint", "checkpoint__run", "checkpoint__run__team", "target_location"
-            ).filter(pk__in=ids["promotion"])
-        ]
-    if ids["deletion"]:
-        jobs += [
-            _deletion(j)
-            for j in DeletionJob.objects.select_related(
-                "checkpoint", "checkpoint__run", "checkpoint__run__team", "copy", "copy__location"
-            ).filter(pk__in=ids["deletion"])
-        ]
+    for name, (rows, as_job, *_) in _KIND_SOURCES.items():
+        if ids[name]:
+            jobs += [as_job(row) for row in rows().filter(pk__in=ids[name])]
     return jobs
