@@ -12,6 +12,7 @@ from catalog.api.views import CheckpointViewSet, OrphanListView, RunViewSet
 from ckptfleet.health import healthz
 from fleet.api.views import (
     AgentDeletionsView,
+    AgentPromotionsView,
     HostViewSet,
     InventoryDetailView,
     InventoryUploadView,
@@ -31,6 +32,7 @@ api = [
     path("inventories/", InventoryUploadView.as_view(), name="inventory-upload"),
     path("inventories/<int:pk>/", InventoryDetailView.as_view(), name="inventory-detail-status"),
     path("agent/deletions/", AgentDeletionsView.as_view(), name="agent-deletions"),
+    path("agent/promotions/", AgentPromotionsView.as_view(), name="agent-promotions"),
     path("orphans/", OrphanListView.as_view(), name="orphan-list"),
     path("overview/", dashboard_api.OverviewView.as_view(), name="api-overview"),
     path("recovery/<int:pk>/", dashboard_api.RecoveryView.as_view(), name="api-recovery"),

@@ -18,6 +18,7 @@ Usage::
     ckptfleet-agent --root /mnt/nvme0/checkpoints --root /mnt/nvme1/checkpoints [--checksums] [--wait]
     ckptfleet-agent --root /mnt/nvme0/checkpoints --dry-run   # print the NDJSON, contact nobody
     ckptfleet-agent --root /mnt/nvme0/checkpoints --deletions # delete what the server scheduled, report back
+    ckptfleet-agent --root /mnt/nvme0/checkpoints --pulls     # fetch what promotions asked for, report back
 
 The token is never taken from the command line (it would show in ``ps`` and shell history) and is
 never printed. Every error is one line on stderr starting with ``ckptfleet-agent:`` and the exit
@@ -33,6 +34,14 @@ What is reported and what is skipped:
   a missing file makes the server see a checkpoint as less complete, never more;
 - the root itself is given as an absolute path with symlinks left as they are, because it must
   match a registered root exactly; it must exist, else nothing is sent.
+
+With ``--pulls`` the agent fetches the files promotions asked this host for (``/api/v1/agent/promotions/``):
+each is downloaded from its presigned URL into ``.ckptfleet-pull-<random>.tmp`` beside its target,
+checked (size; sha256 when the server knows it; the MD5 of a single-part ETag, never of a multipart
+``...-N`` one), fsynced and linked to its name, never replacing an existing file (an identical one
+counts as pulled). Paths must be plain relative paths below the root with no symlink on the way. Each
+file is reported back; a root that received files is then reported (an inventory) as usual. Trouble
+that may pass (the network, the store's 5xx, an expired URL) leaves the file for the next run.
 
 With ``--checksums`` every file is hashed with sha256 once; the digest is cached in SQLite keyed by
 (device, inode, size, mtime_ns), so an unchanged file is never read again. A file that changes while
@@ -75,6 +84,7 @@ import struct
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
@@ -101,6 +111,12 @@ AGENT = f"{PROG}/{__version__}"
 WIRE_FORMAT = "ckptfleet-inventory/1"
 INVENTORIES_PATH = "/api/v1/inventories/"
 DELETIONS_PATH = "/api/v1/agent/deletions/"
+PULLS_PATH = "/api/v1/agent/promotions/"
+PULL_TEMP_PREFIX = ".ckptfleet-pull-"  # a download in progress, beside its target: .ckptfleet-pull-<random>.tmp
+PULL_TEMP_SUFFIX = ".tmp"
+URL_MARGIN_SECONDS = 60.0  # a presigned URL this close to expiring is asked for again before its download
+REPORT_EVERY = 50  # pull results per report at most
+REPORT_SECONDS = 15.0  # and at least this often while files arrive, so the server shows progress
 MTIME_TOLERANCE_NS = 2000  # the server keeps microseconds; a float round trip adds less than this
 
 MAX_PATH_BYTES = 4096
@@ -121,6 +137,8 @@ _DCP_METADATA = re.compile(r"^(?:\.metadata|__\d+\.metadata)$")
 _JSON_NAMES = frozenset({"metadata.json", "integrity.json", "_CHECKPOINT_METADATA", "ckptfleet.json", "config.json"})
 _TEXT_NAMES = frozenset({"latest", "latest_checkpointed_iteration.txt", "commit_success.txt"})
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+_SINGLE_PART_ETAG = re.compile(r"^[0-9a-f]{32}$")  # an MD5; a multipart upload's ETag ends in -N and is none
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 # torch.save's legacy (pre-zip) format starts with this magic number as a pickled long.
 _LEGACY_TORCH_MAGIC = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
 
@@ -1204,6 +1222,392 @@ def _delete_root(args: argparse.Namespace, root: str, server: str, token: str) -
     return counts["failed"] == 0
 
 
+# --- pulls: the files the server asked this host to fetch (promotions to its roots) --------------
+
+
+class _Later(Exception):
+    """Trouble that may pass (the network, the store's 5xx, an expired URL): the file is left for the next run."""
+
+
+class _Failed(Exception):
+    """The file cannot be pulled as it was asked for: it is reported failed, with this one-line reason."""
+
+
+def _md5() -> Any:
+    try:
+        return hashlib.md5(usedforsecurity=False)
+    except TypeError:  # Python 3.8
+        return hashlib.md5()  # noqa: S324 - compared with an ETag, not used for security
+
+
+def _strip_etag(value: object) -> str:
+    return str(value or "").strip().strip('"')
+
+
+def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _store_refusal(exc: urllib.error.HTTPError) -> str:
+    """The store's error in one line: its status and, from S3's XML body, its code and message."""
+    try:
+        body = exc.read(8192).decode("utf-8", "replace")
+    except (OSError, http.client.HTTPException):
+        body = ""
+    finally:
+        exc.close()
+    code = re.search(r"<Code>([^<]{1,100})</Code>", body)
+    message = re.search(r"<Message>([^<]{1,300})</Message>", body)
+    text = f"the store answered {exc.code} {exc.reason}".rstrip()
+    if code:
+        text += f": {code.group(1)}"
+    if message:
+        text += f" ({message.group(1)})"
+    return _one_line(text)
+
+
+def _download(url: str, out: BinaryIO, *, size: int, etag: str, timeout: float) -> tuple[int, str, str, bool]:
+    """Stream one presigned GET into ``out``; return (bytes, sha256 hex, MD5 hex, encrypted with KMS or SSE-C).
+
+    Raises _Later for trouble that may pass, _Failed when the store says the object is not the frozen one
+    (another ETag, another length, more bytes than frozen) or refuses for good. An OSError is ``out``'s.
+    """
+    # pull_file lets only http(s) URLs through.
+    request = urllib.request.Request(url, headers={"User-Agent": AGENT})  # noqa: S310
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
+    except urllib.error.HTTPError as exc:
+        reason = _store_refusal(exc)
+        if exc.code in (408, 429) or exc.code >= 500 or (exc.code == 403 and "expired" in reason.lower()):
+            raise _Later(reason) from None
+        raise _Failed(reason) from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+        cause = exc.reason if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException) else exc
+        raise _Later(f"cannot reach the store: {_os_reason(cause)}") from None
+    with response:
+        theirs = _strip_etag(response.headers.get("ETag"))
+        if etag and theirs and theirs != etag:
+            raise _Failed(f"the store's object has ETag {theirs}, the promotion froze {etag}: it changed since")
+        length = response.headers.get("Content-Length")
+        if length is not None and length.strip().isdigit() and int(length) != size:
+            raise _Failed(f"the store's object has {int(length)} bytes, the promotion froze {size}: it changed since")
+        sse = (response.headers.get("x-amz-server-side-encryption") or "").lower()
+        encrypted = sse.startswith("aws:kms") or bool(
+            response.headers.get("x-amz-server-side-encryption-customer-algorithm")
+        )
+        sha, md5, n = hashlib.sha256(), _md5(), 0
+        while True:
+            try:
+                block = response.read(HASH_BLOCK)
+            except (OSError, http.client.HTTPException) as exc:
+                raise _Later(f"the download broke off after {n} bytes: {_os_reason(exc)}") from None
+            if not block:
+                break
+            n += len(block)
+            if n > size:
+                raise _Failed(f"the store sent more than the {size} bytes the promotion froze")
+            sha.update(block)
+            md5.update(block)
+            out.write(block)
+    return n, sha.hexdigest(), md5.hexdigest(), encrypted
+
+
+def _same_file(fd: int, name: str, st: os.stat_result, size: int, etag: str, sha256: str) -> tuple[str, str, dict]:
+    """What to say about a file already at the target: identical (done) or anything else (never replaced)."""
+    if not stat.S_ISREG(st.st_mode):
+        return "skipped", "refused: something other than a regular file is at the target; never replaced", {}
+    if st.st_size != size:
+        return (
+            "skipped",
+            f"refused: another file ({st.st_size} bytes, not {size}) is at the target; never overwritten",
+            {},
+        )
+    md5_known = bool(_SINGLE_PART_ETAG.match(etag))
+    if not sha256 and not md5_known:
+        return (
+            "skipped",
+            "refused: a file of the same size is at the target, and with no sha256 or single-part ETag to compare "
+            "it cannot be shown identical; never overwritten",
+            {},
+        )
+    try:
+        f = os.fdopen(os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0), dir_fd=fd), "rb")
+    except OSError as exc:
+        return "failed", f"cannot read the file at the target: {_os_reason(exc)}", {}
+    sha, md5 = hashlib.sha256(), _md5()
+    with f:
+        try:
+            for block in iter(lambda: f.read(HASH_BLOCK), b""):
+                sha.update(block)
+                md5.update(block)
+        except OSError as exc:
+            return "failed", f"cannot read the file at the target: {_os_reason(exc)}", {}
+    same = sha.hexdigest() == sha256 if sha256 else md5.hexdigest() == etag
+    if not same:
+        return (
+            "skipped",
+            "refused: another file of the same size is at the target (its checksum differs); never overwritten",
+            {},
+        )
+    how = "sha256" if sha256 else "MD5 = ETag"
+    return "pulled", f"already at the target, identical ({how} checked)", {"size": size, "sha256": sha.hexdigest()}
+
+
+def _place(fd: int, tmp: str, name: str) -> str:
+    """Give the checked temporary file its name, never replacing anything; "" when done, else why not.
+
+    A hard link fails when the name exists, so nothing that appeared meanwhile is lost. File systems
+    without hard links get a check then a rename (a writer racing in between would be replaced).
+    """
+    try:
+        os.link(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+    except FileExistsError:
+        return "refused: another file appeared at the target while pulling; never overwritten"
+    except OSError as exc:
+        if exc.errno not in {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK, errno.ENOSYS}:
+            raise
+        if _lstat(name, fd) is not None:
+            return "refused: another file appeared at the target while pulling; never overwritten"
+        os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        return ""
+    with contextlib.suppress(OSError):
+        os.unlink(tmp, dir_fd=fd)
+    return ""
+
+
+def pull_file(
+    root: str, item: dict[str, Any], *, timeout: float = 60.0, dry_run: bool = False
+) -> tuple[str, str, dict]:
+    """Pull one file the server asked for into ``root``: downloaded, checked, never replacing anything.
+
+    Returns (result, detail, measured). "pulled" when the file is now at its target with the frozen
+    content (downloaded, or found there already identical), measured being {"size", "sha256"};
+    "skipped" ("refused: ...") when the path is not a plain relative path below the root or leads
+    through a symlink, or another file is at the target; "failed" when what arrived does not match
+    (size, sha256 when known, the MD5 of a single-part ETag; a multipart ETag ``...-N`` is no MD5 and
+    is not compared) or the operating system refused. A failed download leaves nothing behind: it is
+    written to ``.ckptfleet-pull-*.tmp`` beside its target and only linked to its name, after fsync,
+    when it checks out. With ``dry_run`` nothing is written and a download is "would pull".
+    Raises _Later for trouble that may pass.
+    """
+    try:
+        rel, url, target = item["path"], item["url"], item["target"]
+        size = item["size"]
+        etag = _strip_etag(item.get("etag"))
+        sha256 = item.get("sha256") or ""
+    except (KeyError, TypeError):
+        return "skipped", "refused: the server sent an incomplete item", {}
+    if not all(isinstance(v, str) for v in (rel, url, target, sha256)) or not isinstance(size, int) or size < 0:
+        return "skipped", "refused: the server sent an incomplete item", {}
+    if sha256 and not _HEX64.match(sha256):
+        return "skipped", "refused: the server sent a malformed sha256", {}
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or _REFUSED_CHARS.search(rel):
+        return "skipped", "refused: not a plain relative path below the root", {}
+    if target != root.rstrip("/") + "/" + rel:
+        return "skipped", "refused: the target is not the path below this root", {}
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        return "skipped", "refused: the download URL is not http(s)", {}
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(root, flags)
+    except OSError as exc:
+        return "failed", f"cannot open the root: {_os_reason(exc)}", {}
+    try:
+        for part in parts[:-1]:
+            try:
+                child = os.open(part, flags | nofollow, dir_fd=fd)
+            except FileNotFoundError:
+                if dry_run:
+                    return "would pull", f"{_human_bytes(size)} from {item.get('source') or 'the store'}", {}
+                try:
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                except OSError as exc:
+                    return "failed", f"cannot make the directory {_printable(part)}: {_os_reason(exc)}", {}
+                try:
+                    child = os.open(part, flags | nofollow, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        return "skipped", f"refused: {_printable(part)} on its path is not a plain directory", {}
+                    return "failed", f"cannot open the directory {_printable(part)}: {_os_reason(exc)}", {}
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    return "skipped", f"refused: {_printable(part)} on its path is a symlink or not a directory", {}
+                return "failed", f"cannot open the directory {_printable(part)}: {_os_reason(exc)}", {}
+            os.close(fd)
+            fd = child
+        name = parts[-1]
+        try:
+            there = _lstat(name, fd)
+        except OSError as exc:
+            return "failed", f"cannot look at the target: {_os_reason(exc)}", {}
+        if there is not None:
+            return _same_file(fd, name, there, size, etag, sha256)
+        if dry_run:
+            return "would pull", f"{_human_bytes(size)} from {item.get('source') or 'the store'}", {}
+        return _fetch_into(fd, name, url, size=size, etag=etag, sha256=sha256, timeout=timeout)
+    finally:
+        os.close(fd)
+
+
+def _fetch_into(
+    fd: int, name: str, url: str, *, size: int, etag: str, sha256: str, timeout: float
+) -> tuple[str, str, dict]:
+    tmp = f"{PULL_TEMP_PREFIX}{os.urandom(8).hex()}{PULL_TEMP_SUFFIX}"
+    create = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    placed = False
+    try:
+        try:
+            out = os.fdopen(os.open(tmp, create, 0o666, dir_fd=fd), "wb")
+        except OSError as exc:
+            return "failed", f"cannot create a temporary file beside the target: {_os_reason(exc)}", {}
+        try:
+            with out:
+                n, got_sha, got_md5, encrypted = _download(url, out, size=size, etag=etag, timeout=timeout)
+                out.flush()
+                os.fsync(out.fileno())
+        except _Failed as exc:
+            return "failed", str(exc), {}
+        except OSError as exc:
+            return "failed", f"cannot write it: {_os_reason(exc)}", {}
+        measured = {"size": n, "sha256": got_sha}
+        if n != size:
+            return "failed", f"{n} bytes arrived; the promotion froze {size}", measured
+        checked = ["size"]
+        if sha256:
+            if got_sha != sha256:
+                return "failed", f"the sha256 of what arrived is {got_sha}; the catalog has {sha256}", measured
+            checked.append("sha256")
+        if _SINGLE_PART_ETAG.match(etag) and not encrypted:
+            if got_md5 != etag:
+                return (
+                    "failed",
+                    f"the MD5 of what arrived is {got_md5}; the ETag (MD5 of a single-part upload) is {etag}",
+                    measured,
+                )
+            checked.append("MD5 = ETag")
+        try:
+            refused = _place(fd, tmp, name)
+        except OSError as exc:
+            return "failed", f"cannot put it in place: {_os_reason(exc)}", {}
+        if refused:
+            return "skipped", refused, {}
+        placed = True
+        with contextlib.suppress(OSError):
+            os.fsync(fd)  # the new name survives a crash
+        return "pulled", f"pulled {_human_bytes(n)}; {', '.join(checked)} checked", measured
+    finally:
+        if not placed:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=fd)
+
+
+def fetch_pulls(server: str, token: str, root: str, *, timeout: float = 60.0) -> dict[str, Any]:
+    """The files this host was asked to pull below ``root``, each with a presigned URL: {"items": [...], ...}."""
+    url = server.rstrip("/") + PULLS_PATH + "?" + urllib.parse.urlencode({"root": root})
+    status, reason, answer = _request("GET", url, token, timeout=timeout)
+    if status != 200:
+        raise AgentError(_refusal(status, reason, answer), fatal=status in (401, 403))
+    doc = _answer_json(answer)
+    if doc is None or not isinstance(doc.get("items"), list):
+        raise AgentError(f"server answered without a list of items: {_one_line(answer[:200])}")
+    return doc
+
+
+def report_pulls(server: str, token: str, results: list[dict[str, Any]], *, timeout: float = 60.0) -> dict:
+    body = json.dumps({"results": results}).encode()
+    status, reason, answer = _request(
+        "POST",
+        server.rstrip("/") + PULLS_PATH,
+        token,
+        timeout=timeout,
+        body=io.BytesIO(body),
+        length=len(body),
+        headers=[("Content-Type", "application/json")],
+    )
+    if status != 200:
+        raise AgentError(_refusal(status, reason, answer), fatal=status in (401, 403))
+    return _answer_json(answer) or {}
+
+
+def _pull_root(args: argparse.Namespace, root: str, server: str, token: str, cache: ChecksumCache | None) -> bool:
+    """Pull this root's files and report each; then report the root itself. True when every file is in place."""
+    label = f"{args.host}:{root}"
+    tried: set[Any] = set()
+    counts: collections.Counter[str] = collections.Counter()
+    try:
+        while True:
+            doc = fetch_pulls(server, token, root, timeout=args.timeout)
+            fetched = time.monotonic()
+            for note in doc.get("unavailable") or []:
+                _stderr_warn(f"{label}: {_one_line(note)}")
+            items = [
+                i for i in doc["items"] if isinstance(i, dict) and isinstance(i.get("id"), int) and i["id"] not in tried
+            ]
+            if not items:
+                break
+            results: list[dict[str, Any]] = []
+            reported = time.monotonic()
+            started = len(tried)
+            for item in items:
+                lifetime = item.get("expires_in")
+                if isinstance(lifetime, (int, float)) and lifetime > 0:
+                    margin = min(URL_MARGIN_SECONDS, lifetime / 4)
+                    if time.monotonic() > fetched + lifetime - margin:
+                        break  # its URL is about to expire: report what is done and ask for fresh ones
+                tried.add(item["id"])
+                where = _printable(str(item.get("path")))
+                if item.get("root") != root:
+                    result, detail, measured = "skipped", "refused: the item is not below this root", {}
+                else:
+                    try:
+                        result, detail, measured = pull_file(root, item, timeout=args.timeout, dry_run=args.dry_run)
+                    except _Later as exc:
+                        counts["later"] += 1
+                        _stderr_warn(f"{label}: {where}: left for the next run: {exc}")
+                        continue
+                counts[result] += 1
+                if args.dry_run:
+                    print(f"{label}: {where}: {result}: {detail}", flush=True)
+                    continue
+                if result != "pulled":
+                    _stderr_warn(f"{label}: {where}: {result}: {detail}")
+                results.append({"id": item["id"], "result": result, "detail": detail, **measured})
+                if len(results) >= REPORT_EVERY or time.monotonic() - reported >= REPORT_SECONDS:
+                    answer = report_pulls(server, token, results, timeout=args.timeout)
+                    results, reported = [], time.monotonic()
+                    if answer.get("ignored"):
+                        break  # a promotion ended meanwhile (cancelled): ask which files are still wanted
+            if results:
+                report_pulls(server, token, results, timeout=args.timeout)
+            if len(tried) == started:
+                raise AgentError("the server's URLs expire before a download can start; nothing was pulled")
+    except AgentError as exc:
+        raise AgentError(f"{label}: {exc}", fatal=exc.fatal) from None
+    if args.dry_run:
+        print(
+            f"{label}: {counts['would pull']} would be pulled, {counts['pulled']} already in place, "
+            f"{counts['skipped']} refused, {counts['failed']} failing (dry run: nothing written or reported)",
+            flush=True,
+        )
+        return counts["skipped"] == 0 and counts["failed"] == 0
+    later = f", {counts['later']} left for the next run" if counts["later"] else ""
+    print(
+        f"{label}: {counts['pulled']} pulled, {counts['skipped']} refused, {counts['failed']} failed{later}",
+        flush=True,
+    )
+    if counts["pulled"]:
+        # The catalog learns of the new copy from the root's inventory, as of every file on this host.
+        _send_root(args, root, server, token, cache)
+    return counts["skipped"] == 0 and counts["failed"] == 0 and counts["later"] == 0
+
+
 # --- command line ---------------------------------------------------------------------------------
 
 
@@ -1279,6 +1683,13 @@ def _parser() -> argparse.ArgumentParser:
         help="instead of reporting, delete the files the server scheduled for deletion below these roots "
         "(each checked for size and mtime first) and report what was done",
     )
+    parser.add_argument(
+        "--pulls",
+        action="store_true",
+        help="instead of reporting, pull the files the server asked this host to fetch into these roots "
+        "(promotions): each checked for size and checksum, never replacing a file; report each, then the root. "
+        "With --dry-run: say what would be pulled, write and report nothing",
+    )
     parser.add_argument("--version", action="version", version=AGENT)
     return parser
 
@@ -1329,9 +1740,13 @@ def _run(argv: list[str] | None) -> int:
     for root in roots:
         _check_root(root)  # all roots are checked before anything is sent: a typo is a config error
     server = token = None
-    if not args.dry_run:
+    if args.deletions and args.pulls:
+        raise AgentError("--deletions and --pulls do not go together: run one, then the other")
+    if not args.dry_run or args.pulls:
         server = _check_server(args.server)
         token = _read_token(args)
+    if args.pulls:
+        return _pulls(args, roots, server or "", token or "")
     if args.deletions:
         if args.dry_run:
             raise AgentError("--deletions and --dry-run do not go together")
@@ -1365,6 +1780,24 @@ def _run(argv: list[str] | None) -> int:
         for root in roots:
             try:
                 _send_root(args, root, server or "", token or "", cache)
+            except AgentError as exc:
+                failed = True
+                _error(str(exc))
+                if exc.fatal:
+                    break
+    finally:
+        if cache is not None:
+            cache.close()
+    return 1 if failed else 0
+
+
+def _pulls(args: argparse.Namespace, roots: list[str], server: str, token: str) -> int:
+    cache = ChecksumCache(args.cache) if args.checksums and not args.dry_run else None
+    failed = False
+    try:
+        for root in roots:
+            try:
+                failed = not _pull_root(args, root, server, token, cache) or failed
             except AgentError as exc:
                 failed = True
                 _error(str(exc))

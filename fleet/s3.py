@@ -879,6 +879,27 @@ def copy_object(
     return _etag(answer.get("ETag"))
 
 
+PRESIGN_SECONDS = 3600
+PRESIGN_MAX_SECONDS = 7 * 24 * 3600  # SigV4's own limit
+
+
+def presign_get(client: Any, bucket: str, key: str, *, version_id: str = "", expires: int = PRESIGN_SECONDS) -> str:
+    """A URL that lets whoever holds it GET one object (that version, if given) for ``expires`` seconds.
+
+    Signed locally with the bucket's credentials: nothing is sent. A host's agent downloads a promotion's
+    files with it and needs no S3 credentials of its own. Temporary credentials (an instance role) end
+    the URL's life when they expire, whatever ``expires`` says.
+    """
+    params: dict[str, Any] = {"Bucket": bucket, "Key": key}
+    if version_id:
+        params["VersionId"] = version_id
+    seconds = max(1, min(int(expires), PRESIGN_MAX_SECONDS))
+    try:
+        return client.generate_presigned_url("get_object", Params=params, ExpiresIn=seconds)
+    except (ClientError, BotoCoreError) as exc:
+        raise describe(exc, f"presigning GetObject of s3://{bucket}/{key}") from None
+
+
 # --- deletions: the frozen items of a deletion job (``actions.execution``) -------------------------
 
 DELETE_BATCH = 1000  # DeleteObjects' own maximum

@@ -21,9 +21,10 @@ from actions.protection import is_held
 from catalog.models import ShardFile
 from fleet import s3
 from fleet.models import Bucket
+from fleet.services import Actor
 from promotion.choices import ItemState, JobState, Method
 from promotion.models import PromotionItem, PromotionJob
-from promotion.services import job_transition
+from promotion.services import WORKER, job_transition
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,7 @@ def poll(job_id: int) -> str:
         )
         return JobState.RESTORING
     if restore_only:
-        return _finish(job.pk, frm=JobState.RESTORING)
+        return finish(job.pk, frm=JobState.RESTORING)
     if job_transition(job.pk, frm=(JobState.RESTORING,), to=JobState.COPYING):
         return copy(job.pk, claim=f"poll-{job.pk}")
     return _job(job.pk).state
@@ -270,7 +271,7 @@ def copy(job_id: int, *, claim: str) -> str:
                 _item_done(job, item, ItemState.BLOCKED, "the checkpoint was put on hold: not rewritten", count=False)
                 continue
             _copy_one(job, item, client, source, target)
-    return _finish(job.pk, frm=JobState.COPYING)
+    return finish(job.pk, frm=JobState.COPYING)
 
 
 def _copy_one(job: PromotionJob, item: PromotionItem, client, source: Bucket, target: Bucket) -> None:
@@ -338,19 +339,28 @@ def _copy_one(job: PromotionJob, item: PromotionItem, client, source: Bucket, ta
     _item_done(job, item, ItemState.DONE, how, count=True)
 
 
-def _finish(job_id: int, *, frm: str) -> str:
+def finish(job_id: int, *, frm: str, actor: Actor = WORKER) -> str:
+    """End a job whose items are all settled: completed, or failed naming the first file that was not done.
+
+    ``actor`` reports the outcome (the worker, or the host whose agent pulled). A bucket target is
+    scanned afterwards; a host's agent reports its root itself after pulling.
+    """
     job = PromotionJob.objects.get(pk=job_id)
     failed = job.items.filter(state=ItemState.FAILED).count()
     blocked = job.items.filter(state=ItemState.BLOCKED).count()
     done = job.items.filter(state=ItemState.DONE).aggregate(n=Sum("size"))["n"] or 0
     after = {"bytes_done": done, "items_done": job.items_done, "items_blocked": blocked, "items_failed": failed}
+    noun = "file(s)" if job.method == Method.AGENT_PULL else "object(s)"
     if failed or blocked:
         first = job.items.filter(state__in=(ItemState.FAILED, ItemState.BLOCKED)).order_by("pk").first()
-        error = f"{failed} object(s) failed and {blocked} were blocked; first: {first.path}: {first.detail}"
-        job_transition(job_id, frm=(frm,), to=JobState.FAILED, action="promotion.fail", after=after, error=error)
+        error = f"{failed} {noun} failed and {blocked} were blocked; first: {first.path}: {first.detail}"
+        job_transition(
+            job_id, frm=(frm,), to=JobState.FAILED, action="promotion.fail", after=after, error=error, actor=actor
+        )
         return JobState.FAILED
-    if job_transition(job_id, frm=(frm,), to=JobState.COMPLETED, action="promotion.complete", after=after):
-        transaction.on_commit(lambda: _rescan(job_id))
+    if job_transition(job_id, frm=(frm,), to=JobState.COMPLETED, action="promotion.complete", after=after, actor=actor):
+        if job.method != Method.AGENT_PULL:
+            transaction.on_commit(lambda: _rescan(job_id))
         return JobState.COMPLETED
     return PromotionJob.objects.get(pk=job_id).state
 

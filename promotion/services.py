@@ -594,12 +594,20 @@ WORKER = Actor(kind=ActorKind.WORKER, label="promotion worker", source="task")
 
 
 def job_transition(
-    job_id: int, *, frm: tuple[str, ...], to: str, action: str = "", after: dict | None = None, error: str = ""
+    job_id: int,
+    *,
+    frm: tuple[str, ...],
+    to: str,
+    action: str = "",
+    after: dict | None = None,
+    error: str = "",
+    actor: Actor = WORKER,
 ) -> bool:
     """Move a job from one of ``frm`` to ``to`` if it is still there (compare-and-swap under a lock).
 
     With ``action`` the move writes that audit event in the same transaction: exactly one per outcome,
-    even when two deliveries of a task race to finish the same job.
+    even when two deliveries of a task race to finish the same job. ``actor`` is who reported the
+    outcome: the worker, or the host whose agent pulled the files.
     """
     with transaction.atomic():
         job = (
@@ -624,9 +632,9 @@ def job_transition(
         job.save(update_fields=fields)
         if action:
             audit_record(
-                actor_kind=WORKER.kind,
-                actor_label=WORKER.label,
-                source=WORKER.source,
+                actor_kind=actor.kind,
+                actor_label=actor.label,
+                source=actor.source,
                 action=action,
                 target_type="checkpoint",
                 target_id=job.checkpoint_id,

@@ -50,6 +50,7 @@ def progress_of(job: PromotionJob) -> dict:
         "percent": job.percent,
         "error": job.error,
         "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        "heartbeat_at": job.heartbeat_at.isoformat() if job.heartbeat_at else None,
     }
 
 

@@ -35,6 +35,10 @@ class InventorySerializer(serializers.ModelSerializer):
             "checkpoints_found",
             "error",
             "error_line",
+            "checksums_total",
+            "checksums_done",
+            "checksums_failed",
+            "checksums_finished_at",
         ]
 
     def get_url(self, obj: Inventory) -> str:
@@ -66,3 +70,37 @@ class HostSerializer(serializers.ModelSerializer):
     class Meta:
         model = Host
         fields = ["id", "name", "site", "region", "description", "last_seen_at", "locations"]
+
+
+class AgentPullItemSerializer(serializers.Serializer):
+    """One file a host's agent should pull (for the schema; ``promotion.pulls.pending`` builds it)."""
+
+    id = serializers.IntegerField()
+    job = serializers.IntegerField()
+    root = serializers.CharField()
+    path = serializers.CharField(help_text="Relative to the root.")
+    target = serializers.CharField(help_text="The absolute path the file goes to: root + '/' + path.")
+    size = serializers.IntegerField()
+    etag = serializers.CharField(allow_blank=True)
+    sha256 = serializers.CharField(allow_null=True)
+    source = serializers.CharField(help_text="s3://bucket/key, for messages.")
+    url = serializers.URLField(help_text="A presigned GET of the exact object version.")
+    expires_in = serializers.IntegerField(help_text="Seconds the URL stays valid from now.")
+
+
+class AgentPullListSerializer(serializers.Serializer):
+    host = serializers.CharField()
+    items = AgentPullItemSerializer(many=True)
+    unavailable = serializers.ListField(child=serializers.CharField())
+
+
+class AgentPullResultSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    result = serializers.ChoiceField(choices=["pulled", "skipped", "failed"])
+    detail = serializers.CharField(required=False, allow_blank=True)
+    size = serializers.IntegerField(required=False, min_value=0, help_text="Bytes the agent measured.")
+    sha256 = serializers.CharField(required=False, allow_null=True, help_text="What the agent measured.")
+
+
+class AgentPullReportSerializer(serializers.Serializer):
+    results = AgentPullResultSerializer(many=True)

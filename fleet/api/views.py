@@ -15,7 +15,13 @@ from access.roles import Role, require_role
 from catalog.choices import ActorKind, EventSource
 from ckptfleet.errors import PermissionRefused, TooLarge
 from fleet.api.auth import HostPrincipal, HostTokenAuthentication
-from fleet.api.serializers import HostSerializer, InventorySerializer, StorageLocationSerializer
+from fleet.api.serializers import (
+    AgentPullListSerializer,
+    AgentPullReportSerializer,
+    HostSerializer,
+    InventorySerializer,
+    StorageLocationSerializer,
+)
 from fleet.models import Host, Inventory, StorageLocation
 from fleet.scan import scan_start
 from fleet.services import Actor, inventory_receive
@@ -159,3 +165,43 @@ class AgentDeletionsView(APIView):
         results = request.data.get("results") if isinstance(request.data, dict) else None
         counts = agent_report(host=request.user.host, results=results)
         return Response(counts)
+
+
+class IsPullingHost(IsHost):
+    message = "only a host agent's token may fetch or report the files it was asked to pull"
+
+
+class AgentPromotionsView(APIView):
+    """A host agent's promotion pulls: GET the files it should fetch (its own roots only), POST what it did.
+
+    GET ``?root=/abs/root`` narrows to one root; each file comes with a presigned GET URL valid for
+    ``expires_in`` seconds (``PROMOTION_PRESIGN_SECONDS``), its size, ETag, sha256 (when known) and
+    target path. POST ``{"results": [{"id": 1, "result": "pulled|skipped|failed", "detail": "...",
+    "size": 123, "sha256": "..."}]}``; an item of another host refuses the whole report
+    (``promotion.pulls``).
+    """
+
+    authentication_classes = [HostTokenAuthentication]
+    permission_classes = [IsPullingHost]
+
+    @extend_schema(
+        responses={
+            200: AgentPullListSerializer,
+            400: OpenApiResponse(description="unknown root"),
+            403: OpenApiResponse(),
+        }
+    )
+    def get(self, request):
+        from promotion.pulls import pending
+
+        return Response(pending(host=request.user.host, root=request.query_params.get("root", "")))
+
+    @extend_schema(
+        request=AgentPullReportSerializer,
+        responses={200: OpenApiResponse(description="recorded"), 400: OpenApiResponse(), 403: OpenApiResponse()},
+    )
+    def post(self, request):
+        from promotion.pulls import report
+
+        results = request.data.get("results") if isinstance(request.data, dict) else None
+        return Response(report(host=request.user.host, results=results))

@@ -1200,3 +1200,117 @@ def test_a_refusal_sent_before_the_body_is_read_is_still_reported():
         thread.join(timeout=10)
     assert str(refused.value) == "server answered 403 Forbidden: this token belongs to host 'gpu-a02'"
     assert not refused.value.fatal
+
+
+# --- pulls: one file of a promotion, from a tiny object store -------------------------------------
+
+
+class FakeStore:
+    """Answers GET /<name> from ``objects``: (status, body, headers)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, tuple[int, bytes, dict[str, str]]] = {}
+        store = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                status, body, headers = store.objects.get(self.path.lstrip("/"), (404, b"<Code>NoSuchKey</Code>", {}))
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def put(self, name: str, body: bytes, *, etag: str | None = None, status: int = 200, **headers: str) -> str:
+        etag = hashlib.md5(body).hexdigest() if etag is None else etag
+        self.objects[name] = (status, body, {"ETag": f'"{etag}"', **headers})
+        return etag
+
+
+@pytest.fixture
+def store():
+    fake = FakeStore()
+    yield fake
+    fake.httpd.shutdown()
+    fake.httpd.server_close()
+
+
+def pull_item(store: FakeStore, root: Path, name: str, size: int, etag: str, **extra: Any) -> dict[str, Any]:
+    rel = f"llm/llama/step-1/{name}"
+    return {"id": 1, "root": str(root), "path": rel, "target": f"{root}/{rel}", "size": size, "etag": etag,
+            "sha256": None, "url": f"{store.url}/{name}", "source": f"s3://b/{name}", **extra}  # fmt: skip
+
+
+def files_below(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def test_a_pull_checks_the_md5_of_a_single_part_etag_and_leaves_nothing_when_it_differs(store, tmp_path):
+    body = b"x" * 5000
+    etag = store.put("good", body)
+    result, detail, measured = agent.pull_file(str(tmp_path), pull_item(store, tmp_path, "good", 5000, etag))
+    assert (result, detail) == ("pulled", "pulled 4.9 KiB; size, MD5 = ETag checked")
+    assert measured == {"size": 5000, "sha256": hashlib.sha256(body).hexdigest()}
+    store.put("bad", b"y" * 5000, etag=etag)  # the store says the frozen ETag, the bytes are others
+    result, detail, _ = agent.pull_file(str(tmp_path), pull_item(store, tmp_path, "bad", 5000, etag))
+    assert result == "failed" and "the MD5 of what arrived" in detail
+    assert files_below(tmp_path) == ["llm/llama/step-1/good"]
+
+
+@pytest.mark.parametrize(
+    ("etag", "headers"),
+    [("0123456789abcdef0123456789abcdef-3", {}), ("0" * 32, {"x-amz-server-side-encryption": "aws:kms"})],
+    ids=["multipart", "sse-kms"],
+)
+def test_an_etag_that_is_no_md5_is_never_compared(store, tmp_path, etag, headers):
+    store.put("obj", b"z" * 100, etag=etag, **headers)
+    result, detail, _ = agent.pull_file(str(tmp_path), pull_item(store, tmp_path, "obj", 100, etag))
+    assert (result, detail) == ("pulled", "pulled 100 B; size checked")
+
+
+def test_a_known_sha256_is_checked(store, tmp_path):
+    etag = store.put("obj", b"q" * 10, etag="abc-2")
+    item = pull_item(store, tmp_path, "obj", 10, etag, sha256="f" * 64)
+    result, detail, _ = agent.pull_file(str(tmp_path), item)
+    assert result == "failed" and detail.startswith("the sha256 of what arrived is ")
+    assert files_below(tmp_path) == []
+
+
+def test_trouble_that_may_pass_leaves_the_file_for_later_and_a_refusal_fails_it(store, tmp_path):
+    store.put("busy", b"<Code>SlowDown</Code>", status=503)
+    with pytest.raises(agent._Later, match="503"):
+        agent.pull_file(str(tmp_path), pull_item(store, tmp_path, "busy", 21, ""))
+    store.put("old", b"<Code>AccessDenied</Code><Message>Request has expired</Message>", status=403)
+    with pytest.raises(agent._Later, match="expired"):
+        agent.pull_file(str(tmp_path), pull_item(store, tmp_path, "old", 10, ""))
+    result, detail, _ = agent.pull_file(str(tmp_path), pull_item(store, tmp_path, "gone", 10, ""))
+    assert (result, detail) == ("failed", "the store answered 404 Not Found: NoSuchKey")
+    assert files_below(tmp_path) == []
+
+
+def test_a_pull_never_replaces_and_refuses_paths_that_leave_the_root(store, tmp_path):
+    root = tmp_path / "root"
+    etag = store.put("obj", b"new" * 10)
+    write(root / "llm/llama/step-1/obj", b"old" * 10)
+    result, detail, _ = agent.pull_file(str(root), pull_item(store, root, "obj", 30, etag))
+    assert result == "skipped" and "never overwritten" in detail
+    assert (root / "llm/llama/step-1/obj").read_bytes() == b"old" * 10
+    for rel in ("../x", "/abs/x", "a//b", "a/./b", "a/\nb"):
+        item = {**pull_item(store, root, "obj", 30, etag), "path": rel, "target": f"{root}/{rel}"}
+        assert agent.pull_file(str(root), item)[:2] == ("skipped", "refused: not a plain relative path below the root")
+    item = {**pull_item(store, root, "obj", 30, etag), "url": "file:///etc/passwd"}
+    assert agent.pull_file(str(root), item)[:2] == ("skipped", "refused: the download URL is not http(s)")
+    assert files_below(tmp_path) == ["root/llm/llama/step-1/obj"]
+
+
+def test_pulls_and_deletions_do_not_go_together(capsys, tree):
+    code, _, err = run(capsys, "--root", str(tree), "--pulls", "--deletions", "--server", "http://x")
+    assert code == 1 and "--deletions and --pulls do not go together" in err
