@@ -11,10 +11,11 @@ the same run on the same database, is a psycopg COPY of the same rows into a tab
     .venv/bin/python bench/ingest_bench.py --files 100000  # quick
     make bench BENCH_ARGS="--files 100000"
 
-Options: ``--files N``, ``--checkpoints N``, ``--probe-files N`` (the inventory of a fresh location whose
-worker peak RSS is compared with the big one; 0 skips it), ``--keep`` (keep the database and the temp
-directory), ``--json FILE`` (write the figures), ``--checksums`` (send a sha256 with every file),
-``--no-debug`` (CKPTFLEET_DEBUG=0), ``--py-spy FILE`` (profile the worker during the first push).
+Options: ``--files N``, ``--checkpoints N``, ``--probe-files N`` (a small inventory pushed to two fresh
+locations before the big one, whose worker peak RSS is compared with the big one's; 0 skips it), ``--keep``
+(keep the database and the temp directory), ``--json FILE`` (write the figures), ``--checksums`` (send a
+sha256 with every file), ``--no-debug`` (CKPTFLEET_DEBUG=0), ``--py-spy FILE`` (profile the worker during
+the first push).
 This is a benchmark, not a test: it stops only when the path itself fails (an upload refused, an
 inventory failed); everything else, including the re-push that must change nothing, is printed for
 a person to read. See bench/README.md.
@@ -59,6 +60,7 @@ REDIS_URL = "redis://127.0.0.1:6379/14"
 HOST = "bench-host"
 ROOT = "/bench/nvme0"
 PROBE_ROOT = "/bench/nvme1"
+PROBE_COPY_ROOT = "/bench/nvme2"
 EPOCH = 1_763_700_000  # November 2025, seconds
 BASELINE_COLS = "location_id, path, size, mtime, checksum, checksum_algo, facts, first_seen_at, changed_at"
 APPLIED_LOG = re.compile(
@@ -787,18 +789,24 @@ def report(r: dict) -> str:
     row("upload (POST -> 202)", f"{first['upload_s']:.2f} s", "gunicorn spools the body to the media dir")
     row("queue (received -> task started)", f"{first['queue_s']:.2f} s", "")
     row("task (started -> finished)", f"{first['task_s']:.2f} s", "from the inventory's timestamps")
+    # The log line's four phases mean different things per apply mode (fleet.ingest._log_applied's callers).
+    labels = {
+        "sql": (
+            "COPY of the raw lines + parse and check in PostgreSQL",
+            "read back by run directory, judged, INSERT ... SELECT",
+            "usage rollup and the inventory's own rows",
+        ),
+        "direct": ("one pass: parse, judge, COPY", "verification", "usage rollup and the inventory's own rows"),
+    }.get(p1.get("mode"), ("parse + COPY into ingestrow", "3 set-based statements", "location_recognize"))
+    stage_s = p1.get("stage_s", nan)
+    row(f"  mode {p1.get('mode')}: {labels[0]}", f"{stage_s:.2f} s", f"{rate(n, p1.get('stage_s', 0))} rows/s")
     row(
-        "  staged (parse + COPY into ingestrow)",
-        f"{p1.get('stage_s', nan):.2f} s",
-        f"{rate(n, p1.get('stage_s', 0))} rows/s",
-    )
-    row(
-        "  merged (3 set-based statements)",
+        f"  then: {labels[1]}",
         f"{p1.get('merge_s', nan):.2f} s",
         f"+{p1.get('added')} ~{p1.get('changed')} -{p1.get('gone')}",
     )
-    row("  judged (location_recognize)", f"{p1.get('judge_s', nan):.2f} s", f"{p1.get('judged')} checkpoint copies")
-    row("  committed (+ unstage)", f"{p1.get('commit_s', nan):.2f} s", "")
+    row(f"  then: {labels[2]}", f"{p1.get('judge_s', nan):.2f} s", f"{p1.get('judged')} checkpoint copies")
+    row("  committed", f"{p1.get('commit_s', nan):.2f} s", "")
     states = r["states"]
     other = sum(v for k, v in states.items() if k not in ("complete", "partial"))
     row("catalog_shardfile rows of the location", f"{r['shardfile_rows']:,}", f"expected {n:,}")
@@ -828,6 +836,13 @@ def report(r: dict) -> str:
             f"worker VmHWM after the probe ({r['probe_files']:,} files)",
             mib(mem["probe"]),
             f"its own fresh location, first; applied in {probe['e2e_s']:.2f} s",
+        )
+    if "probe_copy" in mem:
+        row(
+            f"worker VmHWM after a second copy of the probe ({r['probe_files']:,} files)",
+            mib(mem["probe_copy"]),
+            "verified against the first probe's copies, as the big push is for the checkpoints it shares "
+            f"with them; applied in {r['probe_copy']['e2e_s']:.2f} s",
         )
     row(f"worker VmHWM after the first push ({n:,} files)", mib(mem["first"]), "peak since the worker started")
     row("worker VmHWM after the re-push", mib(mem["repush"]), "")
@@ -919,7 +934,20 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         run_manage(env, "migrate", "--noinput", "-v", "0")
         say(f"migrated in {time.perf_counter() - t0:.1f} s")
-        out = run_manage(env, "fleet_host", "add", HOST, "--root", ROOT, "--root", PROBE_ROOT, "--tier", "nvme")
+        out = run_manage(
+            env,
+            "fleet_host",
+            "add",
+            HOST,
+            "--root",
+            ROOT,
+            "--root",
+            PROBE_ROOT,
+            "--root",
+            PROBE_COPY_ROOT,
+            "--tier",
+            "nvme",
+        )
         token = next(line.strip() for line in out.splitlines() if line.startswith("cfh_"))
         location_id = scalar("SELECT id FROM fleet_storagelocation WHERE root_path = %s", (ROOT,))
         results["postgres"] = pg_facts()
@@ -964,6 +992,16 @@ def main(argv: list[str] | None = None) -> int:
             checkpoint()
             results["probe"] = push(services, token, probe, label=f"probe ({args.probe_files:,} files)")
             memory["probe"] = results["probe"]["worker"]["VmHWM"]
+            # The same checkpoints at a second location: verification now also reads the first
+            # probe's copies, as the big push will for the checkpoints it shares with the probes.
+            # The peak after this is what the big push is compared with (memory flat in its size).
+            probe_copy = tmp / "probe-copy.ndjson.gz"
+            write_inventory(probe_copy, probe_ckpts, PROBE_COPY_ROOT, checksums=args.checksums)
+            checkpoint()
+            results["probe_copy"] = push(
+                services, token, probe_copy, label=f"probe, second copy ({args.probe_files:,} files)"
+            )
+            memory["probe_copy"] = results["probe_copy"]["worker"]["VmHWM"]
 
         checkpoint()
         results["first"] = push(

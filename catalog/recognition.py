@@ -121,13 +121,17 @@ def _recognize(root: DirView, formats: Sequence[CheckpointFormat], views: list[D
     claimed: set[str] = set()
 
     def claim_files(paths: Iterable[str]) -> None:
+        # Counted per parent directory first, then walked up once per directory, not once per file.
+        per_parent: dict[str, int] = {}
         for path in paths:
             if path in claimed:
                 continue
             claimed.add(path)
             parent = path.rpartition("/")[0]
+            per_parent[parent] = per_parent.get(parent, 0) + 1
+        for parent, count in per_parent.items():
             while True:
-                remaining[parent] -= 1
+                remaining[parent] -= count
                 if not parent:
                     break
                 parent = parent.rpartition("/")[0]

@@ -248,14 +248,16 @@ class Judge:
                 out[key] = c
         return out
 
-    def group(self, group: str, entries: list[FileEntry]) -> dict[str, int | None]:
+    def group(self, group: str, entries: list[FileEntry], found: list[Found] | None = None) -> dict[str, int | None]:
         """Recognise the present files of one run directory and write its copies; returns {path: copy id}
         for the files a copy claims. Copies of the location in this directory no longer found are marked gone.
+        ``found`` is ``recognize(entries)`` when the caller has already recognised them (it is pure).
         """
         from catalog.recognition import recognize
 
         now = self.now
-        found = recognize(entries)
+        if found is None:
+            found = recognize(entries)
         by_path = {e.path: e for e in entries}
         existing = self._existing(group)
         checkpoints = self._checkpoints(found) if found else []

@@ -45,7 +45,7 @@ import binascii
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.utils import timezone
@@ -207,6 +207,10 @@ class _FileResult:
     no_reference: bool = False
 
 
+# The result of every file without a checksum (shared, so never changed in place).
+_UNCHECKED = _FileResult(no_checksum="none")
+
+
 def _names(wheres: Iterable[str], limit: int = 3) -> str:
     items = sorted(set(wheres))
     shown = items[:limit]
@@ -232,8 +236,14 @@ def judge(copies: Sequence[CopyEvidence]) -> dict[int, Verdict]:
     verdicts: dict[int, Verdict] = {}
     for c in copies:
         results: dict[str, _FileResult] = {}
+        # A file without a checksum has the same result whatever the references (see _judge_file):
+        # one shared result stands for all of them (_judge_sizes replaces it where sizes differ).
         for rel in sorted(c.files):
-            results[rel] = _judge_file(c, rel, copies, manifests, actual)
+            facts = c.files[rel]
+            if not facts.digest or not facts.algo:
+                results[rel] = _UNCHECKED
+            else:
+                results[rel] = _judge_file(c, rel, copies, manifests, actual)
         _judge_sizes(c, copies, results)
         alone = not any(d.id != c.id and not d.temporary for d in copies)
         verdicts[c.id] = _verdict(c, results, alone=alone)
@@ -352,6 +362,8 @@ def _judge_sizes(c: CopyEvidence, copies: Sequence[CopyEvidence], results: dict[
     if not c.speaks:
         return
     peers = [d for d in copies if d.id != c.id and d.speaks]
+    if not peers:
+        return  # no other size to differ from
     for rel, facts in sorted(c.files.items()):
         result = results[rel]
         if result.agree or result.corrupt or result.flag:
@@ -364,9 +376,13 @@ def _judge_sizes(c: CopyEvidence, copies: Sequence[CopyEvidence], results: dict[
         if votes[0][0] == facts.size and votes[0][1] > votes[1][1]:
             continue  # most copies have this size: the others are the odd ones out
         words = ", ".join(f"{size:,} B at {where}" for where, size in sorted(differing.items()))
-        result.flag = (
-            f"{rel}: {facts.size:,} B here but {words}, and each copy is complete by its own manifest "
-            "(two different saves of this step?)"
+        # A new result, not a change to this one: files without a checksum share theirs (see judge).
+        results[rel] = replace(
+            result,
+            flag=(
+                f"{rel}: {facts.size:,} B here but {words}, and each copy is complete by its own manifest "
+                "(two different saves of this step?)"
+            ),
         )
 
 
@@ -573,7 +589,7 @@ def _verify_one(
                 state=base[0] or CopyState.CORRUPT,
                 temporary=copy.temporary,
                 manifest=copy.reference_checksums or {},
-                files={relative_path(path, copy.path): facts for path, facts in members.values()},
+                files=_relative_files(members, copy.path),
             )
         )
     verdicts = judge(evidence)
@@ -602,6 +618,16 @@ def _verify_one(
             changed.append("judged_at")
         dirty.append((copy, changed))
     return dirty
+
+
+def _relative_files(members: Mapping[str, tuple[str, FileFacts]], copy_path: str) -> dict[str, FileFacts]:
+    """{path relative to the copy: facts} of a copy's member files (``relative_path``, inlined for the common case)."""
+    prefix = copy_path + "/"
+    cut = len(prefix)
+    return {
+        (path[cut:] if path.startswith(prefix) else relative_path(path, copy_path)): facts
+        for path, facts in members.values()
+    }
 
 
 STALE_MISMATCH = "an earlier checksum mismatch no longer stands; judge the location again to clear this state"

@@ -5,10 +5,17 @@ before anything touches the catalog, and the merge of staged rows into ``catalog
 three statements in one transaction (update changed, insert new, mark gone). Staging uses COPY on
 PostgreSQL and batched INSERTs on SQLite, in chunks of ``INGEST_CHUNK_ROWS``; memory is bounded by
 one chunk, whatever the size of the inventory.
+
+A location's first inventory takes a shorter way on PostgreSQL (``_ingest_sql``): its lines are
+COPYed verbatim, parsed and checked set-based in PostgreSQL, judged run directory by run directory
+in Python, and inserted with ``INSERT ... SELECT``, in one transaction. Anything that way does not
+take as it is (every invalid line among it) goes the line-by-line way, which names the line and the
+reason.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import gzip
 import json
 import logging
@@ -17,6 +24,7 @@ import re
 import time
 import zlib
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -140,13 +148,25 @@ def _parse_file_line(obj: dict) -> Row:
     facts = obj.get("facts")
     facts_text = None
     if facts is not None:
-        if not isinstance(facts, dict) or not isinstance(facts.get("kind"), str):
-            raise ValueError('facts must be an object with a "kind"')
-        facts_text = json.dumps(facts, sort_keys=True, separators=(",", ":"))
-        if "\\u0000" in facts_text:
-            # PostgreSQL's jsonb cannot hold NUL; such a manifest is unreadable to us, not fatal.
-            facts_text = json.dumps({"kind": str(facts["kind"])[:40], "error": "facts contain a NUL character"})
+        facts_text = _facts_text(facts)
     return Row(path, size, when, checksum, algo, facts_text)
+
+
+def _facts_text(facts: object) -> str:
+    """The canonical JSON text of a line's facts, as stored; raises ValueError when they are not facts."""
+    return _facts_stored(facts)[0]
+
+
+def _facts_stored(facts: object) -> tuple[str, dict]:
+    """The canonical JSON text of a line's facts and the facts it stands for (what recognition sees)."""
+    if not isinstance(facts, dict) or not isinstance(facts.get("kind"), str):
+        raise ValueError('facts must be an object with a "kind"')
+    text = json.dumps(facts, sort_keys=True, separators=(",", ":"))
+    if "\\u0000" in text:
+        # PostgreSQL's jsonb cannot hold NUL; such a manifest is unreadable to us, not fatal.
+        facts = {"kind": str(facts["kind"])[:40], "error": "facts contain a NUL character"}
+        text = json.dumps(facts)
+    return text, facts
 
 
 def read_inventory(stream, *, max_line: int, header: dict | None = None) -> Iterator[Row]:
@@ -532,8 +552,9 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
 
     ``claim`` is the task id: a redelivery of the same task (its worker died mid-way) may take the
     inventory over again, a different task may not. The first inventory of a location that has no
-    shard files yet, sorted by path as the agent sends it, is applied in one pass (``_ingest_direct``);
-    any other is staged, then merged (``apply_staged``).
+    shard files yet is applied set-based on PostgreSQL (``_ingest_sql``), else (SQLite, or an upload
+    that way leaves to the line-by-line one), when sorted by path as the agent sends it, in one pass
+    (``_ingest_direct``); any other is staged, then merged (``apply_staged``).
     """
     waiting = Q(status=InventoryStatus.RECEIVED)
     if claim:
@@ -552,6 +573,9 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
     header: dict = {}
     try:
         if not ShardFile.objects.filter(location=location).exists():
+            done = _ingest_sql(inventory, started=t0) if connection.vendor == "postgresql" else None
+            if done is not None:
+                return done
             done = _ingest_direct(inventory, started=t0)
             if done is not None:
                 return done
@@ -794,6 +818,343 @@ def _ingest_direct(inventory: Inventory, *, started: float) -> Inventory | None:
         log.info("inventory %s is not sorted by path: staging it", inventory.pk)
         return None
     _log_applied(inventory, "direct", files, counts, judge.found, started, t1, t2, t3)
+    inventory.refresh_from_db()
+    return inventory
+
+
+# --- the set-based first inventory (PostgreSQL) ---------------------------------------------------
+
+
+class _Fallback(Exception):
+    """The set-based path does not take this upload as it is; the line-by-line one decides (and names any error)."""
+
+
+_RAW = "ckptfleet_ingest_raw"
+_PARSED = "ckptfleet_ingest_parsed"
+_RUNS = "ckptfleet_ingest_runs"
+_FACTS = "ckptfleet_ingest_facts"
+# Seconds since the epoch that Python's datetime.fromtimestamp surely takes (years 1 and 9999, less two days).
+_MTIME_MIN, _MTIME_MAX = -62135596800 + 172800, 253402300799 - 172800
+
+
+class _RawLines:
+    """The decompressed upload, cut into blocks of whole lines for ``COPY ... FROM STDIN`` (text format).
+
+    The first line (the header) and the last one (the end line) are kept back and read here; the
+    lines between go to PostgreSQL verbatim (backslash, tab and carriage return escaped, so each line
+    arrives as one value, byte for byte). Anything odd (a damaged gzip stream, a NUL byte, a line
+    over the limit, a first line that is not a header, a cut-off or missing end line) raises
+    ``_Fallback``: the line-by-line reader then says what is wrong and where.
+    """
+
+    BLOCK = 1 << 20
+
+    def __init__(self, stream, max_line: int) -> None:
+        self.stream = stream
+        self.max_line = max_line
+        self.header: dict | None = None
+        self.end: dict | None = None
+        self.lines = 0  # lines between the header and the end line
+
+    def _line(self, raw: bytes, kind: str) -> dict:
+        if len(raw) > self.max_line:
+            raise _Fallback
+        try:
+            obj = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise _Fallback from None
+        if not isinstance(obj, dict) or obj.get("type") != kind:
+            raise _Fallback
+        return obj
+
+    def _escape(self, block: bytes) -> bytes:
+        if b"\x00" in block:
+            raise _Fallback
+        self.lines += block.count(b"\n")
+        return block.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\r", b"\\r")
+
+    def blocks(self) -> Iterator[bytes]:
+        gz = gzip.GzipFile(fileobj=self.stream, mode="rb")
+        pending = b""
+        try:
+            while data := gz.read(self.BLOCK):
+                pending += data
+                if self.header is None:
+                    k = pending.find(b"\n")
+                    if k < 0:
+                        if len(pending) > self.max_line:
+                            raise _Fallback
+                        continue
+                    self.header = self._line(pending[: k + 1], "header")
+                    pending = pending[k + 1 :]
+                # Keep back the last whole line (it may be the end line) and any part of the next.
+                last = pending.rfind(b"\n")
+                cut = pending.rfind(b"\n", 0, last) if last > 0 else -1
+                if cut < 0:
+                    if len(pending) > 2 * self.max_line + self.BLOCK:
+                        raise _Fallback
+                    continue
+                block, pending = pending[: cut + 1], pending[cut + 1 :]
+                yield self._escape(block)
+        except (EOFError, zlib.error, OSError):  # gzip.BadGzipFile is an OSError
+            raise _Fallback from None
+        if self.header is None or not pending.endswith(b"\n") or pending.count(b"\n") != 1:
+            raise _Fallback
+        self.end = self._line(pending, "end")
+
+
+# Every middle line is parsed by PostgreSQL in one statement (json_to_record keeps numbers as written, so an
+# integer is told from 1.0 or 1e3 as Python's json does) and checked with the rules of
+# _parse_file_line; ``ok`` is false where any of them fails or is in doubt, and a value that does
+# not convert (not JSON, not UTF-8, a string where a number belongs) fails the statement. Either
+# way the upload goes to the line-by-line reader, which names the line and the reason. The mtime is
+# rounded to microseconds exactly as datetime.fromtimestamp does (half to even, in binary floating
+# point), so the re-push of the same inventory, parsed in Python, finds every row unchanged.
+_PARSE_SQL = f"""
+CREATE TEMPORARY TABLE {_PARSED} ON COMMIT DROP AS
+SELECT row_number() OVER (ORDER BY path) AS n, path, size, mtime_us,
+       to_timestamp(whole) + frac_us * interval '1 microsecond' AS mtime,
+       checksum, facts, ok
+FROM (
+    SELECT path COLLATE "C" AS path, size, trunc(d) AS whole, round((d - trunc(d)) * 1000000::float8) AS frac_us,
+           trunc(d)::bigint * 1000000 + round((d - trunc(d)) * 1000000::float8)::bigint AS mtime_us,
+           coalesce(substr(sha, 2, 64), '') AS checksum, facts,
+           coalesce(
+               kind = '"file"' AND len < %(max_line)s AND left(path_json, 1) = '"'
+               AND octet_length(path) BETWEEN 1 AND {MAX_PATH_BYTES}
+               AND path !~ '[\\x01-\\x1f\\x7f]' AND left(path, 1) <> '/' AND strpos(path, E'\\\\') = 0
+               AND strpos('/' || path || '/', '//') = 0 AND strpos('/' || path || '/', '/./') = 0
+               AND strpos('/' || path || '/', '/../') = 0
+               AND size >= 0 AND d > {_MTIME_MIN} AND d < {_MTIME_MAX}
+               AND (sha IS NULL OR sha ~ '^"[0-9a-f]{{64}}"$'),
+               false
+           ) AS ok
+    FROM (
+        SELECT octet_length(r.line) AS len, x.type::text AS kind, x.path::text AS path_json,
+               x.path #>> '{{}}' AS path, x.size::text::bigint AS size, x.mtime::text::float8 AS d,
+               x.sha256::text AS sha, x.facts::text AS facts
+        FROM {_RAW} r,
+             json_to_record(r.line::json) AS x(type json, path json, size json, mtime json, sha256 json, facts json)
+        OFFSET 0  -- each value once per line: the outer expressions refer to them many times
+    ) line
+    OFFSET 0
+) checked
+ORDER BY path
+"""
+
+
+def _sql_insert(location_id: int, inventory_id: int, now) -> tuple[str, list]:
+    columns = ", ".join(("location_id", *SHARD_COLUMNS))
+    return (
+        f"""
+        INSERT INTO {ShardFile._meta.db_table} ({columns})
+        SELECT %s, p.path, p.size, p.mtime, p.checksum, CASE WHEN p.checksum = '' THEN '' ELSE 'sha256' END,
+               CASE WHEN p.facts IS NOT NULL THEN (SELECT f.facts::jsonb FROM {_FACTS} f WHERE f.n = p.n) END,
+               '', '', '', '', NULL, NULL, %s, %s, %s, r.copy_id
+        FROM {_RUNS} r
+        CROSS JOIN LATERAL (SELECT * FROM {_PARSED} WHERE n BETWEEN r.lo AND r.hi OFFSET 0) p  -- an index range per run
+        """,
+        [location_id, now, now, inventory_id],
+    )
+
+
+class _SqlGroups:
+    """Run directories of the parsed rows, read in path order; as ``_Groups``, for plain tuples
+    (n, path, size, mtime, checksum, facts)."""
+
+    def __init__(self, template) -> None:
+        self.template = template
+        self.open: dict[str, list[tuple]] = {}
+        self.last: str | None = None
+        self.rows: list[tuple] | None = None
+        self.prefix = None  # the current run directory + "/": every path below it is in it
+
+    def add(self, row: tuple) -> list[tuple[str, list[tuple]]]:
+        path = row[1]
+        if self.prefix is not None and path.startswith(self.prefix):
+            self.rows.append(row)
+            return ()
+        group = self.template.group_of(path)
+        done = []
+        if group != self.last:
+            for g in list(self.open):
+                if g and g != group and not path.startswith(g + "/"):
+                    done.append((g, self.open.pop(g)))
+            self.last = group
+        self.rows = self.open.setdefault(group, [])
+        self.rows.append(row)
+        # A run directory holds everything below it; a shallower group only its own files.
+        self.prefix = group + "/" if group and group.count("/") + 1 >= self.template.depth else None
+        return done
+
+    def finish(self) -> list[tuple[str, list[tuple]]]:
+        done = sorted(self.open.items(), key=lambda item: item[0], reverse=True)
+        self.open = {}
+        return done
+
+
+def _sql_batches(parsed, groups: _SqlGroups, flush_every: int) -> Iterator[list[tuple[str, list[tuple]]]]:
+    """Complete run directories of the parsed rows (read in path order), in batches of at least
+    ``flush_every`` files; a path reported twice raises ``_Fallback``."""
+    batch: list[tuple[str, list[tuple]]] = []
+    files = 0
+    previous = None
+    while chunk := parsed.fetchmany(5000):
+        for row in chunk:
+            if row[1] == previous:
+                raise _Fallback  # a path reported twice: the line-by-line reader says which
+            previous = row[1]
+            for done in groups.add(row):
+                batch.append(done)
+                files += len(done[1])
+        if files >= flush_every:
+            yield batch
+            batch, files = [], 0
+    batch.extend(groups.finish())
+    if batch:
+        yield batch
+
+
+def _sql_prepare(group: str, rows: list[tuple]) -> tuple:
+    """One run directory's rows as recognition sees them, recognised (pure Python: no database)."""
+    from catalog.formats.base import FileEntry
+    from catalog.recognition import recognize
+
+    entries = []
+    facts_rows = []
+    for n, path, size, mtime_us, checksum, facts_text in rows:
+        facts = None
+        if facts_text is not None:
+            try:
+                text, facts = _facts_stored(json.loads(facts_text))
+            except ValueError:
+                raise _Fallback from None
+            facts_rows.append((n, text))
+        algo = "sha256" if checksum else None
+        entries.append(FileEntry(path, size, mtime_us / 1_000_000, facts, checksum or None, algo))
+    return group, rows, entries, recognize(entries), facts_rows
+
+
+def _sql_judge(judge, prepared: list[tuple]) -> None:
+    """Write the copies of recognised run directories, stage which rows go to which copy (as ranges
+    of row numbers) and the manifests' canonical facts, and verify what was judged."""
+    runs: list[tuple[int, int, int | None]] = []
+    facts_rows: list[tuple[int, str]] = []
+    for group, rows, entries, found, facts in prepared:
+        targets = judge.group(group, entries, found)
+        facts_rows += facts
+        lo = last = -1
+        current = None
+        for row in rows:
+            n = row[0]
+            target = targets.get(row[1])
+            if n == last + 1 and target == current and lo >= 0:
+                last = n
+                continue
+            if lo >= 0:
+                runs.append((lo, last, current))
+            lo = last = n
+            current = target
+        if lo >= 0:
+            runs.append((lo, last, current))
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {_RUNS}")
+        cursor.execute(f"DELETE FROM {_FACTS}")
+        with cursor.cursor.copy(f"COPY {_RUNS} (lo, hi, copy_id) FROM STDIN") as copy:
+            for run in runs:
+                copy.write_row(run)
+        if facts_rows:
+            with cursor.cursor.copy(f"COPY {_FACTS} (n, facts) FROM STDIN") as copy:
+                for row in facts_rows:
+                    copy.write_row(row)
+    judge.verify()
+
+
+def _sql_execute(raw_connection, sql: str, params: list) -> None:
+    with raw_connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def _ingest_sql(inventory: Inventory, *, started: float) -> Inventory | None:
+    """Apply the first inventory of a location set-based, on PostgreSQL: the decompressed lines are
+    COPYed verbatim into a temporary table, parsed and checked there in one statement, read back in
+    path order (path, size, mtime; facts only on manifests) run directory by run directory to be
+    judged, and inserted into ``catalog_shardfile`` from the parsed rows with their copies, in
+    ``INSERT ... SELECT`` batches: Python never builds or formats a row. One transaction, so a bad
+    line anywhere applies nothing.
+
+    Returns None, having changed nothing, when the upload is not one it takes as it is (anything
+    invalid or in doubt, or the location got files meanwhile): the line-by-line path then applies
+    it or names the line and the reason, exactly as before.
+    """
+    from catalog.services import Judge
+
+    files = total = 0
+    try:
+        with inventory.upload.open("rb") as stream, transaction.atomic():
+            location = StorageLocation.objects.select_for_update().get(pk=inventory.location_id)
+            if ShardFile.objects.filter(location=location).exists():
+                return None
+            now = timezone.now()
+            raw = _RawLines(stream, settings.INVENTORY_MAX_LINE)
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL work_mem = '256MB'")  # the sort by path stays in memory
+                cursor.execute(f"CREATE TEMPORARY TABLE {_RAW} (line text) ON COMMIT DROP")
+                with cursor.cursor.copy(f"COPY {_RAW} (line) FROM STDIN") as copy:
+                    for block in raw.blocks():
+                        copy.write(block)
+                cursor.execute(_PARSE_SQL, {"max_line": settings.INVENTORY_MAX_LINE})
+                cursor.execute(f"DROP TABLE {_RAW}")
+                cursor.execute(f"SELECT count(*), coalesce(sum(size), 0), bool_and(ok) FROM {_PARSED}")
+                files, total, ok = cursor.fetchone()
+                total = int(total)
+                if ok is False or files != raw.lines or raw.end.get("files") != files or raw.end.get("bytes") != total:
+                    raise _Fallback
+                cursor.execute(f"CREATE UNIQUE INDEX ON {_PARSED} (n)")
+                cursor.execute(f"ANALYZE {_PARSED}")
+                cursor.execute(f"CREATE TEMPORARY TABLE {_RUNS} (lo bigint, hi bigint, copy_id bigint) ON COMMIT DROP")
+                cursor.execute(f"CREATE TEMPORARY TABLE {_FACTS} (n bigint, facts text) ON COMMIT DROP")
+            t1 = time.monotonic()
+            judge = Judge(location, now=now)
+            insert_sql, insert_params = _sql_insert(location.pk, inventory.pk, now)
+            raw_connection = connection.connection
+            inserting = None  # the INSERT of the previous batch, running on this connection in a thread
+            with (
+                ThreadPoolExecutor(max_workers=1) as pool,
+                raw_connection.cursor(name="ckptfleet_ingest_parsed", binary=True) as parsed,
+            ):
+                try:
+                    parsed.execute(f"SELECT n, path, size, mtime_us, checksum, facts FROM {_PARSED} ORDER BY n")
+                    batches = _sql_batches(parsed, _SqlGroups(judge.template), _flush_every())
+                    batch = next(batches, None)
+                    while batch is not None:
+                        # Recognition is pure Python: it runs while PostgreSQL inserts the previous batch.
+                        prepared = [_sql_prepare(group, rows) for group, rows in batch]
+                        if inserting is not None:
+                            inserting.result()
+                            inserting = None
+                        _sql_judge(judge, prepared)
+                        # The next rows are read before the INSERT is sent: the connection is busy until it ends.
+                        batch = next(batches, None)
+                        inserting = pool.submit(_sql_execute, raw_connection, insert_sql, insert_params)
+                    if inserting is not None:
+                        inserting.result()
+                        inserting = None
+                finally:
+                    if inserting is not None:
+                        concurrent.futures.wait([inserting])  # never leave the connection mid-statement
+            t2 = time.monotonic()
+            counts = MergeCounts(added=files, changed=0, gone=0)
+            _finish(inventory, location, now=now, files=files, total=total, counts=counts)
+            t3 = time.monotonic()
+    except _Fallback:
+        log.info("inventory %s: the set-based ingest leaves it to the line-by-line one", inventory.pk)
+        return None
+    except (DatabaseError, connection.Database.Error) as exc:
+        # A value PostgreSQL would not take (not JSON, not UTF-8, a string for a number...).
+        log.info("inventory %s: the set-based ingest leaves it to the line-by-line one (%s)", inventory.pk, exc)
+        return None
+    _log_applied(inventory, "sql", files, counts, judge.found, started, t1, t2, t3)
     inventory.refresh_from_db()
     return inventory
 

@@ -46,7 +46,8 @@ TRACKER = "latest"
 
 
 def is_deepspeed_dir(directory: DirView) -> bool:
-    return any(p.match(name) for name in directory.files for p in _ANY)
+    # Every DeepSpeed name ends in "_states.pt": a cheap test first (this runs on every directory).
+    return any(name.endswith("_states.pt") and any(p.match(name) for p in _ANY) for name in directory.files)
 
 
 def _partitions(directory: DirView) -> dict[int, set[int]]:

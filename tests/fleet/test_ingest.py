@@ -497,3 +497,148 @@ def test_shard_files_refer_to_locations_and_copies_that_exist(make_host, push):
     CheckpointCopy.objects.filter(pk=row.copy_id).delete()
     row.refresh_from_db()
     assert row.copy_id is None
+
+
+# --- the set-based first inventory (PostgreSQL) and the line-by-line one agree --------------------
+
+
+def odd_files() -> list[dict]:
+    """Files whose values test the edges of parsing: mtimes that round at the microsecond, before
+    1970 and after 2255 (where microseconds no longer fit a double exactly), integers as mtimes,
+    checksums, facts with floats and text outside ASCII, quotes in a path."""
+    files = dcp(100, ranks=3) + dcp(200, ranks=2, missing=1)
+    files += [
+        {"path": 'llm/llama-7b/odd/a "quoted" name.pt', "size": 0, "mtime": 1763700000.0000005},
+        {"path": "llm/llama-7b/odd/b.pt", "size": 2**62, "mtime": 1763700000.9999996},
+        {"path": "llm/llama-7b/odd/c.pt", "size": 7, "mtime": -1.5},
+        {"path": "llm/llama-7b/odd/d.pt", "size": 7, "mtime": 13_000_000_000.123457},
+        {"path": "llm/llama-7b/odd/e.pt", "size": 7, "mtime": 1763700001},
+        {"path": "llm/llama-7b/odd/ü ☃.pt", "size": 9, "mtime": 1763700000.1, "sha256": "ab" * 32},
+        {
+            "path": "llm/llama-7b/odd/ckptfleet.json",
+            "size": 120,
+            "mtime": 1763700000.25,
+            "facts": {"kind": "json", "content": {"loss": 0.1 + 0.2, "big": 1e300, "name": 'ü "x"\\'}},
+        },
+        {"path": "llm/readme.txt", "size": 3, "mtime": 1763700000.5},
+        {"path": "top.txt", "size": 3, "mtime": 1763700000.5},
+    ]
+    return sorted(files, key=lambda f: f["path"].encode())
+
+
+def rows_of(location) -> list[tuple]:
+    return list(
+        ShardFile.objects.filter(location=location)
+        .order_by("path")
+        .values_list(
+            "path", "size", "mtime", "checksum", "checksum_algo", "facts", "storage_class", "tier", "etag",
+            "version_id", "legal_hold", "retain_until", "gone_at", "last_seen_at",
+        )
+    )  # fmt: skip
+
+
+def test_the_set_based_first_inventory_writes_what_the_line_by_line_one_writes(
+    make_host, push, monkeypatch, caplog, settings
+):
+    if not is_postgres():
+        pytest.skip("the set-based first inventory is PostgreSQL's; SQLite reads line by line")
+    import logging
+
+    import fleet.ingest
+
+    settings.INGEST_CHUNK_ROWS = 100  # judged and inserted in batches of 400 files, overlapping
+    files = sorted(odd_files() + many(runs=3, steps=6, ranks=30), key=lambda f: f["path"].encode())
+    sql_kit = make_host("gpu-a01", "/mnt/nvme0/ckpt")
+    python_kit = make_host("gpu-a02", "/mnt/nvme0/ckpt")
+    with caplog.at_level(logging.INFO, logger="fleet.ingest"):
+        push(sql_kit, sql_kit.body(files))
+    assert "applied (sql)" in caplog.text
+    with monkeypatch.context() as patched:
+        patched.setattr(fleet.ingest, "_ingest_sql", lambda inventory, started: None)
+        push(python_kit, python_kit.body(files))
+    for kit in (sql_kit, python_kit):
+        inventory = Inventory.objects.filter(location=kit.location).get()
+        assert inventory.status == InventoryStatus.APPLIED, inventory.error
+        assert (inventory.files_count, inventory.files_added) == (len(files), len(files))
+        assert inventory.bytes_total == sum(f["size"] for f in files)
+    assert rows_of(sql_kit.location) == rows_of(python_kit.location)
+    # Each location's copies are verified against the other's: name the other one alike.
+    assert [str(copy).replace("gpu-a02", "gpu-a01") for copy in judged(sql_kit.location)] == [
+        str(copy).replace("gpu-a02", "gpu-a01") for copy in judged(python_kit.location)
+    ]
+    facts = ShardFile.objects.get(location=sql_kit.location, path="llm/llama-7b/odd/ckptfleet.json").facts
+    assert (facts["content"]["loss"], facts["content"]["name"]) == (0.1 + 0.2, 'ü "x"\\')
+    # The re-push is parsed line by line: it must find every row the set-based path wrote unchanged.
+    push(sql_kit, sql_kit.body(files))
+    again = Inventory.objects.filter(location=sql_kit.location).order_by("-id").first()
+    assert (again.status, again.files_added, again.files_changed, again.files_gone) == ("applied", 0, 0, 0)
+    assert not ShardFile.objects.filter(changed_by=again).exists()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # Valid, but not in the form the set-based path takes at once: the line-by-line one applies it.
+        '{"type":"file","path":"llm/r/step-1/x.pt","size":-0,"mtime":1763700000}',
+        '{"type":"file","path":"llm/r/step-1/x.pt","size":1,"mtime":1763700000,"sha256":"\\u0061' + "a" * 63 + '"}',
+        '{"type":"fil\\u0065","path":"llm/r/step-1/x.pt","size":1,"mtime":1763700000}',
+        '{"type":"file","path":"llm/r/step-1/x.pt","size":1,"mtime":1763700000}\r',
+    ],
+)
+def test_an_unusual_but_valid_line_is_applied(make_host, push, line):
+    kit = make_host()
+    lines = kit.lines(dcp(100))
+    end = {
+        **lines[-1],
+        "files": lines[-1]["files"] + 1,
+        "bytes": lines[-1]["bytes"] + (0 if '"size":-0' in line else 1),
+    }
+    text = b"".join(json.dumps(x).encode() + b"\n" for x in lines[:-1]) + line.encode() + b"\n"
+    response = push(kit, gzip.compress(text + json.dumps(end).encode() + b"\n"))
+    inventory = Inventory.objects.get(pk=response.json()["id"])
+    assert inventory.status == InventoryStatus.APPLIED, inventory.error
+    assert ShardFile.objects.filter(location=kit.location).count() == 4
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "why"),
+    [
+        (b'{"type": "file", "path": "a/b", "size": 1.0, "mtime": 1}\n', "size"),
+        (b'{"type": "file", "path": "a/b", "size": 1e3, "mtime": 1}\n', "size"),
+        (b'{"type": "file", "path": "a/b", "size": true, "mtime": 1}\n', "size"),
+        (b'{"type": "file", "path": "a/b", "size": 1, "mtime": NaN}\n', "mtime"),
+        (b'{"type": "file", "path": "a/b", "size": 1, "mtime": 1e300}\n', "mtime"),
+        (b'{"type": "file", "path": "a/b", "size": 1, "mtime": null}\n', "mtime"),
+        (b'{"type": "file", "path": "a\\u0000b", "size": 1, "mtime": 1}\n', "control"),
+        (b'{"type": "file", "path": "a\\u007fb", "size": 1, "mtime": 1}\n', "control"),
+        (b'{"type": "file", "path": "a\\\\b", "size": 1, "mtime": 1}\n', "backslash"),
+        (b'{"type": "file", "path": "a/\\u002e\\u002e/b", "size": 1, "mtime": 1}\n', "'..'"),
+        (b'{"type": "file", "path": 12, "size": 1, "mtime": 1}\n', "non-empty string"),
+        (b'{"type": "file", "path": "a/\xff", "size": 1, "mtime": 1}\n', "not valid JSON"),
+        (b'{"type": "file", "size": 1, "mtime": 1}\n', "non-empty string"),
+        (b"\\.\n", "not valid JSON"),
+        (b"\n", "not valid JSON"),
+        (b'{"type": "header", "format": "ckptfleet-inventory/1"}\n', "second header"),
+    ],
+)
+def test_a_first_inventory_with_a_bad_line_fails_with_its_line_number_and_reason(make_host, push, bad_line, why):
+    kit = make_host()
+    lines = kit.lines(dcp(100) + dcp(200))
+    text = b"".join(json.dumps(line).encode() + b"\n" for line in lines[:3]) + bad_line
+    text += b"".join(json.dumps(line).encode() + b"\n" for line in lines[3:])
+    response = push(kit, gzip.compress(text))
+    inventory = Inventory.objects.get(pk=response.json()["id"])
+    assert inventory.status == InventoryStatus.FAILED
+    assert why in inventory.error, inventory.error
+    assert inventory.error_line == 4
+    assert not ShardFile.objects.exists() and not CheckpointCopy.objects.exists()
+
+
+def test_a_path_reported_twice_out_of_order_fails(make_host, push):
+    kit = make_host()
+    files = dcp(100) + dcp(200)
+    response = push(kit, kit.body([*files, files[0]]))
+    inventory = Inventory.objects.get(pk=response.json()["id"])
+    assert inventory.status == InventoryStatus.FAILED
+    assert f"the path {files[0]['path']!r} is reported more than once" in inventory.error
+    assert not ShardFile.objects.exists() and not CheckpointCopy.objects.exists()
