@@ -13,9 +13,12 @@ the placement page and the run placement API, at 10M and at 100k files, and prin
     .venv/bin/python bench/spend_bench.py --sizes 100000       # quick
     .venv/bin/python bench/spend_bench.py --regenerate         # drop and generate again
     .venv/bin/python bench/spend_bench.py --extra-indexes      # also measure with the proposed indexes
+    .venv/bin/python bench/spend_bench.py --pages "spend,runs"  # only the pages whose label has one of these
 
 Databases are named ``ckpt_h4a_spend_<files>`` and kept between runs (generation of 10M rows takes
-minutes); ``--drop`` removes them. This is a benchmark, not a test.
+minutes); a kept database is migrated before measuring (a new rollup is filled from the daily rows);
+``--drop`` removes them. Each page's figures carry the 1-minute load average at its end. This is a
+benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -54,12 +57,9 @@ TEAMS = [
     ("ads", "CC-600"),
 ]
 
-# Indexes the bench can add to measure their effect (``--extra-indexes``); see docs/benchmarks.md.
-EXTRA_INDEXES: list[tuple[str, str]] = [
-    # basis_for's MAX(day) over a period: the unique index that leads with day is partial (run_id IS NOT NULL),
-    # so without this every spend page reads the period's rows once more just to find the newest day.
-    ("usage_day", "CREATE INDEX IF NOT EXISTS usage_day ON catalog_usagedaily (day)"),
-]
+# Indexes the bench can add to measure their effect (``--extra-indexes``); see docs/benchmarks.md. None is
+# pending: the last one measured here (``usage_day``) is in the migrations, now as ``usage_day_tier``.
+EXTRA_INDEXES: list[tuple[str, str]] = []
 
 
 def say(message: str) -> None:
@@ -335,6 +335,10 @@ def generate(files: int) -> None:
             [today, today, now],
         )
         say(f"{usage_rows:,} daily usage rows over {HISTORY_DAYS} days in {time.perf_counter() - t:.1f} s")
+        t = time.perf_counter()
+        from catalog.usage import usage_monthly_rebuild
+
+        say(f"{usage_monthly_rebuild():,} monthly usage rows in {time.perf_counter() - t:.1f} s")
         cur.execute("CREATE TABLE bench_marker (files bigint, generated_at timestamptz)")
         cur.execute("INSERT INTO bench_marker VALUES (%s, now())", [files])
     # Holds: a few critical checkpoints and one whole finished run, as an incident or a legal case leaves them.
@@ -366,9 +370,11 @@ def generate(files: int) -> None:
 
 PAGES = [
     ("spend overview", "/spend/"),
+    ("spend overview, last month", "/spend/?month={last_month}"),
     ("spend by run", "/spend/runs/"),
     ("fleet", "/fleet/"),
     ("runs list", "/runs/"),
+    ("runs list by bytes", "/runs/?sort=bytes"),
     ("run page (largest run)", "/runs/{giant}/"),
     ("placement page", "/placement/"),
     ("run placement API", "/api/v1/runs/{giant}/placement/"),
@@ -382,14 +388,17 @@ def _backend_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(requests: int, extra_indexes: bool, jit: bool) -> dict:
+def measure(requests: int, extra_indexes: bool, jit: bool, only: str = "") -> dict:
     from django.contrib.auth import get_user_model
+    from django.core.management import call_command
     from django.db import connection
     from django.test import Client
     from django.test.utils import override_settings
 
     from catalog.models import Checkpoint, Run
 
+    # A kept database is brought up to the code's migrations (a new rollup is filled from the daily rows).
+    call_command("migrate", verbosity=0)
     if extra_indexes:
         with connection.cursor() as cur:
             for name, ddl in EXTRA_INDEXES:
@@ -423,9 +432,13 @@ def measure(requests: int, extra_indexes: bool, jit: bool) -> dict:
     # setting stay the same; they are read again after the warm-ups in case it was reopened.
     static = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
     storages = {"staticfiles": static, "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"}}
+    today = datetime.now(UTC).date()
+    last_month = (today.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
     with override_settings(STORAGES=storages):
         for label, pattern in PAGES:
-            url = pattern.format(giant=giant.pk, checkpoint=checkpoint.pk)
+            if only and not any(part.strip() and part.strip() in label for part in only.split(",")):
+                continue
+            url = pattern.format(giant=giant.pk, checkpoint=checkpoint.pk, last_month=last_month)
             for _ in range(3):
                 response = client.get(url)
                 if response.status_code != 200:
@@ -456,10 +469,11 @@ def measure(requests: int, extra_indexes: bool, jit: bool) -> dict:
                 "python_cpu_ms": round(cpu, 1),
                 "db_cpu_ms": round(db_cpu, 1),
                 "bytes": len(response.content),
+                "load": round(os.getloadavg()[0], 2),
             }
             say(
                 f"{label}: p50 {statistics.median(times):.1f} ms, p95 {p95:.1f} ms, {query_count} queries, "
-                f"CPU {cpu:.0f} ms web + {db_cpu:.0f} ms database per request"
+                f"CPU {cpu:.0f} ms web + {db_cpu:.0f} ms database per request, load {os.getloadavg()[0]:.2f}"
             )
     if extra_indexes:
         with connection.cursor() as cur:
@@ -480,7 +494,7 @@ def child(args) -> None:
     if args.child == "generate":
         generate(args.files)
     else:
-        out = measure(args.requests, args.extra_indexes, args.jit)
+        out = measure(args.requests, args.extra_indexes, args.jit, args.pages)
         Path(args.json_out).write_text(json.dumps(out))
 
 
@@ -522,6 +536,7 @@ def main() -> None:
         help="measure with PostgreSQL's JIT on (the server's default; the app turns it off for its connections)",
     )
     parser.add_argument("--json", help="also write every figure to this file")
+    parser.add_argument("--pages", default="", help="only pages whose label contains one of these (comma-separated)")
     parser.add_argument("--child", choices=["generate", "measure"], help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--files", type=int, help=argparse.SUPPRESS)
@@ -555,6 +570,7 @@ def main() -> None:
         out = f"/tmp/{db}.json"
         extra = ["--extra-indexes"] if args.extra_indexes else []
         extra += ["--jit"] if args.jit else []
+        extra += ["--pages", args.pages] if args.pages else []
         _run_child("--child", "measure", "--db", db, "--json-out", out, "--requests", str(args.requests), *extra)
         results[files] = json.loads(Path(out).read_text())
     load_after = os.getloadavg()
@@ -565,11 +581,11 @@ def main() -> None:
         "per request (parallel query workers not included).\n"
     )
     big, small = (max(sizes), min(sizes)) if len(sizes) > 1 else (sizes[0], None)
-    head = f"| page | {big:,} files p50 / p95 (ms) | CPU (ms) | queries |"
-    line = "|---|---|---|---|"
+    head = f"| page | {big:,} files p50 / p95 (ms) | CPU (ms) | queries | load |"
+    line = "|---|---|---|---|---|"
     if small:
-        head += f" {small:,} files p50 / p95 (ms) | CPU (ms) | queries | p95 ratio | CPU ratio |"
-        line += "---|---|---|---|---|"
+        head += f" {small:,} files p50 / p95 (ms) | CPU (ms) | queries | load | p95 ratio | CPU ratio |"
+        line += "---|---|---|---|---|---|"
     print(head)
     print(line)
 
@@ -577,12 +593,14 @@ def main() -> None:
         return page["python_cpu_ms"] + page["db_cpu_ms"]
 
     for label, _ in PAGES:
+        if label not in results[big]["pages"]:
+            continue
         b = results[big]["pages"][label]
-        row = f"| {label} | {b['p50_ms']} / {b['p95_ms']} | {cpu(b):.0f} | {b['queries']} |"
+        row = f"| {label} | {b['p50_ms']} / {b['p95_ms']} | {cpu(b):.0f} | {b['queries']} | {b['load']:.1f} |"
         if small:
             s = results[small]["pages"][label]
             row += (
-                f" {s['p50_ms']} / {s['p95_ms']} | {cpu(s):.0f} | {s['queries']} |"
+                f" {s['p50_ms']} / {s['p95_ms']} | {cpu(s):.0f} | {s['queries']} | {s['load']:.1f} |"
                 f" {b['p95_ms'] / max(s['p95_ms'], 0.1):.2f}x | {cpu(b) / max(cpu(s), 1):.2f}x |"
             )
         print(row)

@@ -119,25 +119,6 @@ def _restorable(**filters) -> QuerySet[CheckpointCopy]:
     return _present(state=CopyState.COMPLETE, temporary=False, **filters)
 
 
-def _held(run_id: int | None) -> Q:
-    """Checkpoints under an active hold: their own, or their run's. Uncorrelated subqueries, so the
-    database reads the few holds once instead of probing them for every checkpoint."""
-    holds = Hold.objects.filter(released_at__isnull=True).order_by()
-    if run_id is not None:
-        holds = holds.filter(run_id=run_id)
-    return Q(pk__in=holds.filter(checkpoint__isnull=False).values("checkpoint_id")) | Q(
-        run_id__in=holds.filter(checkpoint__isnull=True).values("run_id")
-    )
-
-
-def _copies_on_tiers(tiers: Sequence[str]) -> Q:
-    """Copies (``CheckpointCopy`` rows) with bytes on one of ``tiers``: their tier rows say so, or, for a copy
-    not rolled up yet, its location's tier. Uncorrelated subqueries: the database hashes the few matching ids
-    once instead of probing the tier rows for every copy."""
-    rolled_up = CopyTierUsage.objects.order_by().values("copy_id")
-    return Q(pk__in=rolled_up.filter(tier__in=tiers)) | (Q(location__tier__in=tiers) & ~Q(pk__in=rolled_up))
-
-
 def _scoped(run_id: int | None) -> QuerySet[Checkpoint]:
     # No default ordering: it would join run and team into every flag query for nothing.
     checkpoints = Checkpoint.objects.order_by()
@@ -178,15 +159,55 @@ def stale_finished_runs(now: datetime | None = None) -> QuerySet[Run]:
 
 
 def finished_on_nvme(run_id: int | None = None, *, now: datetime | None = None) -> QuerySet[Checkpoint]:
+    """Fleet-wide, the copies on NVMe are found once, from the tier rows; for one run (its page, a checkpoint's
+    page) each of its checkpoints probes its own copies, so the cost is the run's, not the fleet's (27 -> 2 ms
+    for a run at 10M files, where probing was slower fleet-wide: 58 against 36 ms)."""
     stale = stale_finished_runs(now)
     if run_id is not None:
         stale = stale.filter(pk=run_id)
-    on_nvme = CheckpointCopy.objects.filter(gone_at__isnull=True).filter(_copies_on_tiers([Tier.NVME]))
-    return _scoped(run_id).filter(run_id__in=stale.values("pk")).filter(pk__in=on_nvme.values("checkpoint_id"))
+        on_nvme = CheckpointCopy.objects.filter(checkpoint=OuterRef("pk"), gone_at__isnull=True)
+        return (
+            _scoped(run_id)
+            .filter(run_id__in=stale.values("pk"))
+            .filter(Exists(on_nvme.filter(_on_tiers_per_copy([Tier.NVME]))))
+        )
+    # From the tier rows on NVMe (a few of all) to their present copies, plus present copies at an NVMe
+    # location not rolled up yet: 30% faster than testing both conditions on every copy (at 10M files).
+    tiers = [Tier.NVME]
+    rolled_up = CopyTierUsage.objects.filter(tier__in=tiers, copy__gone_at__isnull=True).values("copy__checkpoint_id")
+    not_yet = (
+        CheckpointCopy.objects.filter(gone_at__isnull=True, location__tier__in=tiers)
+        .exclude(Exists(CopyTierUsage.objects.filter(copy_id=OuterRef("pk"))))
+        .values("checkpoint_id")
+    )
+    return _scoped(run_id).filter(run_id__in=stale.values("pk")).filter(Q(pk__in=rolled_up) | Q(pk__in=not_yet))
+
+
+def _held(run_id: int | None) -> Q:
+    """Checkpoints under an active hold: their own, or their run's. The few active holds are read first (one
+    small query) and passed as lists: with them PostgreSQL estimates the candidates right (a few hundred, not
+    most checkpoints) and probes their copies one by one instead of hashing every copy of the fleet (archive
+    only: 163 -> 15 ms at 10M files)."""
+    holds = Hold.objects.filter(released_at__isnull=True).order_by()
+    if run_id is not None:
+        holds = holds.filter(run_id=run_id)
+    pairs = list(holds.values_list("checkpoint_id", "run_id"))
+    return Q(pk__in=sorted({c for c, _ in pairs if c is not None})) | Q(
+        run_id__in=sorted({r for c, r in pairs if c is None})
+    )
+
+
+def _on_tiers_per_copy(tiers: Sequence[str]) -> Q:
+    """Copies (``CheckpointCopy`` rows) with bytes on one of ``tiers``: their tier rows say so, or, for a copy
+    not rolled up yet, its location's tier. Correlated probes of the copy's tier rows (the copy, tier, class
+    index): for a query that starts from a few checkpoints' copies rather than from every copy."""
+    rolled_up = CopyTierUsage.objects.filter(copy_id=OuterRef("pk"))
+    return Exists(rolled_up.filter(tier__in=tiers)) | (Q(location__tier__in=tiers) & ~Exists(rolled_up))
 
 
 def archive_only(run_id: int | None = None) -> QuerySet[Checkpoint]:
-    archived = _copies_on_tiers(ARCHIVE_TIERS)
+    """Two queries: the active holds first, then the flag (see ``_held``)."""
+    archived = _on_tiers_per_copy(ARCHIVE_TIERS)
     return (
         _scoped(run_id)
         .filter(Q(importance=Importance.CRITICAL) | _held(run_id))
@@ -248,7 +269,7 @@ def newest_on_one_host(run_id: int | None = None) -> QuerySet[Checkpoint]:
 
 def flagged(flag: str, *, run_id: int | None = None, now: datetime | None = None) -> QuerySet[Checkpoint]:
     """The checkpoints that raise ``flag`` (fleet-wide, or of one run): one query (two for the newest on one
-    host, the first run here), whatever the fleet's size."""
+    host and for archive only, the first run here), whatever the fleet's size."""
     flag = Flag(flag)
     if flag == Flag.UNDER_REPLICATED:
         return under_replicated(run_id)
@@ -482,7 +503,7 @@ def run_flags(
 
 
 def run_placement(run_id: int, checkpoints: Sequence[Checkpoint], *, now: datetime | None = None) -> RunPlacement:
-    """The matrix of a page of a run's checkpoints and the run's flags; six queries."""
+    """The matrix of a page of a run's checkpoints and the run's flags; seven queries."""
     columns = run_columns(run_id)
     summaries, flags = run_flags(run_id, now=now)
     return RunPlacement(columns, matrix_rows(checkpoints, columns, flags=flags), summaries)
@@ -512,7 +533,7 @@ class CheckpointPlacement:
 def checkpoint_placement(
     checkpoint: Checkpoint, present: Sequence[CheckpointCopy], *, now: datetime | None = None
 ) -> CheckpointPlacement:
-    """A checkpoint's present copies (location and host loaded) with their tiers, and its flags; five queries."""
+    """A checkpoint's present copies (location and host loaded) with their tiers, and its flags; six queries."""
     copies = sorted(placed(present), key=lambda p: (TIER_ORDER.get(p.location.tier, 99), p.location.name))
     return CheckpointPlacement(copies, flags_of([checkpoint.pk], run_id=checkpoint.run_id, now=now)[checkpoint.pk])
 

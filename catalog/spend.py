@@ -1,7 +1,9 @@
 """Reads of spend, for the pages, the API and their CSV exports: every number comes from the usage rollups.
 
 A period is a calendar month or one UTC day. Spend of a period is the sum of its days' row costs
-(``catalog.usage``: bytes x the price in force that day / the days of that month). Each table is
+(``catalog.usage``: bytes x the price in force that day / the days of that month). Sums over a month
+read the monthly rollup (``UsageMonthly``, exactly the sum of the month's daily rows, kept so by
+``catalog.usage``); what was stored on one day reads that day's daily rows. Each table is
 built once here, as a ``Table`` of typed columns and raw values (Decimal money, integer bytes);
 the page renders it, the API serialises it, and the CSV export writes it, so they cannot disagree.
 
@@ -26,16 +28,17 @@ from datetime import date, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.db.models import F, Max, Q, Sum, Value
-from django.db.models.functions import Coalesce, TruncMonth
+from django.db.models.functions import Coalesce
 
 from catalog.choices import RunStatus
-from catalog.models import CopyTierUsage, Run, UsageCursor, UsageDaily, UsageState
+from catalog.models import CopyTierUsage, Run, UsageCursor, UsageDaily, UsageMonthly, UsageState
 from catalog.usage import CENT, money
 from fleet.choices import LocationKind, Tier
 from fleet.models import PricePoint, StorageLocation
 from fleet.pricebook import GIB, PriceBook, book_currency, month_days, utc_today
 
 TOP_RUNS = 15
+TOP_LOCATIONS = 15  # the overview's table; a fleet of hundreds of hosts lists them all in the export
 TOP_GROWING = 10
 CHART_SERIES = 7  # teams drawn one by one in a stacked chart; the rest are summed as "other teams"
 MONTHS_SHOWN = 12
@@ -145,6 +148,9 @@ class Scope:
 
     run_id: int | None = None
     team_id: int | None = None
+    # The teams a scoped person sees (``access.scoping.spend_team_ids``); None: every team. Never a
+    # parameter: the API works it out from the person again.
+    team_ids: tuple[int, ...] | None = None
 
     def q(self, prefix: str = "") -> Q:
         q = Q()
@@ -152,6 +158,8 @@ class Scope:
             q &= Q(**{f"{prefix}run_id": self.run_id})
         if self.team_id is not None:
             q &= Q(**{f"{prefix}team_id": self.team_id})
+        if self.team_ids is not None:
+            q &= Q(**{f"{prefix}team_id__in": self.team_ids})
         return q
 
     @property
@@ -179,6 +187,10 @@ class Basis:
     scope: Scope = field(default_factory=Scope)
     _book: PriceBook | None = None
     _locations: dict[int, StorageLocation] = field(default_factory=dict)
+    # (location, tier, class) -> (cost per GiB over the rest of this month, over next month), for forecasts.
+    _rates: dict[tuple, tuple[Decimal, Decimal]] = field(default_factory=dict)
+    _as_of_rows: list[dict] | None = None
+    _price_scopes: dict[int, tuple] | None = None
 
     @property
     def is_current(self) -> bool:
@@ -216,6 +228,19 @@ class Basis:
                 self._locations[loc.pk] = loc
         return self._locations
 
+    def price_scopes(self) -> dict[int, tuple]:
+        """{location id: what its prices depend on}: its kind, and its host or itself only when a price point
+        names them (the ranks of ``PriceBook._rank``). Locations alike in this have the same rules on every
+        day, so a forecast prices 64 alike hosts once, not 64 times."""
+        if self._price_scopes is None:
+            hosts = {p.host_id for p in self.book.points if p.host_id is not None}
+            named = {p.location_id for p in self.book.points if p.location_id is not None}
+            self._price_scopes = {
+                pk: (loc.kind, loc.host_id if loc.host_id in hosts else None, pk if pk in named else None)
+                for pk, loc in self.locations().items()
+            }
+        return self._price_scopes
+
 
 def basis_for(period: Period, *, today: date | None = None, scope: Scope | None = None) -> Basis:
     """The basis of a request; two queries (the newest rolled-up day, the currency)."""
@@ -236,6 +261,56 @@ def _usage(basis: Basis):
     return UsageDaily.objects.filter(basis.scope.q())
 
 
+@dataclass(frozen=True)
+class _Sums:
+    """Rows that sum a period and the one before it: a month's monthly rollup rows, or two days' daily rows."""
+
+    rows: object  # a queryset of UsageMonthly or UsageDaily
+    in_period: Q
+    in_previous: Q
+    byte_days: str  # the field holding bytes x days
+
+
+def _sums(basis: Basis) -> _Sums:
+    period, previous = basis.period, basis.period.previous
+    if period.is_month:
+        return _Sums(
+            UsageMonthly.objects.filter(basis.scope.q()).filter(month__in=[previous.first, period.first]),
+            Q(month=period.first),
+            Q(month=previous.first),
+            "byte_days",
+        )
+    return _Sums(
+        _usage(basis).filter(day__gte=previous.first, day__lte=period.last),
+        Q(day__gte=period.first, day__lte=period.last),
+        Q(day__gte=previous.first, day__lte=previous.last),
+        "bytes",
+    )
+
+
+def _as_of_rows(basis: Basis) -> list[dict]:
+    """The newest day's usage, summed by everything a table groups it by (team, cost center, run, location,
+    tier, storage class): read once per request and shared by the summary and every grouped table."""
+    if basis.as_of is None:
+        return []
+    if basis._as_of_rows is None:
+        basis._as_of_rows = list(
+            _usage(basis)
+            .filter(day=basis.as_of)
+            .annotate(cost_center=DIMENSIONS["cost_center"].annotate["cost_center"])
+            .values("team_id", "cost_center", "run_id", "location_id", "tier", "storage_class")
+            .annotate(
+                # Named before ``bytes``: after it, "bytes" would mean the sum, not the column.
+                unpriced=Sum("bytes", filter=Q(cost_nanos__isnull=True)),
+                cost=Sum("cost_nanos"),
+                files=Sum("files"),
+                bytes=Sum("bytes"),
+            )
+            .order_by()
+        )
+    return basis._as_of_rows
+
+
 def _int(value) -> int:
     return int(value or 0)
 
@@ -253,25 +328,33 @@ def cents(value: Decimal | None) -> Decimal | None:
 def _project(basis: Basis, rows: Iterable[dict], key: Callable[[dict], object]) -> dict[object, list[Decimal]]:
     """For rows of the ``as_of`` day (location, tier, storage class, bytes), what they cost over the rest
     of this month and over next month, summed by ``key``: ``{key: [rest of month, next month]}``."""
-    rows = list(rows)
-    locations = basis.locations() if rows else {}
+    # Bytes summed per group and price (integers: locations that price alike together), then priced once
+    # per pair in Decimal.
+    scopes = basis.price_scopes() if rows else {}
+    by_rate: dict[tuple, int] = defaultdict(int)
+    where: dict[tuple, int] = {}  # a location of each price scope, to price it by
+    for r in rows:
+        scope = scopes.get(r["location_id"])
+        if scope is None:
+            continue
+        by_rate[(key(r), scope, r["tier"], r["storage_class"])] += r["bytes"] or 0
+        where.setdefault(scope, r["location_id"])
+    locations = basis.locations() if by_rate else {}
     rest = basis.remaining
     nxt = basis.next_month
-    per_gib: dict[tuple, tuple[Decimal, Decimal]] = {}
+    per_gib = basis._rates  # shared by every table of the request: the same rates, priced once
     out: dict[object, list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
-    for r in rows:
-        loc = locations.get(r["location_id"])
-        if loc is None:
-            continue
-        rate_key = (loc.pk, r["tier"], r["storage_class"])
+    for (group, scope, tier, storage_class), stored in by_rate.items():
+        loc = locations[where[scope]]
+        rate_key = (scope, tier, storage_class)
         if rate_key not in per_gib:
             book = basis.book
-            left = book.cost_of_days(loc, r["tier"], r["storage_class"], *rest) if rest else Decimal(0)
-            whole = book.cost_of_days(loc, r["tier"], r["storage_class"], nxt.first, nxt.last)
+            left = book.cost_of_days(loc, tier, storage_class, *rest) if rest else Decimal(0)
+            whole = book.cost_of_days(loc, tier, storage_class, nxt.first, nxt.last)
             per_gib[rate_key] = (left or Decimal(0), whole or Decimal(0))
         left, whole = per_gib[rate_key]
-        gib = Decimal(_int(r["bytes"])) / GIB
-        sums = out[key(r)]
+        gib = Decimal(stored) / GIB
+        sums = out[group]
         sums[0] += gib * left
         sums[1] += gib * whole
     return out
@@ -461,47 +544,40 @@ DIMENSIONS = {
 
 
 def _grouped(basis: Basis, dim: Dimension, *, limit: int | None = None) -> Table:
-    period, previous, as_of = basis.period, basis.period.previous, basis.as_of
     columns = [*dim.key_columns, *_money_columns(basis)]
     table = Table(dim.name, dim.title, columns, [], basis, note=dim.note)
-    in_period = Q(day__gte=period.first, day__lte=period.last)
-    in_previous = Q(day__gte=previous.first, day__lte=previous.last)
-    on_as_of = Q(day=as_of) if as_of else Q(pk__in=[])
+    sums = _sums(basis)
+    key_field = dim.key_field
     # Grouped by the key alone, names joined afterwards: grouping by the names too made PostgreSQL sort
     # the period's rows on disk (its estimate of the groups was the row count), 3-4x slower at 10M files.
-    group_by = [f for f in dim.fields if f == dim.key_field or "__" not in f]
+    group_by = [f for f in dim.fields if f == key_field or "__" not in f]
     rows = list(
-        _usage(basis)
-        .filter(day__gte=previous.first, day__lte=period.last)
-        .annotate(**dim.annotate)
+        sums.rows.annotate(**dim.annotate)
         .values(*group_by)
         .annotate(
-            cost=Sum("cost_nanos", filter=in_period),
-            prev=Sum("cost_nanos", filter=in_previous),
-            byte_days=Sum("bytes", filter=in_period),
-            stored=Sum("bytes", filter=on_as_of),
-            files=Sum("files", filter=on_as_of),
+            cost=Sum("cost_nanos", filter=sums.in_period),
+            prev=Sum("cost_nanos", filter=sums.in_previous),
+            period_byte_days=Sum(sums.byte_days, filter=sums.in_period),
         )
         .order_by()
     )
-    _add_labels(rows, dim, [f for f in dim.fields if f not in group_by])
+    # What each group stores on the newest day, by location, tier and class (the forecast prices these).
+    on_as_of = _as_of_rows(basis) if rows else []
+    stored: dict = defaultdict(lambda: [0, 0])
+    for r in on_as_of:
+        group = stored[r[key_field]]
+        group[0] += r["bytes"] or 0
+        group[1] += r["files"] or 0
     rows.sort(key=lambda r: (-_int(r["cost"]), -_int(r["prev"]), str(r[dim.fields[0]])))
     total_cost = money(sum(_int(r["cost"]) for r in rows))
     if limit is not None and len(rows) > limit:
         table.more = len(rows) - limit
         rows = rows[:limit]
+    _add_labels(rows, dim, [f for f in dim.fields if f not in group_by])  # of the rows shown only
     projections: dict = {}
-    key_field = dim.key_field
     if basis.forecasts and rows:
-        breakdown = (
-            _usage(basis)
-            .filter(day=as_of)
-            .annotate(**dim.annotate)
-            .filter(_in_or_null(key_field, {r[key_field] for r in rows}))
-            .values(key_field, "location_id", "tier", "storage_class")
-            .annotate(bytes=Sum("bytes"))
-            .order_by()
-        )
+        shown = {r[key_field] for r in rows}
+        breakdown = [r for r in on_as_of if r[key_field] in shown]
         projections = _project(basis, breakdown, key=lambda r: r[key_field])
     totals = defaultdict(Decimal)
     total_bytes = total_files = total_byte_days = 0
@@ -512,9 +588,9 @@ def _grouped(basis: Basis, dim: Dimension, *, limit: int | None = None) -> Table
             spend=cost,
             share=_share(cost, total_cost),
             previous=prev,
-            stored=_int(r["stored"]),
-            files=_int(r["files"]),
-            gib_months=_gib_months(_int(r["byte_days"]), basis),
+            stored=stored[r[key_field]][0],
+            files=stored[r[key_field]][1],
+            gib_months=_gib_months(_int(r["period_byte_days"]), basis),
         )
         if basis.forecasts:
             rest, nxt = projections.get(r[key_field], [Decimal(0), Decimal(0)])
@@ -527,7 +603,7 @@ def _grouped(basis: Basis, dim: Dimension, *, limit: int | None = None) -> Table
         totals["previous"] += prev
         total_bytes += row["stored"]
         total_files += row["files"]
-        total_byte_days += _int(r["byte_days"])
+        total_byte_days += _int(r["period_byte_days"])
         table.rows.append(row)
     if table.rows and not table.more:
         table.total = {
@@ -557,14 +633,6 @@ def _add_labels(rows: list[dict], dim: Dimension, fields: list[str]) -> None:
             r[field_name] = known.get(attribute)
 
 
-def _in_or_null(field_name: str, values: set) -> Q:
-    present = {v for v in values if v is not None}
-    q = Q(**{f"{field_name}__in": present})
-    if None in values:
-        q |= Q(**{f"{field_name}__isnull": True})
-    return q
-
-
 def by_team(basis: Basis) -> Table:
     return _grouped(basis, DIMENSIONS["team"])
 
@@ -583,8 +651,8 @@ def by_tier(basis: Basis) -> Table:
     return table
 
 
-def by_location(basis: Basis) -> Table:
-    return _grouped(basis, DIMENSIONS["location"])
+def by_location(basis: Basis, *, limit: int | None = None) -> Table:
+    return _grouped(basis, DIMENSIONS["location"], limit=limit)
 
 
 # --- summary -------------------------------------------------------------------------------------
@@ -624,31 +692,17 @@ class Summary:
 
 
 def summary(basis: Basis) -> Summary:
-    period, previous, as_of = basis.period, basis.period.previous, basis.as_of
-    on_as_of = Q(day=as_of) if as_of else Q(pk__in=[])
-    totals = (
-        _usage(basis)
-        .filter(day__gte=previous.first, day__lte=period.last)
-        .aggregate(
-            cost=Sum("cost_nanos", filter=Q(day__gte=period.first)),
-            prev=Sum("cost_nanos", filter=Q(day__lte=previous.last)),
-            daily=Sum("cost_nanos", filter=on_as_of),
-            stored=Sum("bytes", filter=on_as_of),
-            files=Sum("files", filter=on_as_of),
-            unpriced=Sum("bytes", filter=on_as_of & Q(cost_nanos__isnull=True)),
-        )
+    as_of = basis.as_of
+    sums = _sums(basis)
+    totals = sums.rows.aggregate(
+        cost=Sum("cost_nanos", filter=sums.in_period), prev=Sum("cost_nanos", filter=sums.in_previous)
     )
+    # The newest day's rows: what is stored, and (by location, tier and class) what the forecast prices.
+    on_as_of = _as_of_rows(basis)
     spend = money(totals["cost"])
     forecast = next_month = None
     if basis.forecasts:
-        breakdown = (
-            _usage(basis)
-            .filter(day=as_of)
-            .values("location_id", "tier", "storage_class")
-            .annotate(bytes=Sum("bytes"))
-            .order_by()
-        )
-        rest, nxt = _project(basis, breakdown, key=lambda r: "all").get("all", [Decimal(0), Decimal(0)])
+        rest, nxt = _project(basis, on_as_of, key=lambda r: "all").get("all", [Decimal(0), Decimal(0)])
         forecast, next_month = spend + rest, nxt
     stale = 0
     if as_of is not None and basis.scope == Scope():
@@ -659,10 +713,10 @@ def summary(basis: Basis) -> Summary:
         previous=money(totals["prev"]),
         forecast=forecast,
         next_month=next_month,
-        daily=money(totals["daily"]),
-        stored=_int(totals["stored"]),
-        files=_int(totals["files"]),
-        unpriced_bytes=_int(totals["unpriced"]),
+        daily=money(sum(_int(r["cost"]) for r in on_as_of)),
+        stored=sum(_int(r["bytes"]) for r in on_as_of),
+        files=sum(_int(r["files"]) for r in on_as_of),
+        unpriced_bytes=sum(_int(r["unpriced"]) for r in on_as_of),
         stale_locations=stale,
     )
 
@@ -731,9 +785,8 @@ def _monthly(basis: Basis, *, series_field: str, name: str, title: str) -> Table
     end = min(window.last, basis.today)
     fields = ("tier",) if series_field == "tier" else ("team_id", "team__name")
     rows = list(
-        _usage(basis)
-        .filter(day__gte=window.first, day__lte=end)
-        .annotate(month=TruncMonth("day"))
+        UsageMonthly.objects.filter(basis.scope.q())
+        .filter(month__gte=window.first, month__lte=end.replace(day=1))
         .values("month", *fields)
         .annotate(cost=Sum("cost_nanos"))
         .order_by("month", *fields)
@@ -884,6 +937,12 @@ WASTE_KINDS = [
         Q(state=UsageState.MULTIPART),
     ),
     WasteKind(
+        "noncurrent",
+        "Non-current versions",
+        "older versions a versioned bucket keeps: billed like objects, though no listing shows them",
+        Q(state=UsageState.NONCURRENT),
+    ),
+    WasteKind(
         "partial", "Partial copies", "copies with files missing: they restore nothing", Q(state=UsageState.PARTIAL)
     ),
     WasteKind("corrupt", "Corrupt copies", "copies whose sizes or checksums are wrong", Q(state=UsageState.CORRUPT)),
@@ -908,24 +967,27 @@ def waste(basis: Basis) -> Table:
     A run's status is the one it had on each day (copied into the rollup), so a run finished
     today does not turn last month's NVMe spend into waste.
     """
-    period, as_of = basis.period, basis.as_of
-    on_as_of = Q(day=as_of) if as_of else Q(pk__in=[])
-    in_period = Q(day__gte=period.first, day__lte=period.last)
+    as_of = basis.as_of
+    period_sums = _sums(basis)
     aggregates = {}
     for kind in WASTE_KINDS:
-        aggregates[f"{kind.key}__cost"] = Sum("cost_nanos", filter=kind.q & in_period)
-        aggregates[f"{kind.key}__stored"] = Sum("bytes", filter=kind.q & on_as_of)
-        aggregates[f"{kind.key}__files"] = Sum("files", filter=kind.q & on_as_of)
-        aggregates[f"{kind.key}__daily"] = Sum("cost_nanos", filter=kind.q & on_as_of)
-    aggregates["all__cost"] = Sum("cost_nanos", filter=in_period)
-    sums = _usage(basis).filter(day__gte=period.first, day__lte=period.last).aggregate(**aggregates)
+        aggregates[f"{kind.key}__cost"] = Sum("cost_nanos", filter=kind.q & period_sums.in_period)
+    aggregates["all__cost"] = Sum("cost_nanos", filter=period_sums.in_period)
+    sums = period_sums.rows.filter(period_sums.in_period).aggregate(**aggregates)
+    if as_of is not None:
+        on_as_of = {}
+        for kind in WASTE_KINDS:
+            on_as_of[f"{kind.key}__stored"] = Sum("bytes", filter=kind.q)
+            on_as_of[f"{kind.key}__files"] = Sum("files", filter=kind.q)
+            on_as_of[f"{kind.key}__daily"] = Sum("cost_nanos", filter=kind.q)
+        sums.update(_usage(basis).filter(day=as_of).aggregate(**on_as_of))
     total = money(sums["all__cost"])
     columns = [
         Column("kind", "Waste"),
         Column("spend", "Month to date" if basis.is_current else "Spend", "money"),
         Column("share", "Share of all spend", "percent"),
         Column("stored", "Stored", "bytes", "on the newest day of the period"),
-        Column("files", "Files", "count", "files, or uploads for multipart"),
+        Column("files", "Files", "count", "files, or uploads for multipart, or versions for non-current"),
         Column("run_rate", "Monthly cost now", "money", "the newest day's cost x the days of its month"),
         Column("help", "What it is"),
     ]
@@ -939,9 +1001,9 @@ def waste(basis: Basis) -> Table:
             "key": kind.key,
             "spend": cost,
             "share": _share(cost, total),
-            "stored": _int(sums[f"{kind.key}__stored"]),
-            "files": _int(sums[f"{kind.key}__files"]),
-            "run_rate": money(sums[f"{kind.key}__daily"]) * days,
+            "stored": _int(sums.get(f"{kind.key}__stored")),
+            "files": _int(sums.get(f"{kind.key}__files")),
+            "run_rate": money(sums.get(f"{kind.key}__daily")) * days,
             "help": kind.help,
         }
         for k in totals:

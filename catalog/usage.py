@@ -20,6 +20,9 @@ shard-file table. The rules, in one place:
 - **History survives deletions.** Past days are never refreshed again: deleting a checkpoint
   today changes today's rows, not last month's. Only a price point taking effect on a day already
   rolled up (allowed within the current month) prices those days again (``usage_reprice``).
+- **Months.** ``UsageMonthly`` holds each month's daily rows summed. Every function here that writes
+  daily rows then rewrites the months they fall in from the daily rows (``_rollup_months``), in the
+  same transaction, so a month's row is always exactly the sum of its days.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from decimal import Decimal
 from django.db import connection, transaction
 from django.utils import timezone
 
-from catalog.models import CopyTierUsage, UsageCursor, UsageDaily, UsageState
+from catalog.models import CopyTierUsage, UsageCursor, UsageDaily, UsageMonthly, UsageState
 from fleet.choices import DEFAULT_STORAGE_CLASS_TIERS, LocationKind
 from fleet.models import Bucket, StorageLocation
 from fleet.pricebook import GIB, PriceBook, Rule, month_days, utc_today
@@ -41,6 +44,8 @@ CENT = Decimal("0.01")
 
 USAGE = UsageDaily._meta.db_table
 COPY_USAGE = CopyTierUsage._meta.db_table
+MONTHLY = UsageMonthly._meta.db_table
+_GROUP = "location_id, team_id, run_id, run_status, tier, storage_class, state"
 _COLUMNS = (
     "day, location_id, team_id, run_id, run_status, tier, storage_class, state, bytes, files, cost_nanos, carried"
 )
@@ -137,6 +142,7 @@ def _refresh_rows(location: StorageLocation, day: date, rules: tuple[Rule, ...])
                 """,
                 [_adapt(day), location.pk, *cost_params, False, *tier_params, location.pk],
             )
+            _refresh_versions(cursor, location, day, cost, cost_params)
         cursor.execute(f"DELETE FROM {COPY_USAGE} WHERE location_id = %s", [location.pk])
         cursor.execute(
             f"""
@@ -148,6 +154,36 @@ def _refresh_rows(location: StorageLocation, day: date, rules: tuple[Rule, ...])
             """,
             [location.pk, location.tier, location.pk, location.tier],
         )
+
+
+def _refresh_versions(cursor, location: StorageLocation, day: date, cost: str, cost_params: list) -> None:
+    """Non-current object versions of a versioned bucket (``ObjectVersion``, as the last scan found them).
+
+    Billed like objects of their storage class though no listing shows them. A version is the run's
+    whose checkpoint holds (or held) the shard file at its key; otherwise it is unattributed.
+    """
+    prefix = Bucket.objects.filter(location_id=location.pk).values_list("prefix", flat=True).first() or ""
+    storage_class = "COALESCE(NULLIF(UPPER(v.storage_class), ''), 'STANDARD')"
+    tier, tier_params = _tier_of_class_sql(location, storage_class)
+    cursor.execute(
+        f"""
+        INSERT INTO {USAGE} ({_COLUMNS})
+        SELECT %s, %s, r.team_id, g.run_id, COALESCE(r.status, ''), g.tier, g.storage_class,
+               '{UsageState.NONCURRENT}', g.bytes, g.files, {cost}, %s
+        FROM (
+            SELECT k.run_id AS run_id, {tier} AS tier, {storage_class} AS storage_class,
+                   SUM(v.size) AS bytes, COUNT(*) AS files
+            FROM fleet_objectversion v
+            LEFT JOIN catalog_shardfile f ON f.location_id = v.location_id AND f.path = SUBSTR(v.key, %s)
+            LEFT JOIN catalog_checkpointcopy c ON c.id = f.copy_id
+            LEFT JOIN catalog_checkpoint k ON k.id = c.checkpoint_id
+            WHERE v.location_id = %s AND v.gone_at IS NULL AND NOT v.delete_marker
+            GROUP BY 1, 2, 3
+        ) g
+        LEFT JOIN catalog_run r ON r.id = g.run_id
+        """,
+        [_adapt(day), location.pk, *cost_params, False, *tier_params, len(prefix) + 1, location.pk],
+    )
 
 
 def _carry(location: StorageLocation, base: date, days: list[date], book: PriceBook) -> None:
@@ -164,6 +200,56 @@ def _carry(location: StorageLocation, base: date, days: list[date], book: PriceB
                 """,
                 [_adapt(day), *cost_params, True, location.pk, _adapt(base)],
             )
+
+
+def _month_sql() -> str:
+    """SQL for the first day of the month of a row's ``day``."""
+    if connection.vendor == "postgresql":
+        return "CAST(date_trunc('month', day) AS date)"
+    return "date(day, 'start of month')"
+
+
+def _rollup_months(location_ids: list[int], first: date, last: date) -> None:
+    """Rewrite the monthly rows of these locations for the months from ``first``'s to ``last``'s from their
+    daily rows. Called after every write of daily rows, inside the same transaction."""
+    if not location_ids:
+        return
+    start = first.replace(day=1)
+    end = last.replace(day=month_days(last))
+    month = _month_sql()
+    with connection.cursor() as cursor:
+        for i in range(0, len(location_ids), 1000):
+            chunk = location_ids[i : i + 1000]
+            marks = ", ".join(["%s"] * len(chunk))
+            cursor.execute(
+                f"DELETE FROM {MONTHLY} WHERE location_id IN ({marks}) AND month BETWEEN %s AND %s",
+                [*chunk, _adapt(start), _adapt(end)],
+            )
+            cursor.execute(
+                f"""
+                INSERT INTO {MONTHLY} (month, {_GROUP}, days, byte_days, file_days, cost_nanos)
+                SELECT {month}, {_GROUP}, COUNT(*), SUM(bytes), SUM(files), SUM(cost_nanos)
+                FROM {USAGE} WHERE location_id IN ({marks}) AND day BETWEEN %s AND %s
+                GROUP BY {month}, {_GROUP}
+                """,
+                [*chunk, _adapt(start), _adapt(end)],
+            )
+
+
+def usage_monthly_rebuild() -> int:
+    """Rewrite every monthly row from the daily rows (for data written outside this module, e.g. a
+    benchmark's generator); returns the rows written."""
+    month = _month_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {MONTHLY}")
+        cursor.execute(
+            f"""
+            INSERT INTO {MONTHLY} (month, {_GROUP}, days, byte_days, file_days, cost_nanos)
+            SELECT {month}, {_GROUP}, COUNT(*), SUM(bytes), SUM(files), SUM(cost_nanos)
+            FROM {USAGE} GROUP BY {month}, {_GROUP}
+            """
+        )
+        return cursor.rowcount
 
 
 def _days(first: date, last: date) -> list[date]:
@@ -187,6 +273,8 @@ def usage_refresh(*, location: StorageLocation, day: date, now: datetime | None 
         if cursor is not None and cursor.day < day - timedelta(days=1):
             _carry(location, cursor.day, _days(cursor.day + timedelta(days=1), day - timedelta(days=1)), book)
         _refresh_rows(location, day, book.rules(location, day))
+        first = min(cursor.day + timedelta(days=1), day) if cursor is not None else day
+        _rollup_months([location.pk], first, day)
         UsageCursor.objects.update_or_create(
             location_id=location.pk, defaults={"day": day, "refreshed_day": day, "refreshed_at": now}
         )
@@ -206,6 +294,7 @@ def usage_carry_forward(*, location_id: int, through: date) -> int:
             return 0
         days = _days(cursor.day + timedelta(days=1), through)
         _carry(location, cursor.day, days, PriceBook.load(until=through))
+        _rollup_months([location.pk], days[0], through)
         UsageCursor.objects.filter(location_id=location_id).update(day=through)
     return len(days)
 
@@ -260,4 +349,5 @@ def usage_reprice(*, location_ids: list[int], since: date) -> int:
                     [*params, *chunk, _adapt(first), _adapt(last)],
                 )
                 updated += cursor.rowcount
+    _rollup_months(sorted(cursors), since, max(cursors.values()))
     return updated

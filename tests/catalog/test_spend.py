@@ -21,12 +21,21 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from catalog import spend
-from catalog.models import Run, Team, UsageDaily
+from catalog.models import Run, Team, UsageDaily, UsageMonthly
 from catalog.usage import usage_carry_forward_all
 from fleet.models import PricePoint
 from fleet.pricebook import price_set
 from fleet.services import Actor
-from tests.catalog.test_usage import GIB, Fleet, checkpoint_bytes, dcp, flat_prices, root_kit, utc
+from tests.catalog.test_usage import (
+    GIB,
+    Fleet,
+    assert_monthly_is_the_sum_of_the_daily_rows,
+    checkpoint_bytes,
+    dcp,
+    flat_prices,
+    root_kit,
+    utc,
+)
 from tests.conftest import HostKit, give_roles, queries_for
 
 CENT = Decimal("0.01")
@@ -511,3 +520,39 @@ def test_a_period_out_of_range_shows_this_month(signed_in, query):
     response = signed_in.get(f"/spend/?{query}")
     assert response.status_code == 200
     assert signed_in.get(f"/api/v1/spend/?{query}").status_code == 200
+
+
+# --- the monthly rollup ----------------------------------------------------------------------------
+
+
+def test_the_monthly_rollup_is_the_sum_of_the_daily_rows_for_every_month(scenario, fleet):
+    assert assert_monthly_is_the_sum_of_the_daily_rows() == 2  # January and February so far
+    scenario.delete_today()  # a refresh of today, and a price entered for March
+    assert_monthly_is_the_sum_of_the_daily_rows()
+    # A price entered today for a day already rolled up this month prices those days again: the month follows.
+    price_set(tier="nvme", kind="nvme", price="0.20", effective_from=date(2027, 2, 3), actor=Actor.command(label="f"))
+    assert_monthly_is_the_sum_of_the_daily_rows()
+    # A run finishing today shows in today's rows only; January keeps the status it had.
+    Run.objects.filter(name="alpha").update(status="finished")
+    fleet.push(scenario.nvme, files(("alpha", 200, A200)), at=utc(2027, 2, 10, 18))
+    assert_monthly_is_the_sum_of_the_daily_rows()
+    # Beat carries every location into March and April.
+    fleet.at(utc(2027, 4, 2, 0, 30))
+    usage_carry_forward_all()
+    assert assert_monthly_is_the_sum_of_the_daily_rows() == 4
+    # And the spend read from it is the daily rows' spend, for a closed month and the current one.
+    for period, today in ((FEBRUARY, date(2027, 4, 2)), (spend.Period.month(2027, 4), date(2027, 4, 2))):
+        basis = spend.basis_for(period, today=today)
+        daily = UsageDaily.objects.filter(day__range=(period.first, period.last)).values_list("cost_nanos", flat=True)
+        assert spend.summary(basis).spend == spend.money(sum(n or 0 for n in daily))
+        assert sum(r["spend"] for r in spend.by_run(basis).rows) == spend.summary(basis).spend
+
+
+def test_the_spend_overview_reads_the_monthly_rollup_not_the_daily_rows_of_the_month(scenario):
+    """A closed month's sums come from ``UsageMonthly``: tampering with it (never done) shows on the page's
+    numbers, which proves the page does not sum the month's daily rows again."""
+    basis = spend.basis_for(JANUARY, today=TODAY)
+    before = spend.summary(basis).spend
+    UsageMonthly.objects.filter(month=JANUARY.first).update(cost_nanos=0)
+    assert spend.summary(spend.basis_for(JANUARY, today=TODAY)).spend == 0 != before
+    assert all(r["spend"] == 0 for r in spend.by_team(spend.basis_for(JANUARY, today=TODAY)).rows)

@@ -8,8 +8,8 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from catalog.models import CopyTierUsage, Run, UsageCursor, UsageDaily
-from catalog.usage import money, usage_carry_forward_all, usage_refresh
+from catalog.models import CopyTierUsage, Run, UsageCursor, UsageDaily, UsageMonthly
+from catalog.usage import money, usage_carry_forward_all, usage_monthly_rebuild, usage_refresh
 from fleet.models import MultipartUpload, PricePoint, StorageLocation
 from fleet.services import Actor, gzip_lines, host_register, host_token_issue, location_add
 from tests.conftest import HostKit
@@ -329,3 +329,62 @@ def test_the_beat_task_carries_every_location_behind(make_host, fleet):
     fleet.at(utc(2027, 3, 4, 0, 10))
     assert carry_usage_forward.delay().get() == {"locations": 2, "days": 4}
     assert set(UsageCursor.objects.values_list("day", flat=True)) == {date(2027, 3, 4)}
+
+
+# --- the monthly rollup ----------------------------------------------------------------------------
+
+
+def assert_monthly_is_the_sum_of_the_daily_rows() -> int:
+    """Every ``UsageMonthly`` row equals its month's ``UsageDaily`` rows summed in Python, and nothing else is
+    there; returns the months compared."""
+    want: dict[tuple, list] = {}
+    for r in UsageDaily.objects.values():
+        key = (
+            r["day"].replace(day=1),
+            r["location_id"],
+            r["team_id"],
+            r["run_id"],
+            r["run_status"],
+            r["tier"],
+            r["storage_class"],
+            r["state"],
+        )
+        sums = want.setdefault(key, [0, 0, 0, None])
+        sums[0] += 1
+        sums[1] += r["bytes"]
+        sums[2] += r["files"]
+        if r["cost_nanos"] is not None:
+            sums[3] = (sums[3] or 0) + r["cost_nanos"]
+    got = {
+        (r.month, r.location_id, r.team_id, r.run_id, r.run_status, r.tier, r.storage_class, r.state): [
+            r.days,
+            r.byte_days,
+            r.file_days,
+            r.cost_nanos,
+        ]
+        for r in UsageMonthly.objects.all()
+    }
+    assert got == want
+    assert UsageMonthly.objects.count() == len(want)
+    return len({k[0] for k in want})
+
+
+def test_every_write_of_daily_rows_keeps_each_month_the_sum_of_its_days(make_host, fleet):
+    flat_prices(nvme="0.10")
+    kit = make_host()
+    fleet.push(kit, dcp("llm", "alpha", 100, 1000) + dcp("llm", "beta", 1, 50), at=utc(2027, 3, 30, 1))
+    assert_monthly_is_the_sum_of_the_daily_rows()
+    fleet.push(kit, dcp("llm", "alpha", 100, 1000), at=utc(2027, 3, 30, 23))  # the same day again, smaller
+    assert_monthly_is_the_sum_of_the_daily_rows()
+    fleet.at(utc(2027, 5, 2, 0, 5))
+    usage_carry_forward_all()  # across two month ends
+    assert assert_monthly_is_the_sum_of_the_daily_rows() == 3
+    fleet.push(kit, dcp("llm", "alpha", 100, 1000) + dcp("cv", "gamma", 7, 10), at=utc(2027, 5, 2, 9))
+    assert assert_monthly_is_the_sum_of_the_daily_rows() == 3
+    may = UsageMonthly.objects.filter(month=date(2027, 5, 1), run__name="alpha").get()
+    assert (may.days, may.byte_days) == (2, 2 * checkpoint_bytes(1000))
+    # Rebuilding every month from the daily rows (the migration's and the benchmark's way) finds the same rows.
+    fields = ("month", "location", "team", "run", "run_status", "tier", "storage_class", "state", "days")
+    before = set(UsageMonthly.objects.values_list(*fields, "byte_days", "file_days", "cost_nanos"))
+    assert usage_monthly_rebuild() == len(before)
+    assert set(UsageMonthly.objects.values_list(*fields, "byte_days", "file_days", "cost_nanos")) == before
