@@ -24,6 +24,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from access.middleware import request_id_of
+from access.scoping import restrict
 from actions import services
 from actions.models import DeletionItem, DeletionJob, Hold, Pin
 from catalog.choices import EventSource
@@ -35,9 +36,9 @@ def _actor(request):
     return services.person(request.user, EventSource.API)
 
 
-def _get(model, pk, what: str):
+def _get(model, pk, what: str, request):
     try:
-        return model.objects.get(pk=pk)
+        return restrict(model.objects.all(), request.user).get(pk=pk)
     except (model.DoesNotExist, ValueError, TypeError):
         raise DomainError(f"{what} {pk} does not exist", code="not_found", http_status=404) from None
 
@@ -93,6 +94,7 @@ class DeletionJobSerializer(serializers.ModelSerializer):
             "cancelled_label",
             "cancelled_at",
             "started_at",
+            "heartbeat_at",
             "finished_at",
             "items_total",
             "bytes_total",
@@ -148,12 +150,12 @@ class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     filterset_fields = ["checkpoint"]
 
     def get_queryset(self):
-        return _active_filter(super().get_queryset(), self.request, "unpinned_at")
+        return _active_filter(restrict(super().get_queryset(), self.request.user), self.request, "unpinned_at")
 
     @extend_schema(request=PinInput, responses={201: PinSerializer})
     def create(self, request):
         data = _valid(PinInput, request)
-        checkpoint = _get(Checkpoint, data["checkpoint"], "checkpoint")
+        checkpoint = _get(Checkpoint, data["checkpoint"], "checkpoint", request)
         made = services.pin(
             checkpoint=checkpoint, reason=data["reason"], actor=_actor(request), request_id=request_id_of(request)
         )
@@ -164,7 +166,10 @@ class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def unpin(self, request, pk=None):
         data = _valid(ReasonInput, request)
         done = services.unpin(
-            pin=_get(Pin, pk, "pin"), reason=data["reason"], actor=_actor(request), request_id=request_id_of(request)
+            pin=_get(Pin, pk, "pin", request),
+            reason=data["reason"],
+            actor=_actor(request),
+            request_id=request_id_of(request),
         )
         return Response(PinSerializer(done).data)
 
@@ -175,13 +180,13 @@ class HoldViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
     filterset_fields = ["run", "checkpoint", "case_ref"]
 
     def get_queryset(self):
-        return _active_filter(super().get_queryset(), self.request, "released_at")
+        return _active_filter(restrict(super().get_queryset(), self.request.user), self.request, "released_at")
 
     @extend_schema(request=HoldInput, responses={201: HoldSerializer})
     def create(self, request):
         data = _valid(HoldInput, request)
-        run = _get(Run, data["run"], "run")
-        checkpoint = _get(Checkpoint, data["checkpoint"], "checkpoint") if data["checkpoint"] else None
+        run = _get(Run, data["run"], "run", request)
+        checkpoint = _get(Checkpoint, data["checkpoint"], "checkpoint", request) if data["checkpoint"] else None
         made = services.hold(
             run=run,
             checkpoint=checkpoint,
@@ -197,7 +202,10 @@ class HoldViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
     def release(self, request, pk=None):
         data = _valid(ReasonInput, request)
         done = services.release(
-            hold=_get(Hold, pk, "hold"), reason=data["reason"], actor=_actor(request), request_id=request_id_of(request)
+            hold=_get(Hold, pk, "hold", request),
+            reason=data["reason"],
+            actor=_actor(request),
+            request_id=request_id_of(request),
         )
         return Response(HoldSerializer(done).data)
 
@@ -207,11 +215,14 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     serializer_class = DeletionJobSerializer
     filterset_fields = ["checkpoint", "state", "origin"]
 
+    def get_queryset(self):
+        return restrict(super().get_queryset(), self.request.user)
+
     @extend_schema(request=DeletionInput, responses={201: DeletionJobSerializer})
     def create(self, request):
         data = _valid(DeletionInput, request)
-        checkpoint = _get(Checkpoint, data["checkpoint"], "checkpoint")
-        copy = _get(CheckpointCopy, data["copy"], "copy") if data["copy"] else None
+        checkpoint = _get(Checkpoint, data["checkpoint"], "checkpoint", request)
+        copy = _get(CheckpointCopy, data["copy"], "copy", request) if data["copy"] else None
         job = services.schedule_deletion(
             checkpoint=checkpoint,
             copy=copy,
@@ -231,9 +242,9 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     @action(detail=False, methods=["get"])
     def preview(self, request):
         """What a deletion would remove, cost per month and leave restorable, and which promise refuses it."""
-        checkpoint = _get(Checkpoint, request.query_params.get("checkpoint"), "checkpoint")
+        checkpoint = _get(Checkpoint, request.query_params.get("checkpoint"), "checkpoint", request)
         raw_copy = request.query_params.get("copy")
-        copy = _get(CheckpointCopy, raw_copy, "copy") if raw_copy else None
+        copy = _get(CheckpointCopy, raw_copy, "copy", request) if raw_copy else None
         p = services.preview(checkpoint=checkpoint, copy=copy)
         return Response(
             {
@@ -278,7 +289,7 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         job = services.approve(
-            job=_get(DeletionJob, pk, "deletion"), actor=_actor(request), request_id=request_id_of(request)
+            job=_get(DeletionJob, pk, "deletion", request), actor=_actor(request), request_id=request_id_of(request)
         )
         return Response(DeletionJobSerializer(job).data)
 
@@ -287,7 +298,7 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def cancel(self, request, pk=None):
         data = _valid(ReasonInput, request)
         job = services.cancel(
-            job=_get(DeletionJob, pk, "deletion"),
+            job=_get(DeletionJob, pk, "deletion", request),
             reason=data["reason"],
             actor=_actor(request),
             request_id=request_id_of(request),

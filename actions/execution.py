@@ -4,7 +4,10 @@ A job whose grace period has ended (and which a second person approved, if it ne
 started by beat (``start_due``) and worked through by one task (``execute``). Everything the job
 knows is in the database: its state and one row per frozen object or file. A worker that dies
 anywhere leaves the rows as they were at its last commit, and the next delivery carries on from
-there; the beat sweep sends one when a running job has made no progress for ``LEASE``.
+there; the beat sweep sends one when a running job has made no progress for ``LEASE``. Progress is
+the job's ``heartbeat_at``: set when it starts, and in the transaction of every batch a worker sends
+to the store and of every report of a host's agent, so the sweep reads one column, and the pages
+say how long ago a job last moved ("last progress 12 s ago").
 
 Before every batch, under row locks on the checkpoint and the job, the promises are checked
 again (``blocker``): a hold or pin placed since scheduling stops the job as blocked, a cancelled
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Exists, Max, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -150,14 +153,13 @@ def due_jobs(now: datetime):
 def stale_jobs(now: datetime):
     """Running jobs a worker should be working on but that have shown no progress for ``LEASE``.
 
-    Progress is the newest ``done_at`` of the job's items, or its start. Jobs that only wait for
-    host agents are left alone: the agent's next fetch checks the promises again.
+    Progress is the job's heartbeat (its last batch or agent report), or its start. Jobs that only
+    wait for host agents are left alone: the agent's next fetch checks the promises again.
     """
-    last = Coalesce(Max("items__done_at"), "started_at")
     pending = DeletionItem.objects.filter(job=OuterRef("pk"), state=ItemState.PENDING)
     return (
         DeletionJob.objects.filter(state=DeletionState.RUNNING)
-        .annotate(last_progress=last)
+        .annotate(last_progress=Coalesce("heartbeat_at", "started_at"))
         .filter(last_progress__lt=now - LEASE)
         .annotate(
             bucket_work=Exists(pending.filter(location__kind=LocationKind.BUCKET)),
@@ -165,6 +167,25 @@ def stale_jobs(now: datetime):
         )
         .filter(Q(bucket_work=True) | Q(any_pending=False))
     )
+
+
+def last_progress(job: DeletionJob, *, now: datetime | None = None) -> str:
+    """How long ago a running job last moved, in words ("last progress 12 s ago"); "" when it is not running."""
+    if job.state != DeletionState.RUNNING:
+        return ""
+    last = job.heartbeat_at or job.started_at
+    if last is None:
+        return ""
+    seconds = max(int(((now or timezone.now()) - last).total_seconds()), 0)
+    if seconds < 120:
+        ago = f"{seconds} s"
+    elif seconds < 7200:
+        ago = f"{seconds // 60} min"
+    else:
+        ago = f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    lease = int(LEASE.total_seconds())
+    stale = f" (longer than the {lease // 60} min lease)" if seconds > lease else ""
+    return f"last progress {ago} ago{stale}"
 
 
 def start(job_id: int, *, now: datetime | None = None) -> bool:
@@ -176,7 +197,7 @@ def start(job_id: int, *, now: datetime | None = None) -> bool:
         job = _lock(job_id)
         if job is None or not due_jobs(now).filter(pk=job_id).exists():
             return False
-        DeletionJob.objects.filter(pk=job.pk).update(state=DeletionState.RUNNING, started_at=now)
+        DeletionJob.objects.filter(pk=job.pk).update(state=DeletionState.RUNNING, started_at=now, heartbeat_at=now)
         _audit(
             job,
             WORKER,
@@ -343,7 +364,8 @@ def run_batch(job_id: int, *, skip: frozenset[int] = frozenset(), clients: dict 
 
 
 def _record(job: DeletionJob, done: dict[str, list[DeletionItem]], *, now: datetime) -> dict[str, int]:
-    """Store the items' new states, the job's counters and the files now gone, in the caller's transaction."""
+    """Store the items' new states, the job's counters and heartbeat and the files now gone, in the caller's
+    transaction: a batch that only met transient errors still beats, as a worker is on the job."""
     for state, items in done.items():
         by_detail: dict[str, list[int]] = defaultdict(list)
         for item in items:
@@ -356,12 +378,12 @@ def _record(job: DeletionJob, done: dict[str, list[DeletionItem]], *, now: datet
     deleted = len(done.get(ItemState.DELETED, ()))
     blocked = len(done.get(ItemState.BLOCKED, ()))
     skipped = len(done.get(ItemState.SKIPPED, ()))
-    if deleted or blocked:
-        DeletionJob.objects.filter(pk=job.pk).update(
-            items_deleted=job.items_deleted + deleted, items_blocked=job.items_blocked + blocked
-        )
-        job.items_deleted += deleted
-        job.items_blocked += blocked
+    DeletionJob.objects.filter(pk=job.pk).update(
+        items_deleted=job.items_deleted + deleted, items_blocked=job.items_blocked + blocked, heartbeat_at=now
+    )
+    job.items_deleted += deleted
+    job.items_blocked += blocked
+    job.heartbeat_at = now
     gone = [
         i
         for i in (*done.get(ItemState.DELETED, ()), *done.get(ItemState.SKIPPED, ()))

@@ -145,6 +145,12 @@ class DeletionJob(models.Model):
     cancelled_label = models.CharField(max_length=200, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When a worker or an agent last worked on it (started it, sent a batch to the store, reported "
+        "files): the sweep sends a running job to a worker again when this is older than the lease.",
+    )
     finished_at = models.DateTimeField(null=True, blank=True)
     items_total = models.IntegerField(default=0)
     bytes_total = models.BigIntegerField(default=0)

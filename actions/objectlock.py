@@ -10,30 +10,40 @@ What the store answers is recorded per object (``ShardFile.legal_hold``: True or
 store confirmed it, unchanged when it refused), on the hold (``mirror_state``, ``mirror_detail``)
 and in one audit event per run of the mirror. A refusal never undoes the catalog's hold: the
 promises read the catalog, and the deletion executor re-checks it before every batch.
+
+A hold also covers objects that appear after it was placed (a new checkpoint of a held run, an
+object written again as a new version). Each applied bucket scan asks ``mirror_after_scan`` which
+active holds now cover objects in that bucket that the store does not hold (new or changed since
+the hold was last mirrored) and queues the mirror of those holds, in its ``missing_only`` form that
+sends requests for those objects alone.
 """
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from actions.models import Hold, MirrorState
 from actions.protection import protected_ids
 from catalog.audit import audit_record
 from catalog.choices import ActorKind, EventSource
-from catalog.models import ShardFile
+from catalog.models import CheckpointCopy, ShardFile
 from fleet import s3
-from fleet.models import Bucket
+from fleet.models import Bucket, Inventory
 from fleet.services import Actor
 
+log = logging.getLogger(__name__)
 MIRROR_ACTOR = Actor(kind=ActorKind.WORKER, label="worker: Object Lock mirror", source=EventSource.TASK)
 ERRORS_KEPT = 5
 
 
 @shared_task(acks_late=True, name="actions.objectlock.mirror_hold_task")
-def mirror_hold_task(hold_id: int) -> dict:
-    return mirror_hold(hold_id)
+def mirror_hold_task(hold_id: int, missing_only: bool = False) -> dict:
+    return mirror_hold(hold_id, missing_only=missing_only)
 
 
 def _files(hold: Hold):
@@ -45,17 +55,27 @@ def _files(hold: Hold):
     return files.filter(copy__checkpoint__run_id=hold.run_id)
 
 
-def mirror_hold(hold_id: int) -> dict:
-    """Bring the legal holds of the objects a hold covers in line with the catalog; idempotent."""
+def mirror_hold(hold_id: int, *, missing_only: bool = False) -> dict:
+    """Bring the legal holds of the objects a hold covers in line with the catalog; idempotent.
+
+    ``missing_only`` (after a scan) asks the store only about the objects of an active hold that the
+    catalog does not know to be held: a run of a million held objects that gained one checkpoint
+    costs that checkpoint's requests. With nothing missing it changes nothing and writes no event.
+    """
     hold = Hold.objects.get(pk=hold_id)
     held, _ = protected_ids([hold.run_id])
+    files = _files(hold)
+    if missing_only and hold.active:
+        files = files.exclude(legal_hold=True)
+        if not files.exists():
+            return {"state": str(hold.mirror_state), "on": 0, "off": 0, "refused": 0}
     buckets = {b.location_id: b for b in Bucket.objects.filter(object_lock=True)}
     clients: dict[int, object] = {}
     on_ok: list[int] = []
     off_ok: list[int] = []
     errors: list[str] = []
     failed = 0
-    for f in _files(hold).iterator(chunk_size=2000):
+    for f in files.iterator(chunk_size=2000):
         bucket = buckets.get(f.location_id)
         if bucket is None:
             continue
@@ -116,3 +136,43 @@ def mirror_hold(hold_id: int) -> dict:
         if protected_ids([hold.run_id])[0] != held:
             transaction.on_commit(lambda: mirror_hold_task.delay(hold_id))
     return {"state": str(state), "on": len(on_ok), "off": len(off_ok), "refused": failed}
+
+
+def mirror_after_scan(*, inventory: Inventory) -> list[int]:
+    """Queue the mirror of every active hold that covers objects this bucket's scans added unheld; their ids.
+
+    Called once a scan of an Object-Lock bucket is applied. A hold qualifies when a present object it
+    covers at that location is not known to be held and was written by this scan or by one that
+    finished after the hold was last mirrored (a queued mirror that was lost is caught up by the
+    next scan). An object the store refused keeps its refusal on the hold until it changes; it is
+    not asked for again on every scan.
+    """
+    location_id = inventory.location_id
+    if not Bucket.objects.filter(location_id=location_id, object_lock=True).exists():
+        return []
+    present_here = CheckpointCopy.objects.filter(
+        location_id=location_id, gone_at__isnull=True, checkpoint__run_id=OuterRef("run_id")
+    )
+    holds = Hold.objects.filter(released_at__isnull=True).filter(Exists(present_here))
+    unheld = ShardFile.objects.filter(
+        location_id=location_id, gone_at__isnull=True, copy__gone_at__isnull=True
+    ).exclude(legal_hold=True)
+    queued = []
+    for hold_id, run_id, checkpoint_id, mirrored_at in holds.values_list(
+        "pk", "run_id", "checkpoint_id", "mirrored_at"
+    ):
+        files = (
+            unheld.filter(copy__checkpoint_id=checkpoint_id)
+            if checkpoint_id
+            else unheld.filter(copy__checkpoint__run_id=run_id)
+        )
+        if mirrored_at is not None:
+            since = Inventory.objects.filter(location_id=location_id, finished_at__gte=mirrored_at).values("pk")
+            files = files.filter(Q(changed_by_id=inventory.pk) | Q(changed_by_id__in=since))
+        if files.exists():
+            queued.append(hold_id)
+    for hold_id in queued:
+        transaction.on_commit(lambda pk=hold_id: mirror_hold_task.delay(pk, missing_only=True))
+    if queued:
+        log.info("scan %s: objects new under holds %s; their Object Lock mirror is queued", inventory.pk, queued)
+    return queued

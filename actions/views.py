@@ -13,12 +13,15 @@ from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from access.middleware import request_id_of
 from access.roles import Role, has_role
+from access.scoping import restrict
 from actions import services
+from actions.execution import last_progress
 from actions.models import DeletionJob, DeletionState, Hold, Pin
 from actions.protection import OPEN_DELETION_STATES
 from catalog.choices import EventSource
@@ -52,7 +55,7 @@ def _deletion_url(job_id: int) -> str:
 @login_required
 @require_POST
 def pin(request, pk: int):
-    checkpoint = get_object_or_404(Checkpoint.objects.select_related("run__team"), pk=pk)
+    checkpoint = get_object_or_404(restrict(Checkpoint.objects.select_related("run__team"), request.user), pk=pk)
     try:
         services.pin(
             checkpoint=checkpoint,
@@ -70,7 +73,7 @@ def pin(request, pk: int):
 @login_required
 @require_POST
 def unpin(request, pk: int):
-    current = get_object_or_404(Pin.objects.select_related("checkpoint__run__team"), pk=pk)
+    current = get_object_or_404(restrict(Pin.objects.select_related("checkpoint__run__team"), request.user), pk=pk)
     try:
         services.unpin(
             pin=current, reason=request.POST.get("reason", ""), actor=_actor(request), request_id=request_id_of(request)
@@ -85,11 +88,13 @@ def unpin(request, pk: int):
 @login_required
 @require_POST
 def hold(request, pk: int):
-    run = get_object_or_404(Run.objects.select_related("team"), pk=pk)
+    run = get_object_or_404(restrict(Run.objects.select_related("team"), request.user), pk=pk)
     checkpoint = None
     raw = request.POST.get("checkpoint", "")
     if raw:
-        checkpoint = Checkpoint.objects.filter(pk=int(raw) if raw.isdigit() else 0).first()
+        checkpoint = (
+            restrict(Checkpoint.objects.all(), request.user).filter(pk=int(raw) if raw.isdigit() else 0).first()
+        )
         if checkpoint is None:
             messages.error(request, "Not held: that checkpoint does not exist.")
             return _back(request, reverse("catalog:run-detail", args=[pk]))
@@ -114,7 +119,7 @@ def hold(request, pk: int):
 @login_required
 @require_POST
 def release(request, pk: int):
-    current = get_object_or_404(Hold.objects.select_related("run__team", "checkpoint"), pk=pk)
+    current = get_object_or_404(restrict(Hold.objects.select_related("run__team", "checkpoint"), request.user), pk=pk)
     try:
         services.release(
             hold=current,
@@ -137,7 +142,7 @@ def release(request, pk: int):
 @login_required
 def schedule(request, pk: int):
     """GET: what the deletion would remove, cost and leave, with the form to confirm. POST: schedule it."""
-    checkpoint = get_object_or_404(Checkpoint.objects.select_related("run__team"), pk=pk)
+    checkpoint = get_object_or_404(restrict(Checkpoint.objects.select_related("run__team"), request.user), pk=pk)
     raw_copy = request.POST.get("copy") if request.method == "POST" else request.GET.get("copy")
     copy = None
     if raw_copy:
@@ -199,20 +204,24 @@ def schedule(request, pk: int):
 @login_required
 def deletion_list(request):
     show = request.GET.get("show", "open")
-    jobs = DeletionJob.objects.select_related("checkpoint__run__team", "copy__location").order_by(
-        "-requested_at", "-pk"
-    )
+    jobs = restrict(DeletionJob.objects.select_related("checkpoint__run__team", "copy__location"), request.user)
+    jobs = jobs.order_by("-requested_at", "-pk")
     if show != "all":
         show = "open"
         jobs = jobs.filter(state__in=OPEN_DELETION_STATES)
     page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    now = timezone.now()
+    for job in page.object_list:
+        job.progress = last_progress(job, now=now)
     return render(request, "actions/deletion_list.html", {"page_obj": page, "jobs": page.object_list, "show": show})
 
 
 @login_required
 def deletion_detail(request, pk: int):
     try:
-        job = DeletionJob.objects.select_related("checkpoint__run__team", "copy__location").get(pk=pk)
+        job = restrict(DeletionJob.objects.select_related("checkpoint__run__team", "copy__location"), request.user).get(
+            pk=pk
+        )
     except DeletionJob.DoesNotExist:
         raise Http404("no such deletion") from None
     items = job.items.select_related("location").order_by("location__name", "path", "pk")
@@ -238,7 +247,7 @@ def deletion_detail(request, pk: int):
 @login_required
 @require_POST
 def approve(request, pk: int):
-    job = get_object_or_404(DeletionJob, pk=pk)
+    job = get_object_or_404(restrict(DeletionJob.objects.all(), request.user), pk=pk)
     try:
         services.approve(job=job, actor=_actor(request), request_id=request_id_of(request))
     except DomainError as exc:
@@ -251,7 +260,7 @@ def approve(request, pk: int):
 @login_required
 @require_POST
 def cancel(request, pk: int):
-    job = get_object_or_404(DeletionJob, pk=pk)
+    job = get_object_or_404(restrict(DeletionJob.objects.all(), request.user), pk=pk)
     try:
         services.cancel(
             job=job, reason=request.POST.get("reason", ""), actor=_actor(request), request_id=request_id_of(request)

@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from access.roles import Role, has_role, require_role
+from access.scoping import restrict_events
 from access.services import AUDIT_VERIFY_ACTION
 from catalog.audit_filters import AuditEventFilter
 from catalog.models import AuditChainHead, AuditEvent
@@ -47,8 +48,9 @@ CSV_COLUMNS = [
 
 
 def _filtered(request) -> tuple[AuditEventFilter, object]:
-    filterset = AuditEventFilter(request.GET or None, queryset=AuditEvent.objects.all())
-    events = filterset.qs if filterset.is_bound and filterset.is_valid() else AuditEvent.objects.all()
+    visible = restrict_events(AuditEvent.objects.all(), request.user)  # a scoped person: their teams' runs only
+    filterset = AuditEventFilter(request.GET or None, queryset=visible)
+    events = filterset.qs if filterset.is_bound and filterset.is_valid() else visible
     if filterset.is_bound and not filterset.is_valid():
         events = AuditEvent.objects.none()
     return filterset, events

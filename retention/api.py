@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.http import Http404
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
@@ -17,6 +18,7 @@ from rest_framework.views import APIView
 from access.middleware import request_id_of
 from access.permissions import role_required
 from access.roles import Role
+from access.scoping import restrict, restrict_policies, visible_team_names
 from catalog.choices import ActorKind, EventSource
 from catalog.models import Run, Team
 from ckptfleet.errors import DomainError
@@ -64,14 +66,15 @@ class RulesParams(_Params):
     detail = serializers.BooleanField(required=False, default=True)
 
 
-def _scope(data: dict) -> Scope:
+def _scope(data: dict, user) -> Scope:
+    names = visible_team_names(user)  # a scoped person simulates over their teams' runs (access.scoping)
     if data.get("run"):
-        get_object_or_404(Run, pk=data["run"])
-        return Scope(run_id=data["run"])
+        get_object_or_404(restrict(Run.objects.all(), user), pk=data["run"])
+        return Scope(run_id=data["run"], team_names=names)
     if data.get("team"):
         get_object_or_404(Team, pk=data["team"])
-        return Scope(team_id=data["team"])
-    return Scope()
+        return Scope(team_id=data["team"], team_names=names)
+    return Scope(team_names=names)
 
 
 def _money_data(m: Money) -> dict:
@@ -142,7 +145,7 @@ class SimulateView(APIView):
             keep_critical=d["keep_critical"],
             keep_stepless=d["keep_stepless"],
         )
-        return Response(simulation_data(simulate(rules=rules, scope=_scope(d)), detail=d["detail"]))
+        return Response(simulation_data(simulate(rules=rules, scope=_scope(d, request.user)), detail=d["detail"]))
 
 
 class MoveParams(_Params):
@@ -197,7 +200,7 @@ class TieringView(APIView):
             from_class=d["from_class"],
             finished_only=d["finished_only"],
             to_location_id=d.get("to_location"),
-            scope=_scope(d),
+            scope=_scope(d, request.user),
         )
         w = tiering_whatif(move=move)
         return Response(
@@ -265,7 +268,7 @@ class PolicyListView(APIView):
 
     @extend_schema(operation_id="retention_policy_list", responses=PolicySerializer(many=True))
     def get(self, request):
-        policies = RetentionPolicy.objects.order_by("name", "pk")
+        policies = restrict_policies(RetentionPolicy.objects.all(), request.user).order_by("name", "pk")
         return Response(PolicySerializer(policies, many=True).data)
 
     @extend_schema(operation_id="retention_policy_create", request=PolicySerializer, responses=PolicySerializer)
@@ -273,6 +276,11 @@ class PolicyListView(APIView):
         ser = PolicySerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         d = dict(ser.validated_data)
+        names = visible_team_names(request.user)  # another team's run or team is not found (access.scoping)
+        if names is not None and (
+            (d.get("run") and d["run"].team.name not in names) or (d.get("team") and d["team"].name not in names)
+        ):
+            raise Http404("no such run or team")
         policy = services.policy_create(
             actor=_actor(request), request_id=getattr(request, "request_id", None) or request_id_of(request), **d
         )
@@ -289,11 +297,12 @@ class PolicyDetailView(APIView):
 
     @extend_schema(operation_id="retention_policy_read", responses=PolicySerializer)
     def get(self, request, pk: int):
-        return Response(PolicySerializer(get_object_or_404(RetentionPolicy, pk=pk)).data)
+        policy = get_object_or_404(restrict_policies(RetentionPolicy.objects.all(), request.user), pk=pk)
+        return Response(PolicySerializer(policy).data)
 
     @extend_schema(operation_id="retention_policy_update", request=PolicySerializer, responses=PolicySerializer)
     def patch(self, request, pk: int):
-        get_object_or_404(RetentionPolicy, pk=pk)
+        get_object_or_404(restrict_policies(RetentionPolicy.objects.all(), request.user), pk=pk)
         ser = PolicySerializer(data=request.data, partial=True)
         ser.is_valid(raise_exception=True)
         d = dict(ser.validated_data)
@@ -315,8 +324,8 @@ class PolicyDryRunView(APIView):
 
     @extend_schema(operation_id="retention_policy_dry_run", responses=dict)
     def get(self, request, pk: int):
-        policy = get_object_or_404(RetentionPolicy, pk=pk)
-        data = simulation_data(services.policy_dry_run(policy))
+        policy = get_object_or_404(restrict_policies(RetentionPolicy.objects.all(), request.user), pk=pk)
+        data = simulation_data(services.policy_dry_run(policy, team_names=visible_team_names(request.user)))
         data["policy"] = policy.pk
         data["enabled"] = policy.enabled
         return Response(data)

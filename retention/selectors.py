@@ -32,6 +32,8 @@ class Scope:
 
     team_id: int | None = None
     run_id: int | None = None
+    # The teams a scoped person sees (``access.scoping.visible_team_names``); None: every team.
+    team_names: tuple[str, ...] | None = None
 
     def runs(self) -> QuerySet[Run]:
         runs = Run.objects.all()
@@ -39,6 +41,8 @@ class Scope:
             runs = runs.filter(pk=self.run_id)
         if self.team_id is not None:
             runs = runs.filter(team_id=self.team_id)
+        if self.team_names is not None:
+            runs = runs.filter(team__name__in=self.team_names)
         return runs
 
     @property

@@ -8,7 +8,7 @@ wait for a second person's approval and the grace period, and are re-checked whe
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -170,9 +170,12 @@ def policy_scope(policy: RetentionPolicy) -> tuple[Scope, frozenset[int]]:
     return Scope(team_id=policy.team_id), frozenset(own)
 
 
-def policy_dry_run(policy: RetentionPolicy, **kwargs):
-    """What the policy would keep and propose now: the simulator on its rules and scope."""
+def policy_dry_run(policy: RetentionPolicy, *, team_names: tuple[str, ...] | None = None, **kwargs):
+    """What the policy would keep and propose now: the simulator on its rules and scope (``team_names``:
+    only those teams' runs, for a person scoped to them)."""
     scope, exclude = policy_scope(policy)
+    if team_names is not None:
+        scope = replace(scope, team_names=team_names)
     return simulate(rules=policy.rules, scope=scope, exclude_run_ids=exclude, **kwargs)
 
 

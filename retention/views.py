@@ -13,6 +13,7 @@ from django.shortcuts import redirect, render
 
 from access.middleware import request_id_of
 from access.roles import Role, has_role
+from access.scoping import restrict, restrict_policies, visible_team_names
 from catalog.choices import ActorKind, EventSource
 from catalog.models import AuditEvent, Run, Team
 from ckptfleet.errors import DomainError
@@ -31,15 +32,16 @@ def _actor(request) -> Actor:
     return Actor(kind=ActorKind.USER, label=user.get_username(), source=EventSource.UI, user=user)
 
 
-def _scope(data: dict) -> tuple[Scope, Team | None, Run | None]:
+def _scope(data: dict, user) -> tuple[Scope, Team | None, Run | None]:
     run = None
+    names = visible_team_names(user)  # a scoped person simulates over their teams' runs (access.scoping)
     if data.get("run"):
-        run = Run.objects.select_related("team").filter(pk=data["run"]).first()
+        run = restrict(Run.objects.select_related("team"), user).filter(pk=data["run"]).first()
         if run is None:
             raise Http404("no such run")
-        return Scope(run_id=run.pk), run.team, run
+        return Scope(run_id=run.pk, team_names=names), run.team, run
     team = data.get("team")
-    return Scope(team_id=team.pk if team else None), team, None
+    return Scope(team_id=team.pk if team else None, team_names=names), team, None
 
 
 def _detail_shown(sim) -> bool:
@@ -51,7 +53,7 @@ def simulator(request):
     form = RulesForm.from_request(request)
     context = {"form": form, "sim": None, "team": None, "run": None}
     if form.is_valid():
-        scope, team, run = _scope(form.cleaned_data)
+        scope, team, run = _scope(form.cleaned_data, request.user)
         sim = simulate(rules=form.rules(), scope=scope)
         context.update(sim=sim, team=team, run=run, detail=_detail_shown(sim), query=request.GET.urlencode())
     return render(request, "retention/simulator.html", context)
@@ -63,7 +65,7 @@ def tiering(request):
     context = {"form": form, "whatif": None, "team": None, "run": None}
     if form.is_valid():
         d = form.cleaned_data
-        scope, team, run = _scope(d)
+        scope, team, run = _scope(d, request.user)
         move = Move(
             to_class=d["to_class"],
             from_tier=d["from_tier"],
@@ -94,9 +96,12 @@ def policy_list(request):
             return redirect("retention:policies")
         if form.is_valid():
             d = form.cleaned_data
-            run = Run.objects.filter(pk=d["run"]).first() if d.get("run") else None
+            run = restrict(Run.objects.all(), request.user).filter(pk=d["run"]).first() if d.get("run") else None
+            names = visible_team_names(request.user)
             if d.get("run") and run is None:
                 form.add_error("run", "No run has that id.")
+            elif d.get("team") and names is not None and d["team"].name not in names:
+                form.add_error("team", "You may make policies for your own teams only.")
             else:
                 try:
                     policy = services.policy_create(
@@ -118,13 +123,15 @@ def policy_list(request):
                 else:
                     messages.success(request, f"Policy {policy.name} created. Its dry run is below.")
                     return redirect("retention:policy", pk=policy.pk)
-    policies = RetentionPolicy.objects.select_related("team", "run__team").order_by("name", "pk")
+    policies = restrict_policies(RetentionPolicy.objects.select_related("team", "run__team"), request.user)
+    policies = policies.order_by("name", "pk")
     return render(request, "retention/policy_list.html", {"policies": policies, "form": form})
 
 
 @login_required
 def policy_detail(request, pk: int):
-    policy = RetentionPolicy.objects.select_related("team", "run__team").filter(pk=pk).first()
+    policy = restrict_policies(RetentionPolicy.objects.select_related("team", "run__team"), request.user).filter(pk=pk)
+    policy = policy.first()
     if policy is None:
         raise Http404("no such policy")
     can_edit = has_role(request.user, Role.OPERATOR)
@@ -149,7 +156,7 @@ def policy_detail(request, pk: int):
             else:
                 messages.success(request, "Policy saved.")
                 return redirect("retention:policy", pk=pk)
-    sim = services.policy_dry_run(policy)
+    sim = services.policy_dry_run(policy, team_names=visible_team_names(request.user))
     history = AuditEvent.objects.filter(target_type="retention_policy", target_id=policy.pk).order_by("-at", "-id")[:50]
     return render(
         request,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers, viewsets
 
+from access.scoping import restrict_events
 from catalog.audit_filters import AuditEventFilter
 from catalog.models import AuditEvent
 
@@ -42,3 +43,6 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = AuditEvent.objects.all()
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilter
+
+    def get_queryset(self):
+        return restrict_events(super().get_queryset(), self.request.user)

@@ -107,7 +107,7 @@ class JobListView(APIView):
             raise serializers.ValidationError({"kind": f"one of {', '.join(KINDS)}"})
         if state and state not in STATES:
             raise serializers.ValidationError({"state": f"one of {', '.join(STATES)}"})
-        jobs = recent_jobs(kind=kind, state=state, limit=JOBS_LIMIT)
+        jobs = recent_jobs(kind=kind, state=state, limit=JOBS_LIMIT, user=request.user)
         return Response(
             {
                 "jobs": [
@@ -147,7 +147,7 @@ class OverviewView(APIView):
         )
     )
     def get(self, request):
-        basis, summary = overview_basis()
+        basis, summary = overview_basis(request.user)
         return Response(
             {
                 "as_of": basis.as_of,

@@ -13,8 +13,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from access.roles import Role, has_role, require_role
+from access.scoping import restrict_runs, spend_team_ids
 from catalog import spend
 from catalog.choices import ActorKind, EventSource
+from catalog.models import Run
 from ckptfleet.errors import PermissionRefused
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host, PriceBasis, StorageLocation
@@ -58,7 +60,12 @@ def _basis(request) -> spend.Basis:
     period = spend.Period.parse(
         month=request.query_params.get("month"), day=request.query_params.get("day"), today=today
     )
-    scope = spend.Scope(run_id=_int_param(request, "run"), team_id=_int_param(request, "team"))
+    scope = spend.Scope(
+        run_id=_int_param(request, "run"), team_id=_int_param(request, "team"), team_ids=spend_team_ids(request.user)
+    )
+    if scope.run_id is not None and scope.team_ids is not None:
+        if not restrict_runs(Run.objects.filter(pk=scope.run_id), request.user).exists():
+            raise Http404("no such run")
     return spend.basis_for(period, today=today, scope=scope)
 
 

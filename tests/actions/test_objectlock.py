@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-import pytest
+from datetime import timedelta
 
-from actions import services
-from actions.models import MirrorState
-from catalog.models import AuditEvent, Checkpoint, ShardFile
+import pytest
+from django.utils import timezone
+
+from actions import execution, objectlock, services
+from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState, MirrorState
+from catalog.models import AuditEvent, Checkpoint, Run, ShardFile
 from ckptfleet.errors import DomainError
 from fleet.choices import InventoryStatus
+from fleet.models import Bucket
 from tests.actions.conftest import as_ui
+from tests.s3 import TREES
 
 pytestmark = pytest.mark.django_db
 
@@ -97,3 +102,112 @@ def test_a_store_that_refuses_leaves_the_hold_standing_and_says_so(
     # The hold in the catalog is what the promises read: nothing of it can be scheduled for deletion.
     with pytest.raises(DomainError, match="legal hold"):
         services.schedule_deletion(checkpoint=ckpt, reason="x", actor=as_ui(oscar))
+
+
+# --- objects that appear after the hold: a scan mirrors the hold onto them ---------------------------
+
+
+def upload_step(s3, bucket: str, step: int) -> list[str]:
+    """Write a new DCP checkpoint of llama-tiny (the step-100 files again), shards first, as a trainer would."""
+    source = TREES / "nvme-a" / "llm" / "llama-tiny" / "step-100"
+    keys = []
+    for name in ("__0_0.distcp", "__1_0.distcp", ".metadata"):
+        key = f"llm/llama-tiny/step-{step}/{name}"
+        s3.put(bucket, key, (source / name).read_bytes())
+        keys.append(key)
+    return keys
+
+
+def mirror_events(hold) -> list[AuditEvent]:
+    return list(AuditEvent.objects.filter(action="hold.mirror", after__hold=hold.pk).order_by("id"))
+
+
+def test_a_checkpoint_written_later_under_a_held_run_is_legal_held_by_the_next_scan_and_the_store_keeps_it(
+    s3, locked, scan_now, django_capture_on_commit_callbacks, olga, oscar, april
+):
+    run = Run.objects.get(name="llama-tiny")
+    with django_capture_on_commit_callbacks(execute=True):
+        held = services.hold(run=run, reason="litigation", case_ref="LEG-N", actor=as_ui(olga))
+    assert len(mirror_events(held)) == 1
+
+    keys = upload_step(s3, locked, 300)
+    s3.put(locked, "vision/resnet-tiny/epoch=2-step=300.ckpt", b"not held: another run")
+    bucket = Bucket.objects.get(bucket_name=locked)
+    assert scan_now(bucket).status == InventoryStatus.APPLIED
+
+    new = Checkpoint.objects.get(run=run, step=300)
+    mine = files_of(new)
+    assert sorted(f.path for f in mine) == sorted(keys)
+    assert {store_status(s3, locked, f) for f in mine} == {"ON"}
+    assert all(f.legal_hold is True for f in mine)
+    unheld = ShardFile.objects.get(path="vision/resnet-tiny/epoch=2-step=300.ckpt", gone_at__isnull=True)
+    assert store_status(s3, locked, unheld) == "OFF"
+    events = mirror_events(held)
+    assert len(events) == 2
+    assert events[1].after["on"] == len(mine) and events[1].after["refused"] == 0  # only the new objects asked
+    assert events[1].actor_kind == "worker" and events[1].case_ref == "LEG-N"
+    held.refresh_from_db()
+    assert held.mirror_state == MirrorState.DONE
+
+    # Scanning again finds the objects held in the store as in the catalog: no mirror, no event.
+    assert scan_now(bucket).status == InventoryStatus.APPLIED
+    assert len(mirror_events(held)) == 2
+
+    # The catalog's hold is released, and the mirror that would lift the legal holds has not run yet
+    # (its worker is down: the commit's callbacks are dropped here). The store still refuses.
+    services.release(hold=held, reason="case closed", actor=as_ui(oscar))
+    job = services.schedule_deletion(checkpoint=new, reason="superseded", actor=as_ui(oscar))
+    if job.needs_approval:
+        job = services.approve(job=job, actor=as_ui(april))
+    DeletionJob.objects.filter(pk=job.pk).update(execute_after=timezone.now() - timedelta(seconds=1))
+    with django_capture_on_commit_callbacks(execute=True):
+        execution.start_due()
+
+    job.refresh_from_db()
+    assert job.state == DeletionState.BLOCKED
+    assert (job.items_deleted, job.items_blocked) == (0, len(mine))
+    assert "refused by the store" in job.outcome
+    assert {i.state for i in DeletionItem.objects.filter(job=job)} == {ItemState.BLOCKED}
+    alert = AuditEvent.objects.get(action="deletion.refused_by_store", after__deletion=job.pk)
+    assert sorted(o["key"] for o in alert.after["objects"]) == sorted(keys)
+    assert {store_status(s3, locked, f) for f in mine} == {"ON"}  # still there, still held
+
+
+def test_an_object_written_again_under_a_held_checkpoint_gets_the_legal_hold_on_its_new_version(
+    s3, locked, scan_now, django_capture_on_commit_callbacks, olga
+):
+    ckpt = Checkpoint.objects.get(run__name="llama-tiny", step=100)
+    with django_capture_on_commit_callbacks(execute=True):
+        held = services.hold(run=ckpt.run, checkpoint=ckpt, reason="audit", case_ref="LEG-V", actor=as_ui(olga))
+    before = {f.path: f.version_id for f in files_of(ckpt)}
+    rewritten = "llm/llama-tiny/step-100/__0_0.distcp"
+    source = TREES / "nvme-a" / rewritten
+    s3.put(locked, rewritten, source.read_bytes())  # the same bytes again: a new version, not held yet
+
+    assert scan_now(Bucket.objects.get(bucket_name=locked)).status == InventoryStatus.APPLIED
+    after = {f.path: f for f in files_of(ckpt)}
+    assert after[rewritten].version_id != before[rewritten]
+    assert store_status(s3, locked, after[rewritten]) == "ON"
+    assert after[rewritten].legal_hold is True
+    old = ShardFile(path=rewritten, version_id=before[rewritten])
+    assert store_status(s3, locked, old) == "ON"  # the older version keeps its own hold
+    assert mirror_events(held)[-1].after["on"] == 1
+
+
+def test_a_scan_of_a_bucket_without_object_lock_queues_no_mirror(
+    s3, scan_now, django_capture_on_commit_callbacks, olga
+):
+    name = s3.bucket(versioned=True)
+    s3.upload_tree(name, "nvme-a")
+    bucket = s3.register(name, fetch_checksums=False)
+    assert scan_now(bucket).status == InventoryStatus.APPLIED
+    run = Run.objects.get(name="llama-tiny")
+    with django_capture_on_commit_callbacks(execute=True):
+        held = services.hold(run=run, reason="litigation", case_ref="LEG-X", actor=as_ui(olga))
+    upload_step(s3, name, 300)
+    inventory = scan_now(bucket)
+    assert inventory.status == InventoryStatus.APPLIED
+    assert objectlock.mirror_after_scan(inventory=inventory) == []
+    assert not mirror_events(held)
+    held.refresh_from_db()
+    assert held.mirror_state == MirrorState.NONE
