@@ -11,6 +11,8 @@ from datetime import datetime
 
 from django.urls import reverse
 
+from access.scoping import RUN_PATHS, restrict
+from actions.execution import last_progress
 from actions.models import DeletionJob, DeletionState
 from fleet.choices import InventorySource, InventoryStatus
 from fleet.models import Inventory
@@ -72,25 +74,42 @@ class Job:
         }
 
 
+def _checksums(inv: Inventory) -> str:
+    """A bucket scan's checksum phase in words: "checksums: N of M objects" (and how many failed)."""
+    if not inv.checksums_total:
+        return ""
+    noun = "object" if inv.checksums_total == 1 else "objects"
+    text = f"checksums: {inv.checksums_done:,} of {inv.checksums_total:,} {noun}"
+    if inv.checksums_failed:
+        text += f", {inv.checksums_failed:,} failed"
+    return text
+
+
 def _inventory(inv: Inventory) -> Job:
     source = InventorySource(inv.source).label if inv.source in InventorySource.values else inv.source
     done = inv.files_count if inv.status == InventoryStatus.APPLIED else None
+    counts = f"{inv.files_added:,} added, {inv.files_changed:,} changed, {inv.files_gone:,} gone" if done else ""
+    checksums = _checksums(inv) if done is not None else ""
+    outcome = inv.error or counts
+    if checksums and checksums not in outcome:
+        outcome = f"{outcome}; {checksums}" if outcome else checksums
+    running = inv.checksums_running
     return Job(
         kind="scan",
         pk=inv.pk,
         title=f"{source}: {inv.location.name}",
         url=reverse("fleet:inventory-detail", args=[inv.pk]),
         state=inv.status,
-        state_label=inv.get_status_display(),
-        active=inv.status in INVENTORY_ACTIVE,
+        state_label=f"{inv.get_status_display()}, fetching checksums" if running else inv.get_status_display(),
+        # An applied scan whose checksums are still being fetched is followed like a running job.
+        active=inv.status in INVENTORY_ACTIVE or running,
         at=inv.received_at,
         started_at=inv.started_at,
         finished_at=inv.finished_at,
-        done=done,
-        total=inv.files_count or None,
-        unit="files",
-        outcome=inv.error
-        or (f"{inv.files_added:,} added, {inv.files_changed:,} changed, {inv.files_gone:,} gone" if done else ""),
+        done=inv.checksums_done if running else done,
+        total=(inv.checksums_total if running else inv.files_count) or None,
+        unit="objects" if running else "files",
+        outcome=outcome,
         by=inv.host.name if inv.host_id else "scheduled scan",
     )
 
@@ -135,7 +154,8 @@ def _deletion(job: DeletionJob) -> Job:
         total=job.items_total or None,
         unit="items",
         outcome=job.outcome
-        or (f"waits until {job.execute_after:%Y-%m-%d %H:%M} UTC" if job.state == DeletionState.SCHEDULED else ""),
+        or (f"waits until {job.execute_after:%Y-%m-%d %H:%M} UTC" if job.state == DeletionState.SCHEDULED else "")
+        or last_progress(job),
         by=job.requested_label,
     )
 
@@ -194,13 +214,20 @@ _KIND_SOURCES = {
 }
 
 
-def recent_jobs(*, kind: str = "", state: str = "", limit: int = 50) -> list[Job]:
+def _scoped(qs, user):
+    """Promotions and deletions of the runs ``user`` may see (``access.scoping``); scans are of locations."""
+    if user is None or qs.model._meta.label_lower not in RUN_PATHS:
+        return qs
+    return restrict(qs, user)
+
+
+def recent_jobs(*, kind: str = "", state: str = "", limit: int = 50, user=None) -> list[Job]:
     """The newest ``limit`` jobs of the chosen kind (or all) and state group, newest first: one query per kind."""
     jobs: list[Job] = []
     for name, (rows, as_job, order, field, groups) in _KIND_SOURCES.items():
         if kind and kind != name:
             continue
-        qs = rows().order_by(*order)
+        qs = _scoped(rows(), user).order_by(*order)
         if state in groups:
             qs = qs.filter(**{f"{field}__in": groups[state]})
         jobs += [as_job(row) for row in qs[:limit]]
@@ -208,7 +235,7 @@ def recent_jobs(*, kind: str = "", state: str = "", limit: int = 50) -> list[Job
     return jobs[:limit]
 
 
-def jobs_by_key(keys: list[str]) -> list[Job]:
+def jobs_by_key(keys: list[str], *, user=None) -> list[Job]:
     """The current state of the jobs named ``kind:id`` (for live progress): one query per kind asked for."""
     ids: dict[str, list[int]] = {name: [] for name in _KIND_SOURCES}
     for key in keys[:200]:
@@ -218,5 +245,5 @@ def jobs_by_key(keys: list[str]) -> list[Job]:
     jobs: list[Job] = []
     for name, (rows, as_job, *_) in _KIND_SOURCES.items():
         if ids[name]:
-            jobs += [as_job(row) for row in rows().filter(pk__in=ids[name])]
+            jobs += [as_job(row) for row in _scoped(rows(), user).filter(pk__in=ids[name])]
     return jobs

@@ -17,7 +17,7 @@ def job_list(request):
     kind = kind if kind in KINDS else ""
     state = request.GET.get("state", "")
     state = state if state in STATES else ""
-    jobs = recent_jobs(kind=kind, state=state, limit=JOBS_SHOWN)
+    jobs = recent_jobs(kind=kind, state=state, limit=JOBS_SHOWN, user=request.user)
     return render(
         request,
         "jobs/list.html",
@@ -36,4 +36,4 @@ def job_list(request):
 @login_required
 def job_progress(request):
     """``?job=scan:12&job=deletion:4``: the current state and progress of each, for the page's polling."""
-    return JsonResponse({"jobs": [j.as_json() for j in jobs_by_key(request.GET.getlist("job"))]})
+    return JsonResponse({"jobs": [j.as_json() for j in jobs_by_key(request.GET.getlist("job"), user=request.user)]})

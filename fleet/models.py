@@ -232,6 +232,16 @@ class Inventory(models.Model):
     )
     error = models.TextField(blank=True)
     error_line = models.BigIntegerField(null=True, blank=True)
+    # A bucket scan's checksum phase: the objects it added or changed, HEADed after the snapshot is applied
+    # in chunks (``HeadChunk``) that any worker may take. Zero objects and no finish time: no such phase.
+    checksums_total = models.BigIntegerField(default=0, help_text="Objects to HEAD for their stored checksums.")
+    checksums_done = models.BigIntegerField(default=0, help_text="Of those, HEADed (or given up on) so far.")
+    checksums_failed = models.BigIntegerField(
+        default=0, help_text="Of those, objects whose HEAD failed for good: they stay unverified."
+    )
+    checksums_finished_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the last chunk of the checksum phase finished."
+    )
 
     class Meta:
         ordering = ["-received_at", "-id"]
@@ -258,6 +268,64 @@ class Inventory(models.Model):
         if self.started_at and self.finished_at:
             return (self.finished_at - self.started_at).total_seconds()
         return None
+
+    @property
+    def checksums_running(self) -> bool:
+        """Applied, and the stored checksums of what it added or changed are still being fetched."""
+        return self.status == InventoryStatus.APPLIED and self.checksums_total > 0 and not self.checksums_finished_at
+
+
+class HeadChunkState(models.TextChoices):
+    PENDING = "pending", "Waiting or running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class HeadChunk(models.Model):
+    """Up to ``fleet.scan.HEAD_CHUNK`` objects of one applied scan to HEAD for their stored checksums.
+
+    ``items`` is the list of ``[key below the prefix, ETag listed]``. A task HEADs them (conditional on
+    the ETag), then, under the location's lock and in one transaction, writes what the store said to
+    the shard files still carrying that ETag, verifies their checkpoints again and marks the chunk
+    done (a compare-and-swap from pending, so a second delivery writes nothing). A store that keeps
+    failing (throttling, 5xx, timeouts) is retried with backoff; after the last retry the chunk is
+    marked failed and its objects stay unverified. Objects refused for good (AccessDenied) are
+    counted in ``failed`` and not retried.
+    """
+
+    inventory = models.ForeignKey(Inventory, on_delete=models.CASCADE, related_name="head_chunks")
+    location = models.ForeignKey(StorageLocation, on_delete=models.CASCADE, related_name="+")
+    seq = models.IntegerField(help_text="The chunk's place in its scan, from 0.")
+    items = models.JSONField(
+        help_text="[key below the prefix, ETag listed] of each object; emptied once done without failures."
+    )
+    size = models.IntegerField(help_text="Objects in the chunk.")
+    write_lock_state = models.BooleanField(
+        default=True, help_text="Write HEAD's Object Lock state (False: the listing or report carried it)."
+    )
+    state = models.CharField(max_length=8, choices=HeadChunkState.choices, default=HeadChunkState.PENDING)
+    attempts = models.IntegerField(default=0)
+    written = models.IntegerField(default=0, help_text="Shard files updated.")
+    copies = models.IntegerField(default=0, help_text="Checkpoint copy verdicts written by re-verification.")
+    failed = models.IntegerField(default=0, help_text="Objects whose HEAD failed for good.")
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    done_by = models.CharField(max_length=200, blank=True, help_text="The worker that finished it.")
+
+    class Meta:
+        ordering = ["inventory", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["inventory", "seq"], name="headchunk_inventory_seq_unique"),
+            models.CheckConstraint(
+                condition=Q(size__gt=0) & Q(failed__gte=0) & Q(failed__lte=models.F("size")),
+                name="headchunk_counts_sane",
+            ),
+        ]
+        indexes = [models.Index(fields=["state", "created_at"], name="headchunk_state_created")]
+
+    def __str__(self) -> str:
+        return f"HEAD chunk {self.seq} of inventory {self.inventory_id} ({self.size} objects, {self.state})"
 
 
 class PriceBasis(models.TextChoices):

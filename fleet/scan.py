@@ -27,9 +27,12 @@ request; what the last scans know of a page is found with one range query of the
 index per page.
 
 HEAD requests (one per object, a thousand times a listing's cost) come **after** the snapshot is
-applied, in the same task: with ``fetch_checksums`` (and in versioned buckets, for the version id)
-the objects this scan added or changed are HEADed for their stored checksum in chunks, each chunk
-written and its checkpoints verified again in one transaction (``_Scanner.fetch_stored``). In a
+applied, as tasks of their own: with ``fetch_checksums`` (and in versioned buckets, for the version
+id) the objects this scan added or changed are split into chunks of ``HEAD_CHUNK`` in the transaction
+that applies the snapshot (``HeadChunk`` rows), and each chunk is a Celery task that any worker takes,
+retried with backoff while the store throttles (``head_chunk_run``): HEADed, written conditional on
+the ETag listed and its checkpoints verified again, in one transaction under the location's lock.
+The scan's record counts the objects done and failed and says when the last chunk finished. In a
 bucket with Object Lock every object is HEADed on every listing, while listing, since a legal hold
 can change without the object changing and belongs in the snapshot (S3 Inventory reports carry the
 lock state instead).
@@ -50,6 +53,7 @@ import itertools
 import json
 import logging
 import queue
+import random
 import re
 import tempfile
 import threading
@@ -64,7 +68,7 @@ from urllib.parse import unquote_plus, urlsplit
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import F, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -76,7 +80,15 @@ from fleet import s3
 from fleet.agent import facts_kind, stream_facts
 from fleet.choices import AddressingStyle, InventorySource, InventoryStatus, LocationKind, Tier
 from fleet.ingest import InventoryError, Row, apply_staged, check_path, fail, stage_rows, unstage
-from fleet.models import Bucket, Inventory, MultipartUpload, ObjectVersion, StorageLocation
+from fleet.models import (
+    Bucket,
+    HeadChunk,
+    HeadChunkState,
+    Inventory,
+    MultipartUpload,
+    ObjectVersion,
+    StorageLocation,
+)
 from fleet.services import Actor, location_add
 
 log = logging.getLogger(__name__)
@@ -86,7 +98,11 @@ LISTING_THREADS = 8
 FETCH_THREADS = 8
 PAGES_IN_FLIGHT = 4  # listing pages whose ranged GETs may be under way at once
 HEAD_THREADS = 16  # HEAD requests wait on the store, not on this process
-HEAD_CHUNK = 2000  # objects HEADed, then written and re-verified in one transaction
+HEAD_CHUNK = 2000  # objects of one checksum-phase task: HEADed, then written and re-verified in one transaction
+HEAD_RETRIES = 5  # retries of a chunk while the store throttles, fails with 5xx or times out
+HEAD_BACKOFF = 5.0  # seconds before a chunk's first retry; doubled each time, with jitter
+HEAD_BACKOFF_MAX = 300.0
+HEAD_STALLED = timedelta(minutes=30)  # a scan's chunks with no progress this long are queued again
 PARALLEL_MIN_PREFIXES = 2  # top-level prefixes in the probe that make a big bucket worth listing in parallel
 SKIPPED_EXAMPLES = 5
 PREVIOUS_BATCH = 500
@@ -342,13 +358,14 @@ def scan_due(*, now: datetime | None = None) -> list[Inventory]:
 # --- running a scan -------------------------------------------------------------------------------
 
 
-def scan_run(inventory_id: int, *, claim: str = "") -> Inventory | None:
+def scan_run(inventory_id: int, *, claim: str = "", queue: str | None = None) -> Inventory | None:
     """Scan the bucket of one waiting scan and apply the snapshot, all or nothing. Safe to run twice.
 
     ``claim`` is the task id: a redelivery of the same task (its worker died) may take the scan over
-    and start again; another task may not. A listing that fails for good (after botocore's retries
-    with backoff) fails the scan with the store's error code and message: nothing is applied and
-    nothing is marked gone.
+    and start again; another task may not. ``queue`` is where the checksum phase's chunks go (the
+    queue the scan came from; None: the default one). A listing that fails for good (after botocore's
+    retries with backoff) fails the scan with the store's error code and message: nothing is applied
+    and nothing is marked gone.
     """
     waiting = Q(status=InventoryStatus.RECEIVED)
     if claim:
@@ -368,6 +385,7 @@ def scan_run(inventory_id: int, *, claim: str = "") -> Inventory | None:
     unstage(inventory.pk)  # a worker killed mid-scan may have left rows behind
     started = time.monotonic()
     scanner = _Scanner(inventory, bucket)
+    scanner.queue = queue
     try:
         files, total = scanner.stage()
     except s3.S3Error as exc:
@@ -388,7 +406,15 @@ def scan_run(inventory_id: int, *, claim: str = "") -> Inventory | None:
     if applied is not None and applied.status == InventoryStatus.APPLIED:
         scanner.fetch_stored()
         applied.refresh_from_db()
+        _mirror_holds(applied)
     return applied
+
+
+def _mirror_holds(inventory: Inventory) -> None:
+    """Holds cover objects that appear after them: mirror them onto what the scan found (``actions.objectlock``)."""
+    from actions.objectlock import mirror_after_scan
+
+    mirror_after_scan(inventory=inventory)
 
 
 @dataclass(slots=True)
@@ -504,6 +530,7 @@ class _Scanner:
         self.lock_listed = False  # the Object Lock state came with the objects (an S3 Inventory report)
         self.known_paths = False  # whether the location has any shard-file rows to reuse facts from
         self.versions: list[s3.VersionInfo] | None = None
+        self.queue: str | None = None  # where the checksum phase's chunks are queued (None: the default queue)
         self._count_lock = threading.Lock()
 
     # -- staging
@@ -795,69 +822,21 @@ class _Scanner:
     # -- after the snapshot is applied: stored checksums, versions and lock state
 
     def fetch_stored(self) -> None:
-        """HEAD what the applied scan added or changed, write what the store says, and verify again.
+        """Start the checksum phase planned when the snapshot was applied: one task per chunk, any worker's.
 
         HEAD is one request per object, a thousand times a listing's cost, so it is kept off the
         listing's path: the snapshot is applied first (new objects unverified, with the reason that
-        their checksum is unknown), then the objects this scan added or changed are HEADed
-        ``HEAD_CHUNK`` at a time by ``HEAD_THREADS`` threads. Each chunk's checksums, version ids and
-        lock state are written, conditional on the ETag listed, under the location's lock, and its
-        checkpoints verified again, in one transaction. A store that fails for good stops the rest
-        with a note on the scan; what was written stays, and nothing is marked gone.
+        their checksum is unknown), with the objects this scan added or changed split into chunks of
+        ``HEAD_CHUNK`` (``_plan_heads``, in the same transaction). Each chunk is a task
+        (``fleet.tasks.head_chunk``) that HEADs its objects, writes what the store says and verifies
+        their checkpoints again (``head_chunk_run``), retried with backoff while the store struggles.
+        The chunks go to the queue this scan came from. In-process (``CELERY_TASK_ALWAYS_EAGER``) they
+        run here, one after another.
         """
-        if self.head_all or not (self.bucket.fetch_checksums or self.versioned):
-            return  # nothing to fetch, or everything was HEADed while listing (an Object Lock bucket)
-        started = time.monotonic()
-        present = ShardFile.objects.filter(
-            location_id=self.location.pk, gone_at__isnull=True, changed_by_id=self.inventory.pk
-        ).exclude(etag="")
-        last = 0
-        written = headed = verified = 0
-        stopped: s3.S3Error | None = None
-        pool = ThreadPoolExecutor(max_workers=HEAD_THREADS, thread_name_prefix="s3-head")
-        try:
-            while True:
-                chunk = list(present.filter(pk__gt=last).order_by("pk").values_list("pk", "path", "etag")[:HEAD_CHUNK])
-                if not chunk:
-                    break
-                last = chunk[-1][0]
-                try:
-                    answers = list(pool.map(self._head, chunk))
-                except s3.S3Error as exc:
-                    stopped = exc
-                    break
-                headed += len(chunk)
-                changed, copies = self._write_stored(chunk, answers)
-                written += changed
-                verified += copies
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        if verified:
-            from catalog.usage import usage_refresh
-
-            # Verification may have found a copy corrupt: today's usage states follow it.
-            with transaction.atomic():
-                StorageLocation.objects.select_for_update().filter(pk=self.location.pk).first()
-                usage_refresh(location=self.location, day=timezone.now().astimezone(UTC).date())
-        if stopped is not None:
-            self.notes.other.append(
-                f"stored checksums were fetched for {headed} object(s) and then stopped: {stopped.message}; "
-                "the others stay unverified until they change (a later scan does not HEAD unchanged objects)"
-            )
-        notes = self.notes.text()
-        if notes:
-            Inventory.objects.filter(pk=self.inventory.pk).update(error=notes)
-        log.info(
-            "scan %s stored: %s HEAD requests after the snapshot, %s files updated, %s copies re-verified, in %.2f s",
-            self.inventory.pk,
-            self.heads,
-            written,
-            verified,
-            time.monotonic() - started,
-        )
+        head_chunks_queue(self.inventory.pk, queue=self.queue)
 
     def _head(self, item: tuple[int, str, str]) -> s3.HeadInfo | None:
-        """HEAD one object of the applied snapshot (in a pool thread: no database here)."""
+        """HEAD one object while listing an Object Lock bucket (in a pool thread: no database here)."""
         _pk, path, etag = item
         with self._count_lock:
             self.heads += 1
@@ -868,48 +847,6 @@ class _Scanner:
                 raise
             self.notes.head_failed(exc)
             return None
-
-    def _write_stored(self, chunk: list[tuple[int, str, str]], answers: list[s3.HeadInfo | None]) -> tuple[int, int]:
-        """Write one chunk's HEAD answers and verify its checkpoints again; (files written, copies written)."""
-        from catalog.models import CheckpointCopy
-        from catalog.verification import checkpoints_verify
-
-        listed = {pk: (etag, info) for (pk, _path, etag), info in zip(chunk, answers, strict=True) if info is not None}
-        if not listed:
-            return 0, 0
-        # A lock bucket's state came with the listing (HEADed) or its report, and belongs to the snapshot.
-        lock_from_head = not (self.lock_enabled or self.lock_listed)
-        fields = ["checksum", "checksum_algo", "version_id", "legal_hold", "retain_until"]
-        with transaction.atomic():
-            # The ingest's lock: a scan or inventory applying at this location waits, and is waited for.
-            StorageLocation.objects.select_for_update().filter(pk=self.location.pk).first()
-            changed = []
-            for row in ShardFile.objects.filter(pk__in=list(listed), gone_at__isnull=True).only(
-                "pk", "etag", "copy_id", *fields
-            ):
-                etag, info = listed[row.pk]
-                if row.etag != etag:
-                    continue  # rewritten since it was listed: the next scan fetches for the new content
-                values = {
-                    "checksum": info.checksum or row.checksum,
-                    "checksum_algo": info.checksum_algo if info.checksum else row.checksum_algo,
-                    "version_id": (info.version_id or row.version_id)[:1024],
-                    "legal_hold": info.legal_hold if lock_from_head else row.legal_hold,
-                    "retain_until": info.retain_until if lock_from_head else row.retain_until,
-                }
-                if any(getattr(row, k) != v for k, v in values.items()):
-                    for k, v in values.items():
-                        setattr(row, k, v)
-                    changed.append(row)
-            ShardFile.objects.bulk_update(changed, fields, batch_size=1000)
-            copy_ids = {row.copy_id for row in changed if row.copy_id}
-            copies = 0
-            if copy_ids:
-                checkpoints = set(
-                    CheckpointCopy.objects.filter(pk__in=copy_ids).values_list("checkpoint_id", flat=True)
-                )
-                copies = checkpoints_verify(checkpoints)
-        return len(changed), copies
 
     def _noncurrent_versions(self) -> list[s3.VersionInfo] | None:
         """The bucket's non-current versions below the prefix; None when the store refuses to list them."""
@@ -1062,10 +999,14 @@ class _Scanner:
                     unstage(inventory.pk)
                     log.warning("scan %s was taken away while it ran; its result is dropped", inventory.pk)
                     return None
-                inventory = apply_staged(inventory, files=files, total=total, started=started)
+                # Uploads and versions first, under the lock the merge takes: the merge rolls up usage,
+                # and what it sums of them must be this scan's, not the last one's.
+                StorageLocation.objects.select_for_update().filter(pk=self.location.pk).first()
                 now = timezone.now()
                 self._apply_uploads(now)
                 self._apply_versions(now)
+                inventory = apply_staged(inventory, files=files, total=total, started=started)
+                self._plan_heads(inventory)
                 state: dict[str, Any] = {}
                 if self.versioning is not None:
                     state["versioning"] = self.versioning
@@ -1081,6 +1022,61 @@ class _Scanner:
             raise
         inventory.refresh_from_db()
         return inventory
+
+    def _plan_heads(self, inventory: Inventory) -> None:
+        """Split what this scan added or changed into HEAD chunks, in the transaction that applies it.
+
+        The chunks are rows, so a worker lost between the commit and the queueing loses no work: the
+        sweep queues them again (``head_chunks_resend``). Keys go in path order, so a checkpoint's
+        files mostly share a chunk and are verified again together.
+        """
+        if self.head_all or not (self.bucket.fetch_checksums or self.versioned):
+            return  # nothing to fetch, or everything was HEADed while listing (an Object Lock bucket)
+        rows = (
+            ShardFile.objects.filter(location_id=self.location.pk, gone_at__isnull=True, changed_by_id=inventory.pk)
+            .exclude(etag="")
+            .order_by("path")
+            .values_list("path", "etag")
+        )
+        # A lock bucket's state came with the listing (HEADed) or its report, and belongs to the snapshot.
+        write_lock_state = not (self.lock_enabled or self.lock_listed)
+        chunks: list[HeadChunk] = []
+        items: list[list[str]] = []
+        total = 0
+
+        def close() -> None:
+            chunks.append(
+                HeadChunk(
+                    inventory_id=inventory.pk,
+                    location_id=self.location.pk,
+                    seq=len(chunks),
+                    items=items,
+                    size=len(items),
+                    write_lock_state=write_lock_state,
+                )
+            )
+
+        for path, etag in rows.iterator(chunk_size=5000):
+            items.append([path, etag])
+            total += 1
+            if len(items) >= HEAD_CHUNK:
+                close()
+                items = []
+        if items:
+            close()
+        HeadChunk.objects.bulk_create(chunks, batch_size=20)
+        Inventory.objects.filter(pk=inventory.pk).update(
+            checksums_total=total,
+            checksums_done=0,
+            checksums_failed=0,
+            checksums_finished_at=None if total else timezone.now(),
+        )
+        if not total:
+            log.info(
+                "scan %s stored: 0 HEAD requests after the snapshot, 0 files updated, 0 copies re-verified, in 0.00 s "
+                "(nothing added or changed)",
+                inventory.pk,
+            )
 
     def _apply_uploads(self, now: datetime) -> None:
         if self.uploads is None:
@@ -1163,6 +1159,247 @@ class _Scanner:
         vanished = [row.pk for ident, row in existing.items() if ident not in seen and row.gone_at is None]
         for i in range(0, len(vanished), 1000):
             ObjectVersion.objects.filter(pk__in=vanished[i : i + 1000]).update(gone_at=now)
+
+
+# --- the checksum phase: HEAD chunks, one task each -----------------------------------------------
+
+
+class ChunkRetry(Exception):
+    """A chunk met a store that may answer later (throttling, 5xx, a timeout): its task retries it."""
+
+    def __init__(self, error: s3.S3Error) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def head_chunks_queue(inventory_id: int, *, queue: str | None = None) -> int:
+    """Queue a task for each pending chunk of one scan's checksum phase (once this transaction commits)."""
+    from fleet.tasks import head_chunk
+
+    ids = list(
+        HeadChunk.objects.filter(inventory_id=inventory_id, state=HeadChunkState.PENDING)
+        .order_by("seq")
+        .values_list("pk", flat=True)
+    )
+    options = {"queue": queue} if queue else {}
+    for pk in ids:
+        transaction.on_commit(lambda pk=pk: head_chunk.apply_async((pk,), **options))
+    return len(ids)
+
+
+def head_chunks_resend(*, now: datetime | None = None) -> int:
+    """Queue again the pending chunks of scans whose checksum phase made no progress for ``HEAD_STALLED``.
+
+    A chunk's message can be lost (a broker restart without persistence, a worker killed between the
+    apply and the queueing). A chunk still waiting behind a long queue may be sent twice; the second
+    delivery finds it done and writes nothing.
+    """
+    now = now or timezone.now()
+    cutoff = now - HEAD_STALLED
+    stalled = []
+    pending = (
+        Inventory.objects.filter(head_chunks__state=HeadChunkState.PENDING, finished_at__lt=cutoff)
+        .order_by()
+        .values_list("pk", flat=True)
+        .distinct()
+    )
+    for inventory_id in pending:
+        last = (
+            HeadChunk.objects.filter(inventory_id=inventory_id, finished_at__isnull=False)
+            .order_by("-finished_at")
+            .values_list("finished_at", flat=True)
+            .first()
+        )
+        if last is None or last < cutoff:
+            stalled.append(inventory_id)
+    return sum(head_chunks_queue(inventory_id) for inventory_id in stalled)
+
+
+def head_backoff(retries: int) -> float:
+    """Seconds before a chunk's next attempt: exponential, capped, with full jitter (many chunks retry at once)."""
+    return random.uniform(HEAD_BACKOFF / 2, min(HEAD_BACKOFF_MAX, HEAD_BACKOFF * 2**retries))
+
+
+def head_chunk_run(chunk_id: int, *, final: bool = True, worker: str = "") -> str:
+    """HEAD one chunk's objects, write what the store says and verify their checkpoints again. Idempotent.
+
+    Raises ``ChunkRetry`` when the store may answer later and this is not the ``final`` attempt; on
+    the final one the chunk is given up (marked failed, its objects left unverified, the reason kept).
+    An object refused for good (AccessDenied) is counted as failed and the others are written. An
+    object gone or rewritten since it was listed (the conditional HEAD says so, or the shard file now
+    carries another ETag) is left alone: the scan that sees the new content fetches its checksum.
+    """
+    chunk = HeadChunk.objects.filter(pk=chunk_id).first()
+    if chunk is None or chunk.state != HeadChunkState.PENDING:
+        return "skipped"
+    HeadChunk.objects.filter(pk=chunk.pk).update(attempts=F("attempts") + 1)
+    attempts = chunk.attempts + 1
+    started = time.monotonic()
+    bucket = Bucket.objects.filter(location_id=chunk.location_id).first()
+    if bucket is None:
+        return _chunk_end(chunk, {}, gave_up=True, error="the location has no bucket settings any more", worker=worker)
+    try:
+        answers, failed, error = _head_items(bucket, chunk.items)
+    except s3.S3Error as exc:
+        if exc.transient and not final:
+            raise ChunkRetry(exc) from None
+        why = f"given up after {attempts} attempts" if exc.transient else "not retried: it would fail the same way"
+        return _chunk_end(chunk, {}, gave_up=True, error=f"{exc.message}; {why}", worker=worker)
+    state = _chunk_end(chunk, answers, gave_up=False, failed=failed, error=error, worker=worker)
+    log.info(
+        "HEAD chunk %s (scan %s, %s objects, attempt %s): %s in %.2f s",
+        chunk.seq,
+        chunk.inventory_id,
+        chunk.size,
+        attempts,
+        state,
+        time.monotonic() - started,
+    )
+    return state
+
+
+def _head_items(bucket: Bucket, items: list[list[str]]) -> tuple[dict[str, s3.HeadInfo], int, str]:
+    """HEAD every ``[path, ETag]`` by ``HEAD_THREADS`` threads: (answers by path, objects refused, first refusal).
+
+    A transient failure of any object raises (the chunk is retried whole); a refusal is counted.
+    """
+    client = s3.client_for(bucket)
+    prefix = bucket.prefix if not bucket.prefix or bucket.prefix.endswith("/") else bucket.prefix + "/"
+
+    def one(item: list[str]) -> s3.HeadInfo | s3.S3Error | None:
+        path, etag = item
+        try:
+            return s3.head(client, bucket.bucket_name, prefix + path, etag=etag)
+        except s3.S3Error as exc:
+            if exc.transient:
+                raise
+            return exc
+
+    answers: dict[str, s3.HeadInfo] = {}
+    failed = 0
+    first = ""
+    pool = ThreadPoolExecutor(max_workers=HEAD_THREADS, thread_name_prefix="s3-head")
+    try:
+        for (path, _etag), answer in zip(items, pool.map(one, items), strict=True):
+            if isinstance(answer, s3.S3Error):
+                failed += 1
+                first = first or answer.message
+            elif answer is not None:
+                answers[path] = answer
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return answers, failed, first
+
+
+def _chunk_end(
+    chunk: HeadChunk,
+    answers: dict[str, s3.HeadInfo],
+    *,
+    gave_up: bool,
+    failed: int = 0,
+    error: str = "",
+    worker: str = "",
+) -> str:
+    """Write one chunk's answers, verify its checkpoints again and count it, in one transaction."""
+    from catalog.models import CheckpointCopy
+    from catalog.verification import checkpoints_verify
+
+    state = HeadChunkState.FAILED if gave_up else HeadChunkState.DONE
+    failed = chunk.size if gave_up else failed
+    fields = ["checksum", "checksum_algo", "version_id", "legal_hold", "retain_until"]
+    with transaction.atomic():
+        # The ingest's lock: a scan or inventory applying at this location waits, and is waited for.
+        location = StorageLocation.objects.select_for_update().filter(pk=chunk.location_id).first()
+        now = timezone.now()
+        took = HeadChunk.objects.filter(pk=chunk.pk, state=HeadChunkState.PENDING).update(
+            state=state,
+            finished_at=now,
+            failed=failed,
+            error=error[:2000],
+            done_by=worker[:200],
+            # The keys are only worth keeping while something of the chunk is unresolved.
+            items=chunk.items if failed else [],
+        )
+        if not took or location is None:
+            return "skipped"  # another delivery finished it first
+        listed = {path: etag for path, etag in chunk.items if path in answers}
+        changed = []
+        for path_batch in _batches(list(listed), 1000):
+            for row in ShardFile.objects.filter(
+                location_id=chunk.location_id, path__in=path_batch, gone_at__isnull=True
+            ).only("pk", "path", "etag", "copy_id", *fields):
+                if row.etag != listed[row.path]:
+                    continue  # rewritten since it was listed: the next scan fetches for the new content
+                info = answers[row.path]
+                values = {
+                    "checksum": info.checksum or row.checksum,
+                    "checksum_algo": info.checksum_algo if info.checksum else row.checksum_algo,
+                    "version_id": (info.version_id or row.version_id)[:1024],
+                    "legal_hold": info.legal_hold if chunk.write_lock_state else row.legal_hold,
+                    "retain_until": info.retain_until if chunk.write_lock_state else row.retain_until,
+                }
+                if any(getattr(row, k) != v for k, v in values.items()):
+                    for k, v in values.items():
+                        setattr(row, k, v)
+                    changed.append(row)
+        ShardFile.objects.bulk_update(changed, fields, batch_size=1000)
+        copy_ids = {row.copy_id for row in changed if row.copy_id}
+        copies = 0
+        if copy_ids:
+            checkpoints = set(CheckpointCopy.objects.filter(pk__in=copy_ids).values_list("checkpoint_id", flat=True))
+            copies = checkpoints_verify(checkpoints)
+        HeadChunk.objects.filter(pk=chunk.pk).update(written=len(changed), copies=copies)
+        Inventory.objects.filter(pk=chunk.inventory_id).update(
+            checksums_done=F("checksums_done") + chunk.size, checksums_failed=F("checksums_failed") + failed
+        )
+        if not HeadChunk.objects.filter(inventory_id=chunk.inventory_id, state=HeadChunkState.PENDING).exists():
+            _checksums_finished(chunk.inventory_id, location, now)
+    return state
+
+
+def _batches(values: list, size: int) -> Iterator[list]:
+    for i in range(0, len(values), size):
+        yield values[i : i + size]
+
+
+def _checksums_finished(inventory_id: int, location: StorageLocation, now: datetime) -> None:
+    """The last chunk of a scan is in: record when, say what failed, and roll usage up again if verdicts moved."""
+    sums = HeadChunk.objects.filter(inventory_id=inventory_id).aggregate(
+        copies=Sum("copies"), failed=Sum("failed"), written=Sum("written"), attempts=Sum("attempts")
+    )
+    if sums["copies"]:
+        from catalog.usage import usage_refresh
+
+        # Verification may have found a copy corrupt: today's usage states follow it.
+        usage_refresh(location=location, day=now.astimezone(UTC).date(), now=now)
+    inventory = Inventory.objects.only("pk", "error", "checksums_total", "finished_at").get(pk=inventory_id)
+    error = inventory.error
+    failed = sums["failed"] or 0
+    if failed:
+        reason = (
+            HeadChunk.objects.filter(inventory_id=inventory_id, failed__gt=0)
+            .exclude(error="")
+            .order_by("seq")
+            .values_list("error", flat=True)
+            .first()
+        )
+        note = (
+            f"warning: stored checksums could not be fetched for {failed:,} of {inventory.checksums_total:,} "
+            f"object(s), which stay unverified until they change: {reason or 'no reason given'}"
+        )
+        error = f"{error}\n{note}" if error else note
+    Inventory.objects.filter(pk=inventory_id).update(checksums_finished_at=now, error=error[:4000])
+    log.info(
+        "scan %s stored: %s HEAD requests after the snapshot, %s files updated, %s copies re-verified, in %.2f s "
+        "(%s chunk attempts, %s objects failed)",
+        inventory_id,
+        inventory.checksums_total,
+        sums["written"] or 0,
+        sums["copies"] or 0,
+        (now - inventory.finished_at).total_seconds() if inventory.finished_at else 0.0,
+        sums["attempts"] or 0,
+        failed,
+    )
 
 
 def _report_time(value: str) -> datetime | None:

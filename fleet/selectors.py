@@ -111,14 +111,14 @@ def bytes_by_tier(location_ids: Iterable[int]) -> dict[int, list[TierBytes]]:
     Reads the location's ``UsageDaily`` rows of its latest rolled-up day (``UsageCursor.day``), which
     the ingest rewrites from the present files in the same transaction as every applied inventory or
     scan, so the page costs the same at a thousand files or a hundred million. Incomplete multipart
-    uploads are rolled up too but are no files; they are shown on their own.
+    uploads and non-current versions are rolled up too but are no present files; they are shown on their own.
     """
     ids = list(location_ids)
     if not ids:
         return {}
     rows = (
         UsageDaily.objects.filter(location_id__in=ids, day=F("location__usage_cursor__day"))
-        .exclude(state=UsageState.MULTIPART)
+        .exclude(state__in=[UsageState.MULTIPART, UsageState.NONCURRENT])
         .values("location_id", "tier")
         .annotate(total=Sum("bytes"), objects=Sum("files"))
         .order_by()

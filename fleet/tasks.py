@@ -14,9 +14,14 @@ def ingest_inventory(self, inventory_id: int) -> str:
 
 @shared_task(acks_late=True)
 def sweep_inventories() -> dict:
-    """Re-queue lost inventories, fail abandoned ones, remove old uploads (every 10 minutes, from beat)."""
+    """Re-queue lost inventories and stalled HEAD chunks, fail abandoned ones, remove old uploads (every 10 minutes)."""
     counts = ingest.sweep()
-    return {"resent": counts.resent, "abandoned": counts.abandoned, "uploads_removed": counts.uploads_removed}
+    return {
+        "resent": counts.resent,
+        "abandoned": counts.abandoned,
+        "uploads_removed": counts.uploads_removed,
+        "head_chunks_resent": scan.head_chunks_resend(),
+    }
 
 
 @shared_task(acks_late=True, bind=True)
@@ -26,8 +31,24 @@ def scan_bucket(self, inventory_id: int) -> str:
     S3 requests are retried with backoff inside botocore; a scan that still fails is recorded as
     failed, with the reason, and the next scheduled or on-demand scan tries again.
     """
-    inventory = scan.scan_run(inventory_id, claim=self.request.id or "")
+    # The checksum phase's chunks follow the scan to its queue: the workers that take scans take them.
+    queue = (self.request.delivery_info or {}).get("routing_key") or None
+    inventory = scan.scan_run(inventory_id, claim=self.request.id or "", queue=queue)
     return inventory.status if inventory else "skipped"
+
+
+@shared_task(acks_late=True, bind=True, max_retries=scan.HEAD_RETRIES)
+def head_chunk(self, chunk_id: int) -> str:
+    """HEAD one chunk of a scan's checksum phase, write and verify it. Idempotent: a done chunk is skipped.
+
+    Throttling, 5xx and timeouts (after botocore's own retries) retry the chunk with exponential
+    backoff and jitter, ``HEAD_RETRIES`` times; then it is given up and its objects stay unverified.
+    """
+    final = self.request.retries >= self.max_retries
+    try:
+        return scan.head_chunk_run(chunk_id, final=final, worker=self.request.hostname or "")
+    except scan.ChunkRetry as exc:
+        raise self.retry(countdown=scan.head_backoff(self.request.retries), exc=exc.error) from None
 
 
 @shared_task(acks_late=True)

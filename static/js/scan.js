@@ -1,7 +1,9 @@
 /* The "Scan now" buttons of the fleet page. Without JavaScript each button is a plain form POST to the
    page's own view. With it, the button POSTs to the API (session cookie + CSRF token), then polls the
-   scan's inventory, showing the objects counted so far, until it is applied or failed, and reloads the
-   page so the row shows the outcome. A scan already running when the page loads is followed the same way.
+   scan's inventory, showing the objects counted so far, until it is applied or failed; an applied scan is
+   followed through its checksum phase ("checksums: N of M objects", the HEADs that workers do after the
+   snapshot), then the page reloads so the row shows the outcome. A scan (or checksum phase) already
+   running when the page loads is followed the same way.
    Refusals (409: a scan of this bucket is running) are shown as the server words them. */
 (function () {
   "use strict";
@@ -58,6 +60,21 @@
     });
   }
 
+  // Applied, and the stored checksums of what it added or changed are still being fetched.
+  function checksumsRunning(inventory) {
+    return inventory.status === "applied" && Number(inventory.checksums_total || 0) > 0 &&
+      !inventory.checksums_finished_at;
+  }
+
+  function checksums(inventory) {
+    var text = "checksums: " + Number(inventory.checksums_done || 0).toLocaleString("en-US") + " of " +
+      count(inventory.checksums_total, "object");
+    if (inventory.checksums_failed) {
+      text += " (" + Number(inventory.checksums_failed).toLocaleString("en-US") + " failed)";
+    }
+    return text;
+  }
+
   function progress(inventory) {
     var name = "Scan #" + inventory.id + " ";
     if (inventory.status === "received") {
@@ -68,13 +85,22 @@
         ") so far…";
     }
     if (inventory.status === "applied") {
-      return name + "applied: " + count(inventory.files_count, "object") + ", " + bytes(inventory.bytes_total) +
-        ". Reloading…";
+      var applied = name + "applied: " + count(inventory.files_count, "object") + ", " + bytes(inventory.bytes_total);
+      if (checksumsRunning(inventory)) {
+        return applied + "; " + checksums(inventory) + "…";
+      }
+      if (Number(inventory.checksums_failed || 0) > 0) {
+        applied += "; " + checksums(inventory);
+      }
+      return applied + ". Reloading…";
     }
     return name + "failed: " + (inventory.error || "no reason given") + " Reloading…";
   }
 
-  function poll(form, url, failures) {
+  function poll(form, url, failures, id) {
+    if (id !== form.pollId) {
+      return; // a newer scan of this form is followed instead
+    }
     fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(function (response) {
         return readJson(response).then(function (body) {
@@ -85,12 +111,12 @@
         });
       })
       .then(function (inventory) {
-        var done = inventory.status === "applied" || inventory.status === "failed";
+        var done = (inventory.status === "applied" && !checksumsRunning(inventory)) || inventory.status === "failed";
         say(form, progress(inventory), inventory.status === "failed");
         if (done) {
           window.setTimeout(function () { window.location.reload(); }, 800);
         } else {
-          window.setTimeout(function () { poll(form, url, 0); }, POLL_MS);
+          window.setTimeout(function () { poll(form, url, 0, id); }, POLL_MS);
         }
       })
       .catch(function (error) {
@@ -99,8 +125,13 @@
           enable(form, true);
           return;
         }
-        window.setTimeout(function () { poll(form, url, failures + 1); }, POLL_MS * (failures + 2));
+        window.setTimeout(function () { poll(form, url, failures + 1, id); }, POLL_MS * (failures + 2));
       });
+  }
+
+  function follow(form, url) {
+    form.pollId = (form.pollId || 0) + 1;
+    poll(form, url, 0, form.pollId);
   }
 
   function start(form) {
@@ -116,7 +147,7 @@
         return readJson(response).then(function (body) {
           if (response.status === 202 && body.url) {
             say(form, "Scan #" + body.id + " started…", false);
-            poll(form, body.url, 0);
+            follow(form, body.url);
             return;
           }
           // 409 while a scan runs, 400 for a location that is not a bucket, 403 without the right: in words.
@@ -140,7 +171,7 @@
       });
       var running = form.getAttribute("data-running");
       if (running) {
-        poll(form, running, 0);
+        follow(form, running);
       }
     });
   }

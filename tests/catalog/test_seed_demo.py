@@ -35,7 +35,9 @@ def test_the_demo_has_hosts_runs_and_broken_checkpoints(db, tmp_path, settings):
     assert states() == found
 
 
-def test_the_demo_with_an_s3_endpoint_holds_bucket_copies_of_the_same_runs_good_and_bad(db, tmp_path, settings, s3):
+def test_the_demo_with_an_s3_endpoint_holds_bucket_copies_of_the_same_runs_good_and_bad(
+    db, tmp_path, settings, s3, django_capture_on_commit_callbacks
+):
     from io import StringIO
 
     from catalog import selectors
@@ -46,7 +48,13 @@ def test_the_demo_with_an_s3_endpoint_holds_bucket_copies_of_the_same_runs_good_
     settings.VAR_DIR = tmp_path
     settings.S3_SECRETS_DIR = tmp_path / "s3-secrets"
     out = StringIO()
-    call_command("seed_demo", dir=str(tmp_path / "demo"), s3_endpoint=s3.url, stdout=out)
+
+    def seed(stdout) -> None:
+        # A scan's checksum phase is queued once its snapshot commits (HEAD chunks, a task each): run it too.
+        with django_capture_on_commit_callbacks(execute=True):
+            call_command("seed_demo", dir=str(tmp_path / "demo"), s3_endpoint=s3.url, stdout=stdout)
+
+    seed(out)
 
     buckets = {b.bucket_name: b for b in Bucket.objects.select_related("location")}
     assert set(buckets) == {"ckpt-demo-eu", "ckpt-demo-us"}
@@ -92,7 +100,7 @@ def test_the_demo_with_an_s3_endpoint_holds_bucket_copies_of_the_same_runs_good_
     # Again on the same endpoint: nothing is written, nothing changes.
     before = states()
     last = Inventory.objects.order_by("-pk").values_list("pk", flat=True).first()
-    call_command("seed_demo", dir=str(tmp_path / "demo"), s3_endpoint=s3.url, stdout=StringIO())
+    seed(StringIO())
     again = Inventory.objects.filter(pk__gt=last)
     assert again.count() == 6  # four hosts, two buckets
     assert all((i.files_added, i.files_changed, i.files_gone) == (0, 0, 0) for i in again), list(again.values())
@@ -100,7 +108,7 @@ def test_the_demo_with_an_s3_endpoint_holds_bucket_copies_of_the_same_runs_good_
 
     # Again on an endpoint that forgot everything (moto restarted): filled again, the same catalog.
     _reset(s3.url)
-    call_command("seed_demo", dir=str(tmp_path / "demo"), s3_endpoint=s3.url, stdout=StringIO())
+    seed(StringIO())
     assert states() == before
     assert MultipartUpload.objects.filter(location=eu, gone_at__isnull=True).count() == 1
     assert MultipartUpload.objects.filter(location=eu, gone_at__isnull=False).count() == 1
