@@ -411,7 +411,7 @@ def _restorable_key(step, tag, verification) -> tuple:
     return (verification == Verification.VERIFIED, step is not None, step or 0, tag)
 
 
-def _newest_excluding(run_id: int, exclude_copy_ids: set[int]) -> tuple[int | None, bool]:
+def newest_excluding(run_id: int, exclude_copy_ids: set[int]) -> tuple[int | None, bool]:
     rows = (
         CheckpointCopy.objects.filter(gone_at__isnull=True, state=CopyState.COMPLETE, checkpoint__run_id=run_id)
         .exclude(pk__in=exclude_copy_ids)
@@ -425,7 +425,7 @@ def _newest_excluding(run_id: int, exclude_copy_ids: set[int]) -> tuple[int | No
     return (best[1], best[0][0]) if best else (None, False)
 
 
-def _grace_days() -> int:
+def grace_days() -> int:
     days = int(getattr(settings, "DELETION_GRACE_DAYS", 7))
     if days <= 0 and not settings.DEBUG:
         raise DomainError("the deletion grace period is zero, which only development settings allow")
@@ -496,7 +496,7 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
         monthly = sum((p.monthly_cost for p in parts), Decimal(0))
 
     before, before_verified = newest_restorable(checkpoint.run)
-    after_id, after_verified = _newest_excluding(checkpoint.run_id, going_ids | already_going)
+    after_id, after_verified = newest_excluding(checkpoint.run_id, going_ids | already_going)
     after = None
     if after_id is not None:
         after = checkpoint if after_id == checkpoint.pk else Checkpoint.objects.get(pk=after_id)
@@ -636,7 +636,7 @@ def schedule_deletion(
     reason = _text(reason, "a reason")
     origin = _check_origin(origin)
     _person_role(actor, Role.OPERATOR, doing="scheduling a deletion", target=checkpoint)
-    grace = _grace_days()
+    grace = grace_days()
     with transaction.atomic():
         checkpoint = lock_checkpoint(checkpoint.pk)
         if copy is not None:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from actions import views
+from actions import views, views_bulk
 
 app_name = "actions"
 urlpatterns = [
@@ -13,4 +13,6 @@ urlpatterns = [
     path("deletions/<int:pk>/", views.deletion_detail, name="deletion-detail"),
     path("deletions/<int:pk>/approve/", views.approve, name="approve"),
     path("deletions/<int:pk>/cancel/", views.cancel, name="cancel"),
+    path("bulk/", views_bulk.bulk, name="bulk"),
+    path("bulk/<slug:token>/", views_bulk.bulk_result, name="bulk-result"),
 ]

@@ -1,9 +1,11 @@
+from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from actions.api import DeletionViewSet, HoldViewSet, PinViewSet
+from actions.views_bulk import BulkApiView
 
 router = SimpleRouter()
 router.register("pins", PinViewSet, basename="action-pin")
 router.register("holds", HoldViewSet, basename="action-hold")
 router.register("deletions", DeletionViewSet, basename="action-deletion")
-urlpatterns = router.urls
+urlpatterns = [path("bulk/", BulkApiView.as_view(), name="action-bulk"), *router.urls]

@@ -6,17 +6,23 @@ API and the pages cannot drift apart.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import Min
 from django.http import Http404
 from django.shortcuts import get_object_or_404, render
 
-from access.scoping import may_see_run, restrict_runs
+from access.roles import Role, has_role
+from access.scoping import may_see_run, restrict_runs, scoped_team_names, visible_orphans
+from actions.models import DeletionJob, Hold, Pin
+from actions.protection import OPEN_DELETION_STATES
 from catalog import placement, selectors
-from catalog.choices import CopyState, RunStatus
+from catalog.choices import CopyState, RunStatus, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run
-from catalog.run_filters import SORTS, RunFilters
-from catalog.verification import failure_domain, summarize
+from catalog.run_filters import SORTS, BadCursor, RunFilters
+from catalog.verification import VerificationSummary, failure_domain, summarize
 from ckptfleet.params import positive_int_param
 from fleet.choices import Tier
 
@@ -27,20 +33,38 @@ FILES_PER_PAGE = 200
 ORPHAN_GROUPS_PER_PAGE = 100
 FLAGGED_PER_PAGE = 50
 FLAGGED_PREVIEW = 5
+# What a flag list's bulk bar offers (``actions.views_bulk``): a row is a whole checkpoint.
+PLACEMENT_BULK_OPTIONS = [
+    ("pin", "Pin them"),
+    ("hold", "Place a legal hold on them"),
+    ("delete-checkpoint", "Schedule deletion of every copy of them"),
+]
 
 
 @login_required
 def run_list(request):
+    """Keyset pages of runs (``RunFilters.page``): ``cursor`` from the Next and Previous links; an old
+    ``page=N`` link still opens page N. A cursor that does not parse, or is of another sort, opens the start."""
     filters = RunFilters.from_params(request.GET)
-    paginator = Paginator(restrict_runs(filters.apply(), request.user), RUNS_PER_PAGE)
-    page = paginator.get_page(request.GET.get("page"))
+    try:
+        cursor = filters.cursor(request.GET.get("cursor"))
+    except BadCursor:
+        cursor = None
+    number = (request.GET.get("page") or "").strip()
+    offset = (int(number) - 1) * RUNS_PER_PAGE if cursor is None and number.isdigit() and int(number) > 1 else 0
+    page = filters.page(
+        restrict_runs(Run.objects.all(), request.user), cursor=cursor, offset=offset, size=RUNS_PER_PAGE
+    )
     teams = list(selectors.team_choices())
     return render(
         request,
         "catalog/run_list.html",
         {
-            "page_obj": page,
-            "runs": page.object_list,
+            "page": page,
+            "runs": page.runs,
+            "next_query": filters.query(cursor=page.next.encode()) if page.next else "",
+            "previous_query": filters.query(cursor=page.previous.encode()) if page.previous else "",
+            "first_query": filters.query(),
             "teams": teams,
             "filters": filters,
             "q": filters.q,
@@ -52,7 +76,7 @@ def run_list(request):
             "sorts": [(key, label) for key, (label, _) in SORTS.items()],
             "page_query": filters.query(),
             # No run at all and no filter: the fleet has reported nothing yet.
-            "fleet_is_empty": paginator.count == 0 and not filters.narrowed,
+            "fleet_is_empty": page.count == 0 and not filters.narrowed,
         },
     )
 
@@ -72,8 +96,7 @@ def run_detail(request, pk: int):
             .order_by("location__name")
         )
     checkpoints = list(page.object_list)
-    for checkpoint in checkpoints:
-        checkpoint.verification_summary = summarize(checkpoint.present)
+    run_placement = placement.run_placement(run.pk, checkpoints)
     return render(
         request,
         "catalog/run_detail.html",
@@ -83,9 +106,103 @@ def run_detail(request, pk: int):
             "checkpoints": checkpoints,
             "newest": newest,
             "newest_copies": newest_copies,
-            "placement": placement.run_placement(run.pk, checkpoints),
+            "placement": run_placement,
+            "timeline": _timeline(run, run_placement, newest),
         },
     )
+
+
+@dataclass
+class TimelineRow:
+    """One checkpoint of the run page's timeline: the placement row (its copies under their locations)
+    with what the timeline adds: where it sits on the step axis, its copies' states, the tiers its bytes
+    are on, the protection it has, and the reasons of copies that are not good."""
+
+    row: placement.Row
+    cells: list[tuple[placement.Column, list[placement.PlacedCopy]]]
+    position: float | None
+    states: list[tuple[str, int]]
+    tiers: list[str]
+    verification: VerificationSummary
+    pinned: bool
+    holds: list[str]
+    deletions: list[int]
+    reasons: list[tuple[str, str]]
+    newest: bool
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return self.row.checkpoint
+
+    @property
+    def mark_state(self) -> str:
+        """The state the mark on the axis shows: the best copy's, since a checkpoint restores from its best."""
+        names = [state for state, _ in self.states]
+        for state in (CopyState.COMPLETE, CopyState.PARTIAL, CopyState.CORRUPT):
+            if state in names:
+                return state
+        return "none"
+
+
+def _copy_reasons(copy: CheckpointCopy) -> list[str]:
+    """What is wrong with a copy, as the checkpoint page says it: its state's reasons, then verification's."""
+    out = list(copy.reasons or [])
+    if copy.verification != Verification.VERIFIED:
+        label = copy.get_verification_display()
+        out += [f"{label}: {r}" for r in copy.verification_reasons or [] if r not in out]
+    return out
+
+
+def _timeline(run: Run, run_placement: placement.RunPlacement, newest: Checkpoint | None) -> dict:
+    """The run page's timeline of a page of checkpoints; four queries (the step range, holds, pins and open
+    deletions), whatever the number of checkpoints."""
+    present = Checkpoint.objects.filter(run=run, copies__gone_at__isnull=True, step__isnull=False)
+    low = present.aggregate(low=Min("step"))["low"]
+    high = run.newest_step
+    rows = run_placement.rows
+    ids = [r.checkpoint.pk for r in rows]
+    holds = list(Hold.objects.filter(run=run, released_at__isnull=True).values_list("checkpoint_id", "case_ref"))
+    pinned = set(
+        Pin.objects.filter(checkpoint_id__in=ids, unpinned_at__isnull=True).values_list("checkpoint_id", flat=True)
+    )
+    deleting: dict[int, list[int]] = {}
+    for job_id, ckpt_id in DeletionJob.objects.filter(
+        checkpoint_id__in=ids, state__in=OPEN_DELETION_STATES
+    ).values_list("pk", "checkpoint_id"):
+        deleting.setdefault(ckpt_id, []).append(job_id)
+    run_cases = sorted({case for ckpt, case in holds if ckpt is None})
+    out = []
+    for row in rows:
+        ck = row.checkpoint
+        position = None
+        if ck.step is not None and low is not None and high is not None:
+            position = 100.0 if high == low else round((ck.step - low) * 100 / (high - low), 2)
+        states: dict[str, int] = {}
+        tiers: dict[str, tuple[int, str]] = {}  # label: (tier order, label), so the hottest is named first
+        reasons = []
+        for p in row.copies:
+            states[p.copy.state] = states.get(p.copy.state, 0) + 1
+            shares = [(t.tier, t.storage_class or t.tier_label) for t in p.tiers]
+            for tier, label in shares or [(p.location.tier, p.location.get_tier_display())]:
+                tiers.setdefault(label, (placement.TIER_ORDER.get(tier, 99), label))
+            reasons += [(p.location.name, r) for r in _copy_reasons(p.copy)]
+        order = [CopyState.COMPLETE, CopyState.PARTIAL, CopyState.CORRUPT]
+        out.append(
+            TimelineRow(
+                row=row,
+                cells=list(zip(run_placement.columns, row.cells, strict=True)),
+                position=position,
+                states=sorted(states.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 9),
+                tiers=[label for _, label in sorted(tiers.values())],
+                verification=summarize(ck.present),
+                pinned=ck.pk in pinned,
+                holds=run_cases + sorted({case for ckpt, case in holds if ckpt == ck.pk}),
+                deletions=deleting.get(ck.pk, []),
+                reasons=reasons,
+                newest=newest is not None and newest.pk == ck.pk,
+            )
+        )
+    return {"rows": out, "low": low, "high": high, "run_held": bool(run_cases)}
 
 
 @login_required
@@ -142,7 +259,7 @@ def orphans(request):
     kind = request.GET.get("kind", "")
     kind = kind if kind in selectors.OrphanKind.values else ""
     location_id = positive_int_param(request, "location")
-    groups = selectors.orphans(kind=kind or None, location_id=location_id)
+    groups = visible_orphans(selectors.orphans(kind=kind or None, location_id=location_id), request.user)
     paginator = Paginator(groups, ORPHAN_GROUPS_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
     return render(
@@ -157,6 +274,7 @@ def orphans(request):
             "kind": kind,
             "location_id": location_id,
             "filtered": bool(kind or location_id),
+            "scoped": scoped_team_names(request.user) is not None,
         },
     )
 
@@ -209,5 +327,7 @@ def placement_overview(request):
             "total": sum(c["count"] for c in cards),
             "nvme_days": placement.nvme_days(),
             "preview_size": FLAGGED_PREVIEW,
+            "can_act": has_role(request.user, Role.OPERATOR),
+            "bulk_options": PLACEMENT_BULK_OPTIONS,
         },
     )

@@ -12,7 +12,8 @@ from django.db.models import Count, OuterRef, Q, Subquery, Sum
 from django.shortcuts import render
 from django.urls import reverse
 
-from access.scoping import restrict_runs
+from access.roles import Role, has_role
+from access.scoping import restrict_events, restrict_runs, scoped_team_names, spend_team_ids
 from catalog import placement, spend
 from catalog.choices import CopyState, Verification
 from catalog.models import AuditEvent, CheckpointCopy, UsageDaily, UsageState
@@ -50,6 +51,15 @@ QUEUES = {
 }
 
 
+# What the queue's bulk bar offers (``actions.views_bulk``): a row is one copy of a checkpoint.
+BULK_OPTIONS = [
+    ("pin", "Pin their checkpoints"),
+    ("hold", "Place a legal hold on their checkpoints"),
+    ("delete-copy", "Schedule deletion of the listed copies"),
+    ("delete-checkpoint", "Schedule deletion of their whole checkpoints"),
+]
+
+
 def _present_copies(user):
     return restrict_runs(CheckpointCopy.objects.filter(gone_at__isnull=True), user, run_path="checkpoint__run__")
 
@@ -63,10 +73,11 @@ def _locations_with_last_scan():
     )
 
 
-def overview_basis() -> tuple[spend.Basis, spend.Summary]:
-    """This month's spend basis and headline numbers."""
+def overview_basis(user=None) -> tuple[spend.Basis, spend.Summary]:
+    """This month's spend basis and headline numbers (of ``user``'s teams when scoped: ``access.scoping``)."""
     today = utc_today()
-    basis = spend.basis_for(spend.Period.month(today.year, today.month), today=today)
+    scope = spend.Scope(team_ids=spend_team_ids(user))
+    basis = spend.basis_for(spend.Period.month(today.year, today.month), today=today, scope=scope)
     return basis, spend.summary(basis)
 
 
@@ -75,9 +86,13 @@ def attention_items(user, basis: spend.Basis, *, locations=None) -> list[dict]:
     copies = _present_copies(user).aggregate(**{key: Count("pk", filter=q) for key, (_, _, q) in QUEUES.items()})
     orphaned = {}
     if basis.as_of is not None:
-        orphaned = UsageDaily.objects.filter(
-            day=basis.as_of, state__in=[UsageState.UNCLAIMED, UsageState.TEMPORARY, UsageState.MULTIPART]
-        ).aggregate(bytes=Sum("bytes"), files=Sum("files"))
+        orphaned = (
+            UsageDaily.objects.filter(
+                day=basis.as_of, state__in=[UsageState.UNCLAIMED, UsageState.TEMPORARY, UsageState.MULTIPART]
+            )
+            .filter(basis.scope.q())
+            .aggregate(bytes=Sum("bytes"), files=Sum("files"))
+        )
     if locations is None:
         locations = list(_locations_with_last_scan())
     failing = sum(1 for loc in locations if loc.last_status == InventoryStatus.FAILED)
@@ -112,7 +127,7 @@ def attention_items(user, basis: spend.Basis, *, locations=None) -> list[dict]:
                 "help": placement.flag_help(flag),
                 "url": f"{reverse('catalog:placement')}?flag={flag}",
             }
-            for flag, n in placement.flag_counts().items()
+            for flag, n in _flag_counts(user).items()
         ),
         {
             "key": "failed_scans",
@@ -126,14 +141,20 @@ def attention_items(user, basis: spend.Basis, *, locations=None) -> list[dict]:
     ]
 
 
+def _flag_counts(user) -> dict[str, int]:
+    if scoped_team_names(user) is None:
+        return placement.flag_counts()
+    return {f: restrict_runs(placement.flagged(f), user, run_path="run__").count() for f in placement.Flag.values}
+
+
 @login_required
 def overview(request):
-    basis, summary = overview_basis()
+    basis, summary = overview_basis(request.user)
     by_tier = spend.by_tier(basis)
     locations = list(_locations_with_last_scan().order_by("last_applied_at", "name"))
     attention = attention_items(request.user, basis, locations=locations)
     copies_total = _present_copies(request.user).count()
-    events = list(AuditEvent.objects.order_by("-at", "-id")[:RECENT_EVENTS])
+    events = list(restrict_events(AuditEvent.objects.all(), request.user).order_by("-at", "-id")[:RECENT_EVENTS])
     return render(
         request,
         "overview.html",
@@ -182,5 +203,7 @@ def copy_queue(request):
             "next_after": page[-1].pk if more and page else None,
             "total": totals["n"],
             "total_bytes": totals["bytes"] or 0,
+            "can_act": has_role(request.user, Role.OPERATOR),
+            "bulk_options": BULK_OPTIONS,
         },
     )

@@ -8,10 +8,10 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import generics, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
-from rest_framework.pagination import PageNumberPagination
+from rest_framework.pagination import BasePagination, PageNumberPagination
 from rest_framework.response import Response
 
-from access.scoping import restrict_runs
+from access.scoping import restrict_runs, visible_orphans
 from catalog import placement, selectors
 from catalog.api.serializers import (
     CheckpointPlacementSerializer,
@@ -23,7 +23,7 @@ from catalog.api.serializers import (
     RunSerializer,
 )
 from catalog.models import Checkpoint, Run
-from catalog.run_filters import RunFilters
+from catalog.run_filters import SORTS, BadCursor, RunFilters
 from ckptfleet.errors import DomainError
 from fleet.choices import Tier
 
@@ -38,6 +38,76 @@ def _limit(request, default: int, maximum: int) -> int:
     if not raw.isdigit() or not 1 <= int(raw) <= maximum:
         raise DomainError(f"limit must be a whole number from 1 to {maximum}, not {raw!r}", code="bad_limit")
     return int(raw)
+
+
+class RunKeysetPagination(BasePagination):
+    """The runs list's keyset pages, the same as the page's (``RunFilters.page``): ``next`` and ``previous``
+    carry a ``cursor`` (the sort, the sort key and id of a run, the direction); ``page_size`` 1 to 1000."""
+
+    page_size = 100
+    max_page_size = 1000
+
+    def paginate_queryset(self, queryset, request, view=None):
+        self.request = request
+        filters = RunFilters.from_params(request.query_params)
+        try:
+            cursor = filters.cursor(request.query_params.get("cursor"))
+        except BadCursor as exc:
+            raise DomainError(
+                f"cursor must come from `next` or `previous` of this sort: {exc}", code="bad_cursor"
+            ) from None
+        size = request.query_params.get("page_size") or ""
+        size = min(int(size), self.max_page_size) if size.isdigit() and int(size) > 0 else self.page_size
+        self.page = filters.page(queryset, cursor=cursor, size=size)
+        return self.page.runs
+
+    def _link(self, cursor) -> str | None:
+        if cursor is None:
+            return None
+        query = self.request.query_params.copy()
+        query["cursor"] = cursor.encode()
+        return self.request.build_absolute_uri(f"{self.request.path}?{query.urlencode()}")
+
+    def get_paginated_response(self, data):
+        return Response(
+            {
+                "count": self.page.count,
+                "next": self._link(self.page.next),
+                "previous": self._link(self.page.previous),
+                "results": data,
+            }
+        )
+
+    def get_paginated_response_schema(self, schema):
+        link = {"type": "string", "nullable": True, "format": "uri"}
+        return {
+            "type": "object",
+            "required": ["count", "results"],
+            "properties": {
+                "count": {"type": "integer", "description": "Runs matching the filters."},
+                "next": link,
+                "previous": link,
+                "results": schema,
+            },
+        }
+
+    def get_schema_operation_parameters(self, view):
+        return [
+            {
+                "name": "cursor",
+                "required": False,
+                "in": "query",
+                "description": "From `next` or `previous`: a place in the list under its sort.",
+                "schema": {"type": "string"},
+            },
+            {
+                "name": "page_size",
+                "required": False,
+                "in": "query",
+                "description": f"Runs per page, 1 to {self.max_page_size} (default {self.page_size}).",
+                "schema": {"type": "integer"},
+            },
+        ]
 
 
 def _flag_counts(counts: dict[str, int]) -> list[dict]:
@@ -57,20 +127,23 @@ def _flag_counts(counts: dict[str, int]) -> list[dict]:
                 "flag", str, enum=placement.Flag.values, description="Runs with a checkpoint raising this flag."
             ),
             OpenApiParameter("attention", bool, description="Runs with a partial or corrupt present copy."),
+            OpenApiParameter("sort", str, enum=list(SORTS), description="The order of the list (default team)."),
         ]
     )
 )
 class RunViewSet(viewsets.ReadOnlyModelViewSet):
-    """Training runs with checkpoint counts, bytes and their newest step; the runs page's filters apply."""
+    """Training runs with checkpoint counts, bytes and their newest step; the runs page's filters, sorts and
+    keyset pages apply."""
 
     serializer_class = RunSerializer
+    pagination_class = RunKeysetPagination
     filterset_fields = ["team__name", "status"]
 
     def get_queryset(self):
-        runs = selectors.run_list()
         if self.action == "list":
-            runs = RunFilters.from_params(self.request.query_params).apply(runs)
-        return restrict_runs(runs, self.request.user)
+            # Plain runs: the pagination narrows and sorts them, then counts up the page's runs only.
+            return restrict_runs(Run.objects.all(), self.request.user)
+        return restrict_runs(selectors.run_list(), self.request.user)
 
     @extend_schema(
         parameters=[
@@ -207,4 +280,5 @@ class OrphanListView(generics.ListAPIView):
         location = self.request.query_params.get("location") or None
         if location is not None and not location.isdigit():
             raise ValidationError({"location": "a storage location id"})
-        return selectors.orphans(kind=kind, location_id=int(location) if location else None)
+        groups = selectors.orphans(kind=kind, location_id=int(location) if location else None)
+        return visible_orphans(groups, self.request.user)
