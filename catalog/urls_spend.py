@@ -10,4 +10,5 @@ urlpatterns = [
     path("runs/", views_spend.spend_runs, name="runs"),
     path("runs/<int:pk>/", views_spend.spend_run, name="run"),
     path("prices/", views_spend.price_book, name="prices"),
+    path("report/", views_spend.spend_report, name="report"),
 ]

@@ -13,12 +13,15 @@ from decimal import Decimal
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 
 from access.roles import Role, has_role, require_role
+from access.scoping import may_see_run, spend_team_ids
 from catalog import spend
 from catalog.choices import ActorKind, EventSource
 from catalog.models import Run, Team
@@ -142,14 +145,15 @@ def spend_overview(request):
     today = utc_today()
     period = _period(request, today)
     team_id = positive_int_param(request, "team")
-    team = Team.objects.filter(pk=team_id).first() if team_id else None
-    basis = spend.basis_for(period, today=today, scope=spend.Scope(team_id=team.pk if team else None))
+    teams = spend_team_ids(request.user)  # a scoped person's spend is their teams' (access.scoping)
+    team = Team.objects.filter(pk=team_id, **({} if teams is None else {"pk__in": teams})).first() if team_id else None
+    basis = spend.basis_for(period, today=today, scope=spend.Scope(team_id=team.pk if team else None, team_ids=teams))
     summary = spend.summary(basis)
     tables = {
         "by_team": spend.by_team(basis),
         "by_cost_center": spend.by_cost_center(basis),
         "by_tier": spend.by_tier(basis),
-        "by_location": spend.by_location(basis),
+        "by_location": spend.by_location(basis, limit=spend.TOP_LOCATIONS),
         "by_run": spend.by_run(basis, limit=spend.TOP_RUNS),
         "growing": spend.growing_runs(basis),
         "waste": spend.waste(basis),
@@ -186,7 +190,7 @@ def spend_overview(request):
 def spend_runs(request):
     today = utc_today()
     period = _period(request, today)
-    basis = spend.basis_for(period, today=today)
+    basis = spend.basis_for(period, today=today, scope=spend.Scope(team_ids=spend_team_ids(request.user)))
     table = spend.by_run(basis)
     _with_export(request, table)
     paginator = Paginator(table.rows, RUNS_PER_PAGE)
@@ -205,6 +209,8 @@ def spend_runs(request):
 def spend_run(request, pk: int):
     try:
         run = spend.run_for_spend(pk)
+        if not may_see_run(request.user, run):
+            raise Run.DoesNotExist
     except Run.DoesNotExist:
         raise Http404("no such run") from None
     today = utc_today()
@@ -237,6 +243,65 @@ def spend_run(request, pk: int):
             **tables,
         },
     )
+
+
+@login_required
+def spend_report(request):
+    """A month's spend for finance, on paper: totals, breakdowns, waste, trend, forecast, the prices used.
+
+    Finance-only like the exports (a read: refused with a 403 that says why, not audited). Every figure
+    comes from the same ``catalog.spend`` tables as the spend page, so the two cannot disagree.
+    """
+    if not has_role(request.user, Role.FINANCE):
+        raise PermissionDenied(f"The printable spend report needs the finance role, which {request.user} lacks.")
+    today = utc_today()
+    period = _period(request, today).month_period  # a report is of a whole month, even when asked for a day
+    basis = spend.basis_for(period, today=today, scope=spend.Scope(team_ids=spend_team_ids(request.user)))
+    context = {
+        "basis": basis,
+        "period": period,
+        "month_value": f"{period.first:%Y-%m}",
+        "generated_at": timezone.now(),
+        "generated_by": request.user.get_username(),
+        "anything": spend.anything_recorded(),
+        "prices": _prices_of_month(period, today, basis.currency),
+    }
+    if basis.has_data:
+        context.update(
+            summary=spend.summary(basis),
+            by_team=spend.by_team(basis),
+            by_cost_center=spend.by_cost_center(basis),
+            by_tier=spend.by_tier(basis),
+            by_location=spend.by_location(basis),
+            by_run=spend.by_run(basis, limit=spend.TOP_RUNS),
+            waste=spend.waste(basis),
+            monthly_team=spend.monthly_by_team(basis),
+            monthly_tier=spend.monthly_by_tier(basis),
+        )
+    return render(request, "spend/report.html", context)
+
+
+def _prices_of_month(period: spend.Period, today: date, currency: str) -> spend.Table:
+    """The price points in force on some day of the month (up to today): those in force on its first day,
+    and those that took effect later in it. Built from the price book's own table, not a second reading."""
+    last = min(period.last, today)
+    start = spend.Basis(period=spend.Period.day(period.first), today=period.first, as_of=None, currency="")
+    table = spend.prices(start)
+    table.basis = spend.Basis(period=period, today=last, as_of=None, currency=currency)
+    rows = []
+    for row in table.rows:
+        if row["in_force"] == "yes":
+            rows.append({**row, "in_force": "from the first day"})
+        elif period.first < row["effective_from"] <= last:
+            rows.append({**row, "in_force": f"from {row['effective_from']:%Y-%m-%d}"})
+    table.rows = rows
+    in_force = spend.Column("in_force", "In force in the month")
+    table.columns = [
+        in_force if c.key == "in_force" else c for c in table.columns if c.key not in ("effective_from", "created_by")
+    ]
+    table.title = "Price book in force"
+    table.empty = "No price applied in this month: its spend is zero. Prices are added on the price book page."
+    return table
 
 
 # --- the price book ------------------------------------------------------------------------------

@@ -100,6 +100,10 @@ class Visitor:
         self.problems.append(f"{self._where()}: console error {msg.text!r} ({where})")
 
     def _on_request_failed(self, request) -> None:
+        if request.failure == "net::ERR_ABORTED":
+            # Cancelled by the browser itself (the page navigated on before, say, the favicon arrived):
+            # no answer was refused. What the server answers badly is caught by _on_response.
+            return
         self.problems.append(f"{self._where()}: request failed {request.method} {request.url}: {request.failure}")
 
     def _on_response(self, response) -> None:
