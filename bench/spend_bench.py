@@ -14,6 +14,7 @@ the placement page and the run placement API, at 10M and at 100k files, and prin
     .venv/bin/python bench/spend_bench.py --regenerate         # drop and generate again
     .venv/bin/python bench/spend_bench.py --extra-indexes      # also measure with the proposed indexes
     .venv/bin/python bench/spend_bench.py --pages "spend,runs"  # only the pages whose label has one of these
+    .venv/bin/python bench/spend_bench.py --shape-of 10000000  # 100k files in the 10M fleet's runs and copies
 
 Databases are named ``ckpt_h4a_spend_<files>`` and kept between runs (generation of 10M rows takes
 minutes); a kept database is migrated before measuring (a new rollup is filled from the daily rows);
@@ -66,8 +67,8 @@ def say(message: str) -> None:
     print(f"[spend-bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def db_name(files: int) -> str:
-    return f"{DB_PREFIX}{files}"
+def db_name(files: int, shape: int | None = None) -> str:
+    return f"{DB_PREFIX}{files}" + (f"_shape{shape}" if shape and shape != files else "")
 
 
 # --- generation (runs inside Django, on the bench database) ---------------------------------------
@@ -79,8 +80,13 @@ def _scale(files: int) -> dict:
     return {"runs": runs, "hosts": hosts}
 
 
-def generate(files: int) -> None:
-    """The synthetic fleet, in set-based SQL; small tables through the ORM."""
+def generate(files: int, shape: int | None = None) -> None:
+    """The synthetic fleet, in set-based SQL; small tables through the ORM.
+
+    ``shape``: make the fleet (teams, runs, hosts, checkpoints, copies) of a ``shape``-file fleet and give
+    its copies fewer or more files, so that only the number of shard files differs between two sizes.
+    """
+    shape = shape or files
     from django.core.management import call_command
     from django.db import connection, transaction
 
@@ -90,7 +96,7 @@ def generate(files: int) -> None:
     t0 = time.perf_counter()
     call_command("migrate", verbosity=0)
     say(f"migrated in {time.perf_counter() - t0:.1f} s")
-    scale = _scale(files)
+    scale = _scale(shape)
     now = datetime.now(UTC).replace(microsecond=0)
     today = now.date()
     with transaction.atomic():
@@ -125,7 +131,7 @@ def generate(files: int) -> None:
             runs.append(Run(team=team, name=f"{team.name}-run-{r:04d}", status=status))
         runs = Run.objects.bulk_create(runs)
     # Checkpoints: the first run has min(5000, total/5) of them, the others share the rest.
-    total = max(len(runs) * 4, files // (2 * FILES_PER_COPY_HINT))
+    total = max(len(runs) * 4, shape // (2 * FILES_PER_COPY_HINT))
     giant = min(5000, total // 5)
     per_run = max(2, (total - giant) // (len(runs) - 1))
     plan = []
@@ -369,6 +375,7 @@ def generate(files: int) -> None:
 # --- measurement (runs inside Django, on the bench database) --------------------------------------
 
 PAGES = [
+    ("overview", "/"),
     ("spend overview", "/spend/"),
     ("spend overview, last month", "/spend/?month={last_month}"),
     ("spend by run", "/spend/runs/"),
@@ -492,7 +499,7 @@ def child(args) -> None:
 
     django.setup()
     if args.child == "generate":
-        generate(args.files)
+        generate(args.files, args.shape)
     else:
         out = measure(args.requests, args.extra_indexes, args.jit, args.pages)
         Path(args.json_out).write_text(json.dumps(out))
@@ -537,6 +544,14 @@ def main() -> None:
     )
     parser.add_argument("--json", help="also write every figure to this file")
     parser.add_argument("--pages", default="", help="only pages whose label contains one of these (comma-separated)")
+    parser.add_argument(
+        "--shape-of",
+        type=int,
+        metavar="FILES",
+        help="give every size the fleet of a FILES-file fleet (runs, hosts, checkpoints, copies), so that only "
+        "the shard files per copy differ; its own databases (..._shapeFILES)",
+    )
+    parser.add_argument("--shape", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child", choices=["generate", "measure"], help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--files", type=int, help=argparse.SUPPRESS)
@@ -551,22 +566,23 @@ def main() -> None:
     if args.drop:
         for files in sizes:
             with psycopg.connect(PG.format(db="postgres"), autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{db_name(files)}" WITH (FORCE)')
+                conn.execute(f'DROP DATABASE IF EXISTS "{db_name(files, args.shape_of)}" WITH (FORCE)')
         return
     results = {}
     load = os.getloadavg()
     for files in sizes:
-        db = db_name(files)
+        db = db_name(files, args.shape_of)
         if args.regenerate or not _exists(db):
             with psycopg.connect(PG.format(db="postgres"), autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
                 conn.execute(f'CREATE DATABASE "{db}"')
             say(f"generating {files:,} files into {db}")
-            _run_child("--child", "generate", "--db", db, "--files", str(files))
+            shape = ["--shape", str(args.shape_of)] if args.shape_of else []
+            _run_child("--child", "generate", "--db", db, "--files", str(files), *shape)
     if args.generate_only:
         return
     for files in sizes:
-        db = db_name(files)
+        db = db_name(files, args.shape_of)
         out = f"/tmp/{db}.json"
         extra = ["--extra-indexes"] if args.extra_indexes else []
         extra += ["--jit"] if args.jit else []

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.db.models import Q
 from django.urls import reverse
 
 from access.scoping import RUN_PATHS, restrict
@@ -176,39 +177,39 @@ def _deletions():
     )
 
 
-# Per kind: its rows, how one becomes a Job, its newest-first order, its state field and the states of each group.
+# A bucket scan applied but still fetching its stored checksums (``Inventory.checksums_running``) is active.
+_CHECKSUMS_RUNNING = Q(status=InventoryStatus.APPLIED, checksums_total__gt=0, checksums_finished_at__isnull=True)
+
+# Per kind: its rows, how one becomes a Job, its newest-first order, its state field and each group's filter.
 _KIND_SOURCES = {
     "scan": (
         _inventories,
         _inventory,
         ("-received_at", "-id"),
-        "status",
         {
-            "active": INVENTORY_ACTIVE,
-            "ended": (InventoryStatus.APPLIED,),
-            "failed": (InventoryStatus.FAILED,),
+            "active": Q(status__in=INVENTORY_ACTIVE) | _CHECKSUMS_RUNNING,
+            "ended": Q(status=InventoryStatus.APPLIED) & ~_CHECKSUMS_RUNNING,
+            "failed": Q(status=InventoryStatus.FAILED),
         },
     ),
     "promotion": (
         _promotions,
         _promotion,
         ("-requested_at", "-id"),
-        "state",
         {
-            "active": PROMOTION_OPEN,
-            "ended": (JobState.COMPLETED, JobState.CANCELLED),
-            "failed": (JobState.FAILED,),
+            "active": Q(state__in=PROMOTION_OPEN),
+            "ended": Q(state__in=(JobState.COMPLETED, JobState.CANCELLED)),
+            "failed": Q(state=JobState.FAILED),
         },
     ),
     "deletion": (
         _deletions,
         _deletion,
         ("-requested_at", "-id"),
-        "state",
         {
-            "active": DELETION_ACTIVE,
-            "ended": (DeletionState.COMPLETED, DeletionState.CANCELLED),
-            "failed": (DeletionState.FAILED, DeletionState.BLOCKED),
+            "active": Q(state__in=DELETION_ACTIVE),
+            "ended": Q(state__in=(DeletionState.COMPLETED, DeletionState.CANCELLED)),
+            "failed": Q(state__in=(DeletionState.FAILED, DeletionState.BLOCKED)),
         },
     ),
 }
@@ -224,15 +225,25 @@ def _scoped(qs, user):
 def recent_jobs(*, kind: str = "", state: str = "", limit: int = 50, user=None) -> list[Job]:
     """The newest ``limit`` jobs of the chosen kind (or all) and state group, newest first: one query per kind."""
     jobs: list[Job] = []
-    for name, (rows, as_job, order, field, groups) in _KIND_SOURCES.items():
+    for name, (rows, as_job, order, groups) in _KIND_SOURCES.items():
         if kind and kind != name:
             continue
         qs = _scoped(rows(), user).order_by(*order)
         if state in groups:
-            qs = qs.filter(**{f"{field}__in": groups[state]})
+            qs = qs.filter(groups[state])
         jobs += [as_job(row) for row in qs[:limit]]
     jobs.sort(key=lambda j: (j.at, j.pk), reverse=True)
     return jobs[:limit]
+
+
+def ended_badly(*, since, user=None) -> int:
+    """Promotions and deletions that ended failed or blocked since ``since``: each left data where it was not
+    meant to be (objects the store refused to delete, a copy never made). Scans are counted per location."""
+    total = 0
+    for name in ("promotion", "deletion"):
+        rows, _, _, groups = _KIND_SOURCES[name]
+        total += _scoped(rows().model.objects.all(), user).filter(groups["failed"], finished_at__gte=since).count()
+    return total
 
 
 def jobs_by_key(keys: list[str], *, user=None) -> list[Job]:

@@ -7,14 +7,17 @@ the size of the fleet.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, OuterRef, Q, Subquery, Sum
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 
 from access.roles import Role, has_role
 from access.scoping import restrict_events, restrict_runs, scoped_team_names, spend_team_ids
-from catalog import placement, spend
+from catalog import jobs, placement, spend
 from catalog.choices import CopyState, Verification
 from catalog.models import AuditEvent, CheckpointCopy, UsageDaily, UsageState
 from catalog.views_spend import bytes_by_tier_chart
@@ -24,6 +27,7 @@ from fleet.models import Inventory, StorageLocation
 from fleet.pricebook import utc_today
 
 RECENT_EVENTS = 8
+JOBS_ATTENTION_DAYS = 7
 QUEUE_PAGE = 100
 
 # The copy queues: what each one lists, and why it needs attention.
@@ -129,6 +133,15 @@ def attention_items(user, basis: spend.Basis, *, locations=None) -> list[dict]:
             }
             for flag, n in _flag_counts(user).items()
         ),
+        {
+            "key": "jobs_ended_badly",
+            "label": f"Deletions and promotions that failed or were blocked (last {JOBS_ATTENTION_DAYS} days)",
+            "count": jobs.ended_badly(since=timezone.now() - timedelta(days=JOBS_ATTENTION_DAYS), user=user),
+            "noun": "job",
+            "help": "A blocked deletion left objects the store refused to delete (an Object Lock hold or "
+            "retention); a failed promotion left no new copy. Each job's page says why.",
+            "url": f"{reverse('jobs:list')}?state=failed",
+        },
         {
             "key": "failed_scans",
             "label": "Locations whose last scan failed",

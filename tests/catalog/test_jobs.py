@@ -61,6 +61,19 @@ def test_filters_narrow_by_kind_and_state(signed_in, jobs):
     assert signed_in.get("/jobs/?kind=<bad>&state=%00").status_code == 200
 
 
+def test_a_scan_still_fetching_its_checksums_is_active_not_ended(signed_in, jobs):
+    from catalog.jobs import recent_jobs
+
+    Inventory.objects.filter(pk=jobs["applied"].pk).update(checksums_total=2000, checksums_done=500)
+    active = {j.key for j in recent_jobs(kind="scan", state="active")}
+    ended = {j.key for j in recent_jobs(kind="scan", state="ended")}
+    assert f"scan:{jobs['applied'].pk}" in active and f"scan:{jobs['applied'].pk}" not in ended
+    assert "checksums: 500 of 2,000 objects" in signed_in.get("/jobs/?state=active").content.decode()
+    Inventory.objects.filter(pk=jobs["applied"].pk).update(checksums_done=2000, checksums_finished_at=timezone.now())
+    assert f"scan:{jobs['applied'].pk}" in {j.key for j in recent_jobs(kind="scan", state="ended")}
+    assert "checksums: 2,000 of 2,000 objects" not in signed_in.get("/jobs/?state=active").content.decode()
+
+
 def test_progress_json_reports_the_jobs_asked_for(signed_in, jobs):
     keys = [f"deletion:{jobs['deletion'].pk}", f"promotion:{jobs['promotion'].pk}", "scan:999999", "nonsense", "x:1"]
     data = signed_in.get("/jobs/progress.json", {"job": keys}).json()["jobs"]

@@ -127,3 +127,36 @@ def test_the_api_gives_the_overview_recovery_and_jobs(signed_in):
 def test_the_schema_documents_the_dashboard_endpoints(signed_in):
     schema = signed_in.get("/api/v1/schema/?format=json").json()
     assert {"/api/v1/overview/", "/api/v1/recovery/{id}/", "/api/v1/jobs/"} <= set(schema["paths"])
+
+
+def test_deletions_that_ended_blocked_recently_need_attention(signed_in):
+    from datetime import timedelta
+
+    from actions.models import DeletionJob, DeletionState
+    from catalog.models import Checkpoint
+
+    a_fleet()
+    checkpoint = Checkpoint.objects.get(run__name="vit-0", step=100)
+    now = timezone.now()
+
+    def ended(state, days_ago):
+        at = now - timedelta(days=days_ago)
+        DeletionJob.objects.create(
+            checkpoint=checkpoint,
+            state=state,
+            reason="tidy up",
+            requested_label="ops",
+            requested_at=at - timedelta(days=8),
+            execute_after=at,
+            started_at=at,
+            finished_at=at,
+        )
+
+    ended(DeletionState.BLOCKED, 1)  # the store refused objects: counted
+    ended(DeletionState.COMPLETED, 1)  # fine: not counted
+    ended(DeletionState.FAILED, 30)  # long ago: not counted
+    page = signed_in.get("/").content.decode()
+    assert "Deletions and promotions that failed or were blocked (last 7 days)</strong></a>:\n      1 job" in page
+    assert 'href="/jobs/?state=failed"' in page
+    by_key = {a["key"]: a for a in signed_in.get("/api/v1/overview/").json()["attention"]}
+    assert by_key["jobs_ended_badly"]["count"] == 1
