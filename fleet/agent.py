@@ -1159,24 +1159,24 @@ def delete_file(root: str, rel: str, size: int, mtime: float) -> tuple[str, str]
         os.close(fd)
 
 
-def fetch_deletions(server: str, token: str, root: str, *, timeout: float = 60.0) -> list[dict[str, Any]]:
-    """The pending files of this host's running deletion jobs below ``root``."""
-    url = server.rstrip("/") + DELETIONS_PATH + "?" + urllib.parse.urlencode({"root": root})
+def _fetch_work(path: str, server: str, token: str, root: str, *, timeout: float) -> dict[str, Any]:
+    """GET the server's work for this host below ``root`` (deletions, pulls): a document with a list of items."""
+    url = server.rstrip("/") + path + "?" + urllib.parse.urlencode({"root": root})
     status, reason, answer = _request("GET", url, token, timeout=timeout)
     if status != 200:
         raise AgentError(_refusal(status, reason, answer), fatal=status in (401, 403))
     doc = _answer_json(answer)
-    items = doc.get("items") if doc else None
-    if not isinstance(items, list):
+    if doc is None or not isinstance(doc.get("items"), list):
         raise AgentError(f"server answered without a list of items: {_one_line(answer[:200])}")
-    return items
+    return doc
 
 
-def report_deletions(server: str, token: str, results: list[dict[str, Any]], *, timeout: float = 60.0) -> dict:
+def _report_work(path: str, server: str, token: str, results: list[dict[str, Any]], *, timeout: float) -> dict:
+    """POST what became of each item fetched from ``path``."""
     body = json.dumps({"results": results}).encode()
     status, reason, answer = _request(
         "POST",
-        server.rstrip("/") + DELETIONS_PATH,
+        server.rstrip("/") + path,
         token,
         timeout=timeout,
         body=io.BytesIO(body),
@@ -1186,6 +1186,15 @@ def report_deletions(server: str, token: str, results: list[dict[str, Any]], *, 
     if status != 200:
         raise AgentError(_refusal(status, reason, answer), fatal=status in (401, 403))
     return _answer_json(answer) or {}
+
+
+def fetch_deletions(server: str, token: str, root: str, *, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """The pending files of this host's running deletion jobs below ``root``."""
+    return _fetch_work(DELETIONS_PATH, server, token, root, timeout=timeout)["items"]
+
+
+def report_deletions(server: str, token: str, results: list[dict[str, Any]], *, timeout: float = 60.0) -> dict:
+    return _report_work(DELETIONS_PATH, server, token, results, timeout=timeout)
 
 
 def _delete_root(args: argparse.Namespace, root: str, server: str, token: str) -> bool:
@@ -1510,30 +1519,11 @@ def _fetch_into(
 
 def fetch_pulls(server: str, token: str, root: str, *, timeout: float = 60.0) -> dict[str, Any]:
     """The files this host was asked to pull below ``root``, each with a presigned URL: {"items": [...], ...}."""
-    url = server.rstrip("/") + PULLS_PATH + "?" + urllib.parse.urlencode({"root": root})
-    status, reason, answer = _request("GET", url, token, timeout=timeout)
-    if status != 200:
-        raise AgentError(_refusal(status, reason, answer), fatal=status in (401, 403))
-    doc = _answer_json(answer)
-    if doc is None or not isinstance(doc.get("items"), list):
-        raise AgentError(f"server answered without a list of items: {_one_line(answer[:200])}")
-    return doc
+    return _fetch_work(PULLS_PATH, server, token, root, timeout=timeout)
 
 
 def report_pulls(server: str, token: str, results: list[dict[str, Any]], *, timeout: float = 60.0) -> dict:
-    body = json.dumps({"results": results}).encode()
-    status, reason, answer = _request(
-        "POST",
-        server.rstrip("/") + PULLS_PATH,
-        token,
-        timeout=timeout,
-        body=io.BytesIO(body),
-        length=len(body),
-        headers=[("Content-Type", "application/json")],
-    )
-    if status != 200:
-        raise AgentError(_refusal(status, reason, answer), fatal=status in (401, 403))
-    return _answer_json(answer) or {}
+    return _report_work(PULLS_PATH, server, token, results, timeout=timeout)
 
 
 def _pull_root(args: argparse.Namespace, root: str, server: str, token: str, cache: ChecksumCache | None) -> bool:
