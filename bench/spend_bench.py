@@ -428,6 +428,10 @@ def measure(requests: int, extra_indexes: bool, jit: bool, only: str = "") -> di
     )
     client = Client()
     client.force_login(user)
+    # As ckptfleet/wsgi.py does in a web process: what was loaded at start goes out of the collector's way.
+    from ckptfleet.heap import settle
+
+    settle()
     results = {"files": files, "shard_rows": counted, "jit": jit, "pages": {}}
     queries: list[str] = []
 

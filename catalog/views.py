@@ -28,7 +28,7 @@ from fleet.choices import Tier
 
 RUNS_PER_PAGE = 50
 CHECKPOINTS_PER_PAGE = 50
-FILES_SHOWN = 200
+FILES_SHOWN = 50  # per copy on the checkpoint page; every file is on the copy's own paged list
 FILES_PER_PAGE = 200
 ORPHAN_GROUPS_PER_PAGE = 100
 FLAGGED_PER_PAGE = 50
