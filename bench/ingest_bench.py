@@ -791,12 +791,11 @@ def report(r: dict) -> str:
     row("task (started -> finished)", f"{first['task_s']:.2f} s", "from the inventory's timestamps")
     # The log line's four phases mean different things per apply mode (fleet.ingest._log_applied's callers).
     labels = {
-        "sql": (
-            "COPY of the raw lines + parse and check in PostgreSQL",
-            "read back by run directory, judged, INSERT ... SELECT",
-            "usage rollup and the inventory's own rows",
+        "direct": (
+            "one pass: parse, recognise, judge, COPY (beside the next batch)",
+            "the last batch's verification",
+            "usage rollup (from the sums written) and the inventory's own rows",
         ),
-        "direct": ("one pass: parse, judge, COPY", "verification", "usage rollup and the inventory's own rows"),
     }.get(p1.get("mode"), ("parse + COPY into ingestrow", "3 set-based statements", "location_recognize"))
     stage_s = p1.get("stage_s", nan)
     row(f"  mode {p1.get('mode')}: {labels[0]}", f"{stage_s:.2f} s", f"{rate(n, p1.get('stage_s', 0))} rows/s")

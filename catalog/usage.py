@@ -97,8 +97,40 @@ def _adapt(day: date):
     return connection.ops.adapt_datefield_value(day)
 
 
-def _refresh_rows(location: StorageLocation, day: date, rules: tuple[Rule, ...]) -> None:
+TOTALS = "ckptfleet_usage_totals"
+
+
+def _present_files(location: StorageLocation, totals: dict[int | None, tuple[int, int]] | None) -> tuple[str, list]:
+    """SQL for the location's present files as (copy_id, tier, storage_class, size, files) rows, and its parameters.
+
+    Without ``totals`` that is one row per present shard file. With them (``{copy id or None: (bytes, files)}``,
+    the sums an ingest wrote for a location whose files have no tier or storage class of their own, such as a
+    host's first inventory) it is one row per copy, written to a temporary table: the same sums, without
+    reading the files again.
+    """
+    if totals is None:
+        return (
+            "(SELECT copy_id, tier, storage_class, size, 1 AS files FROM catalog_shardfile"
+            " WHERE location_id = %s AND gone_at IS NULL)",
+            [location.pk],
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {TOTALS}")
+        cursor.execute(f"CREATE TEMPORARY TABLE {TOTALS} (copy_id bigint, size bigint NOT NULL, files bigint NOT NULL)")
+        rows = [(copy_id, size, files) for copy_id, (size, files) in totals.items() if files]
+        if rows:
+            cursor.executemany(f"INSERT INTO {TOTALS} (copy_id, size, files) VALUES (%s, %s, %s)", rows)
+    return f"(SELECT copy_id, '' AS tier, '' AS storage_class, size, files FROM {TOTALS})", []
+
+
+def _refresh_rows(
+    location: StorageLocation,
+    day: date,
+    rules: tuple[Rule, ...],
+    totals: dict[int | None, tuple[int, int]] | None = None,
+) -> None:
     cost, cost_params = cost_sql(rules, day, prefix="g.")
+    files, files_params = _present_files(location, totals)
     state = (
         f"CASE WHEN f.copy_id IS NULL THEN '{UsageState.UNCLAIMED}' "
         f"WHEN c.temporary THEN '{UsageState.TEMPORARY}' ELSE c.state END"
@@ -113,16 +145,15 @@ def _refresh_rows(location: StorageLocation, day: date, rules: tuple[Rule, ...])
             FROM (
                 SELECT k.run_id AS run_id, COALESCE(NULLIF(f.tier, ''), %s) AS tier,
                        f.storage_class AS storage_class, {state} AS state,
-                       SUM(f.size) AS bytes, COUNT(*) AS files
-                FROM catalog_shardfile f
+                       SUM(f.size) AS bytes, SUM(f.files) AS files
+                FROM {files} f
                 LEFT JOIN catalog_checkpointcopy c ON c.id = f.copy_id
                 LEFT JOIN catalog_checkpoint k ON k.id = c.checkpoint_id
-                WHERE f.location_id = %s AND f.gone_at IS NULL
                 GROUP BY 1, 2, 3, 4
             ) g
             LEFT JOIN catalog_run r ON r.id = g.run_id
             """,
-            [_adapt(day), location.pk, *cost_params, False, location.tier, location.pk],
+            [_adapt(day), location.pk, *cost_params, False, location.tier, *files_params],
         )
         if location.kind == LocationKind.BUCKET:
             # Parts of uploads never completed are billed like objects of their storage class.
@@ -147,13 +178,15 @@ def _refresh_rows(location: StorageLocation, day: date, rules: tuple[Rule, ...])
         cursor.execute(
             f"""
             INSERT INTO {COPY_USAGE} (copy_id, location_id, tier, storage_class, bytes, files)
-            SELECT f.copy_id, %s, COALESCE(NULLIF(f.tier, ''), %s), f.storage_class, SUM(f.size), COUNT(*)
-            FROM catalog_shardfile f
-            WHERE f.location_id = %s AND f.gone_at IS NULL AND f.copy_id IS NOT NULL
+            SELECT f.copy_id, %s, COALESCE(NULLIF(f.tier, ''), %s), f.storage_class, SUM(f.size), SUM(f.files)
+            FROM {files} f
+            WHERE f.copy_id IS NOT NULL
             GROUP BY f.copy_id, COALESCE(NULLIF(f.tier, ''), %s), f.storage_class
             """,
-            [location.pk, location.tier, location.pk, location.tier],
+            [location.pk, location.tier, *files_params, location.tier],
         )
+        if totals is not None:
+            cursor.execute(f"DROP TABLE {TOTALS}")
 
 
 def _refresh_versions(cursor, location: StorageLocation, day: date, cost: str, cost_params: list) -> None:
@@ -256,8 +289,17 @@ def _days(first: date, last: date) -> list[date]:
     return [first + timedelta(days=i) for i in range((last - first).days + 1)]
 
 
-def usage_refresh(*, location: StorageLocation, day: date, now: datetime | None = None) -> date:
+def usage_refresh(
+    *,
+    location: StorageLocation,
+    day: date,
+    now: datetime | None = None,
+    totals: dict[int | None, tuple[int, int]] | None = None,
+) -> date:
     """Rewrite ``location``'s usage rows of UTC ``day`` from its present files; returns the day written.
+
+    ``totals`` are the present files' bytes and count per copy (None: files no copy claims) when the caller
+    has just written every one of them and none has a tier or storage class of its own (``_present_files``).
 
     Runs inside the caller's transaction (the ingest holds the location's row lock). Days between
     the location's last rolled-up day and ``day`` are first carried forward from it. A day older
@@ -272,7 +314,7 @@ def usage_refresh(*, location: StorageLocation, day: date, now: datetime | None 
         book = PriceBook.load(until=day)
         if cursor is not None and cursor.day < day - timedelta(days=1):
             _carry(location, cursor.day, _days(cursor.day + timedelta(days=1), day - timedelta(days=1)), book)
-        _refresh_rows(location, day, book.rules(location, day))
+        _refresh_rows(location, day, book.rules(location, day), totals)
         first = min(cursor.day + timedelta(days=1), day) if cursor is not None else day
         _rollup_months([location.pk], first, day)
         UsageCursor.objects.update_or_create(

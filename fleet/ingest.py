@@ -6,11 +6,12 @@ three statements in one transaction (update changed, insert new, mark gone). Sta
 PostgreSQL and batched INSERTs on SQLite, in chunks of ``INGEST_CHUNK_ROWS``; memory is bounded by
 one chunk, whatever the size of the inventory.
 
-A location's first inventory takes a shorter way on PostgreSQL (``_ingest_sql``): its lines are
-COPYed verbatim, parsed and checked set-based in PostgreSQL, judged run directory by run directory
-in Python, and inserted with ``INSERT ... SELECT``, in one transaction. Anything that way does not
-take as it is (every invalid line among it) goes the line-by-line way, which names the line and the
-reason.
+A location's first inventory, sorted by path as the agent sends it, takes a shorter way
+(``_ingest_direct``): it is read in one pass, each run directory judged as soon as its last file has
+passed, and its rows written straight into ``catalog_shardfile`` with their copies (COPY on
+PostgreSQL, from a second thread, while the next run directories are read), in one transaction.
+Anything that way does not take as it is (every invalid line among it) goes the line-by-line way,
+which names the line and the reason.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import orjson
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Q
@@ -552,9 +554,8 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
 
     ``claim`` is the task id: a redelivery of the same task (its worker died mid-way) may take the
     inventory over again, a different task may not. The first inventory of a location that has no
-    shard files yet is applied set-based on PostgreSQL (``_ingest_sql``), else (SQLite, or an upload
-    that way leaves to the line-by-line one), when sorted by path as the agent sends it, in one pass
-    (``_ingest_direct``); any other is staged, then merged (``apply_staged``).
+    shard files yet is applied in one pass (``_ingest_direct``) when it is sorted by path as the agent
+    sends it and every line is as it should be; any other is staged, then merged (``apply_staged``).
     """
     waiting = Q(status=InventoryStatus.RECEIVED)
     if claim:
@@ -573,13 +574,10 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
     header: dict = {}
     try:
         if not ShardFile.objects.filter(location=location).exists():
-            done = _ingest_sql(inventory, started=t0) if connection.vendor == "postgresql" else None
-            if done is not None:
-                return done
             done = _ingest_direct(inventory, started=t0)
             if done is not None:
                 return done
-            t0 = time.monotonic()  # not sorted by path: staged below, timed from here
+            t0 = time.monotonic()  # not taken in one pass: staged below, timed from here
         with inventory.upload.open("rb") as stream:
             files, total = stage(inventory, stream, header)
         if files == 0 and not header.get("allow_empty"):
@@ -603,12 +601,17 @@ def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
     return apply_staged(inventory, files=files, total=total, started=t0)
 
 
-def _finish(inventory: Inventory, location: StorageLocation, *, now: datetime, files: int, total: int, counts) -> None:
-    """The end of every apply, in its transaction: the usage rollup, the location's cursor, the inventory."""
+def _finish(
+    inventory: Inventory, location: StorageLocation, *, now: datetime, files: int, total: int, counts, totals=None
+) -> None:
+    """The end of every apply, in its transaction: the usage rollup, the location's cursor, the inventory.
+
+    ``totals`` ({copy id or None: (bytes, files)}) are given by an apply that wrote every present file itself.
+    """
     from catalog.usage import usage_refresh
 
     found = CheckpointCopy.objects.filter(location=location, gone_at__isnull=True).count()
-    usage_refresh(location=location, day=now.astimezone(UTC).date(), now=now)
+    usage_refresh(location=location, day=now.astimezone(UTC).date(), now=now, totals=totals)
     taken = inventory.taken_at or now
     StorageLocation.objects.filter(pk=location.pk).update(last_inventory=inventory, last_applied_at=taken)
     Inventory.objects.filter(pk=inventory.pk).update(
@@ -688,163 +691,16 @@ def apply_staged(inventory: Inventory, *, files: int, total: int, started: float
     return inventory
 
 
-class _NotSorted(Exception):
-    """The upload is not sorted by path: it cannot be applied in one pass."""
-
-
-class _Groups:
-    """Run directories of a path-sorted stream of rows, each handed out once all its rows have passed.
-
-    Every file of a group lies in the range [group + "/", group + "0") (the group of a file is its
-    run directory or, above that depth, its directory), so in path order a group is complete once a
-    path outside its range arrives. Groups nest (a team directory's own files and its runs), so a few
-    are open at once.
-    """
-
-    def __init__(self, template) -> None:
-        self.template = template
-        self.open: dict[str, list[Row]] = {}
-        self.last = None
-
-    def add(self, row: Row) -> list[tuple[str, list[Row]]]:
-        group = self.template.group_of(row.path)
-        done = []
-        if group != self.last:
-            for g in list(self.open):
-                if g and g != group and not row.path.startswith(g + "/"):
-                    done.append((g, self.open.pop(g)))
-            self.last = group
-        self.open.setdefault(group, []).append(row)
-        return done
-
-    def finish(self) -> list[tuple[str, list[Row]]]:
-        done = sorted(self.open.items(), key=lambda item: item[0], reverse=True)
-        self.open = {}
-        return done
-
-
-def _entry(row: Row):
-    from catalog.formats.base import FileEntry
-
-    return FileEntry(
-        path=row.path,
-        size=row.size,
-        mtime=row.mtime.timestamp(),
-        facts=json.loads(row.facts) if row.facts else None,
-        checksum=row.checksum or None,
-        checksum_algo=row.checksum_algo or None,
-    )
-
-
-def _copy_rows(location: StorageLocation, inventory: Inventory, now: datetime, rows: list[tuple[Row, int | None]]):
-    """Write new shard-file rows, each with its copy: COPY on PostgreSQL, batched INSERTs on SQLite."""
-    table = ShardFile._meta.db_table
-    cols = ", ".join(("location_id", *SHARD_COLUMNS))
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            with cursor.cursor.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
-                loc, inv, write = location.pk, inventory.pk, copy.write_row
-                for r, copy_id in rows:
-                    write(
-                        (loc, r.path, r.size, r.mtime, r.checksum, r.checksum_algo, r.facts, r.storage_class, r.tier,
-                         r.etag, r.version_id, r.legal_hold, r.retain_until, now, now, inv, copy_id)
-                    )  # fmt: skip
-        else:
-            adapt = connection.ops.adapt_datetimefield_value
-            when = adapt(now)
-            marks = ", ".join(["%s"] * (len(SHARD_COLUMNS) + 1))
-            cursor.executemany(
-                f"INSERT INTO {table} ({cols}) VALUES ({marks})",
-                [
-                    (location.pk, *row.values(inventory.pk, adapt)[1:], when, when, inventory.pk, copy_id)
-                    for row, copy_id in rows
-                ],
-            )
-
-
-def _ingest_direct(inventory: Inventory, *, started: float) -> Inventory | None:
-    """Apply the first inventory of a location in one pass: parse, judge each run directory as soon as
-    its last file has passed, and COPY its rows straight into ``catalog_shardfile``, linked to their
-    copies: every row is written once. All in one transaction, so a bad line anywhere applies nothing.
-
-    Returns None, having changed nothing, when the upload is not sorted by path (or the location got
-    files meanwhile): the caller stages it instead. Raises InventoryError, OSError or DatabaseError.
-    """
-    from catalog.services import Judge
-
-    header: dict = {}
-    pending: list[tuple[Row, int | None]] = []
-    files = total = 0
-    try:
-        with inventory.upload.open("rb") as stream, transaction.atomic():
-            location = StorageLocation.objects.select_for_update().get(pk=inventory.location_id)
-            if ShardFile.objects.filter(location=location).exists():
-                return None
-            now = timezone.now()
-            judge = Judge(location, now=now)
-            groups = _Groups(judge.template)
-            flush_every = _flush_every()
-
-            def judged(group: str, rows: list[Row]) -> None:
-                targets = judge.group(group, [_entry(r) for r in rows])
-                pending.extend((r, targets.get(r.path)) for r in rows)
-                if len(pending) >= flush_every:
-                    _copy_rows(location, inventory, now, pending)
-                    pending.clear()
-                    judge.verify()
-
-            previous = None
-            for row in read_inventory(stream, max_line=settings.INVENTORY_MAX_LINE, header=header):
-                if previous is not None and row.path <= previous:
-                    if row.path == previous:
-                        raise InventoryError(None, f"the path {row.path!r} is reported more than once")
-                    raise _NotSorted
-                previous = row.path
-                files += 1
-                total += row.size
-                for group, rows in groups.add(row):
-                    judged(group, rows)
-            for group, rows in groups.finish():
-                judged(group, rows)
-            _copy_rows(location, inventory, now, pending)
-            pending.clear()
-            t1 = time.monotonic()
-            judge.verify()
-            counts = MergeCounts(added=files, changed=0, gone=0)
-            t2 = time.monotonic()
-            _finish(inventory, location, now=now, files=files, total=total, counts=counts)
-            t3 = time.monotonic()
-    except _NotSorted:
-        log.info("inventory %s is not sorted by path: staging it", inventory.pk)
-        return None
-    _log_applied(inventory, "direct", files, counts, judge.found, started, t1, t2, t3)
-    inventory.refresh_from_db()
-    return inventory
-
-
-# --- the set-based first inventory (PostgreSQL) ---------------------------------------------------
-
-
 class _Fallback(Exception):
-    """The set-based path does not take this upload as it is; the line-by-line one decides (and names any error)."""
+    """The one-pass path does not take this upload as it is; the line-by-line one decides (and names any error)."""
 
 
-_RAW = "ckptfleet_ingest_raw"
-_PARSED = "ckptfleet_ingest_parsed"
-_RUNS = "ckptfleet_ingest_runs"
-_FACTS = "ckptfleet_ingest_facts"
-# Seconds since the epoch that Python's datetime.fromtimestamp surely takes (years 1 and 9999, less two days).
-_MTIME_MIN, _MTIME_MAX = -62135596800 + 172800, 253402300799 - 172800
+class _Lines:
+    """The decompressed upload as blocks of whole lines, the header and the end line kept back and read here.
 
-
-class _RawLines:
-    """The decompressed upload, cut into blocks of whole lines for ``COPY ... FROM STDIN`` (text format).
-
-    The first line (the header) and the last one (the end line) are kept back and read here; the
-    lines between go to PostgreSQL verbatim (backslash, tab and carriage return escaped, so each line
-    arrives as one value, byte for byte). Anything odd (a damaged gzip stream, a NUL byte, a line
-    over the limit, a first line that is not a header, a cut-off or missing end line) raises
-    ``_Fallback``: the line-by-line reader then says what is wrong and where.
+    Anything odd about the stream itself (a damaged gzip stream, a NUL byte, a line over the limit, a first
+    line that is not a header, a cut-off or missing end line) raises ``_Fallback``: the line-by-line reader
+    then says what is wrong and where.
     """
 
     BLOCK = 1 << 20
@@ -854,7 +710,6 @@ class _RawLines:
         self.max_line = max_line
         self.header: dict | None = None
         self.end: dict | None = None
-        self.lines = 0  # lines between the header and the end line
 
     def _line(self, raw: bytes, kind: str) -> dict:
         if len(raw) > self.max_line:
@@ -867,13 +722,8 @@ class _RawLines:
             raise _Fallback
         return obj
 
-    def _escape(self, block: bytes) -> bytes:
-        if b"\x00" in block:
-            raise _Fallback
-        self.lines += block.count(b"\n")
-        return block.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\r", b"\\r")
-
     def blocks(self) -> Iterator[bytes]:
+        """Blocks of the lines between the header and the end line, each ending with a newline."""
         gz = gzip.GzipFile(fileobj=self.stream, mode="rb")
         pending = b""
         try:
@@ -895,7 +745,9 @@ class _RawLines:
                         raise _Fallback
                     continue
                 block, pending = pending[: cut + 1], pending[cut + 1 :]
-                yield self._escape(block)
+                if b"\x00" in block:
+                    raise _Fallback
+                yield block
         except (EOFError, zlib.error, OSError):  # gzip.BadGzipFile is an OSError
             raise _Fallback from None
         if self.header is None or not pending.endswith(b"\n") or pending.count(b"\n") != 1:
@@ -903,190 +755,199 @@ class _RawLines:
         self.end = self._line(pending, "end")
 
 
-# Every middle line is parsed by PostgreSQL in one statement (json_to_record keeps numbers as written, so an
-# integer is told from 1.0 or 1e3 as Python's json does) and checked with the rules of
-# _parse_file_line; ``ok`` is false where any of them fails or is in doubt, and a value that does
-# not convert (not JSON, not UTF-8, a string where a number belongs) fails the statement. Either
-# way the upload goes to the line-by-line reader, which names the line and the reason. The mtime is
-# rounded to microseconds exactly as datetime.fromtimestamp does (half to even, in binary floating
-# point), so the re-push of the same inventory, parsed in Python, finds every row unchanged.
-_PARSE_SQL = f"""
-CREATE TEMPORARY TABLE {_PARSED} ON COMMIT DROP AS
-SELECT row_number() OVER (ORDER BY path) AS n, path, size, mtime_us,
-       to_timestamp(whole) + frac_us * interval '1 microsecond' AS mtime,
-       checksum, facts, ok
-FROM (
-    SELECT path COLLATE "C" AS path, size, trunc(d) AS whole, round((d - trunc(d)) * 1000000::float8) AS frac_us,
-           trunc(d)::bigint * 1000000 + round((d - trunc(d)) * 1000000::float8)::bigint AS mtime_us,
-           coalesce(substr(sha, 2, 64), '') AS checksum, facts,
-           coalesce(
-               kind = '"file"' AND len < %(max_line)s AND left(path_json, 1) = '"'
-               AND octet_length(path) BETWEEN 1 AND {MAX_PATH_BYTES}
-               AND path !~ '[\\x01-\\x1f\\x7f]' AND left(path, 1) <> '/' AND strpos(path, E'\\\\') = 0
-               AND strpos('/' || path || '/', '//') = 0 AND strpos('/' || path || '/', '/./') = 0
-               AND strpos('/' || path || '/', '/../') = 0
-               AND size >= 0 AND d > {_MTIME_MIN} AND d < {_MTIME_MAX}
-               AND (sha IS NULL OR sha ~ '^"[0-9a-f]{{64}}"$'),
-               false
-           ) AS ok
-    FROM (
-        SELECT octet_length(r.line) AS len, x.type::text AS kind, x.path::text AS path_json,
-               x.path #>> '{{}}' AS path, x.size::text::bigint AS size, x.mtime::text::float8 AS d,
-               x.sha256::text AS sha, x.facts::text AS facts
-        FROM {_RAW} r,
-             json_to_record(r.line::json) AS x(type json, path json, size json, mtime json, sha256 json, facts json)
-        OFFSET 0  -- each value once per line: the outer expressions refer to them many times
-    ) line
-    OFFSET 0
-) checked
-ORDER BY path
-"""
+# What check_path refuses: a control character or backslash; a '.' or '..' component.
+_BAD_CHAR = re.compile(r"[\x00-\x1f\x7f\\]")
+_DOT_PART = re.compile(r"(?:^|/)\.\.?(?:/|$)")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def _sql_insert(location_id: int, inventory_id: int, now) -> tuple[str, list]:
-    columns = ", ".join(("location_id", *SHARD_COLUMNS))
-    return (
-        f"""
-        INSERT INTO {ShardFile._meta.db_table} ({columns})
-        SELECT %s, p.path, p.size, p.mtime, p.checksum, CASE WHEN p.checksum = '' THEN '' ELSE 'sha256' END,
-               CASE WHEN p.facts IS NOT NULL THEN (SELECT f.facts::jsonb FROM {_FACTS} f WHERE f.n = p.n) END,
-               '', '', '', '', NULL, NULL, %s, %s, %s, r.copy_id
-        FROM {_RUNS} r
-        CROSS JOIN LATERAL (SELECT * FROM {_PARSED} WHERE n BETWEEN r.lo AND r.hi OFFSET 0) p  -- an index range per run
-        """,
-        [location_id, now, now, inventory_id],
-    )
+class _Reader:
+    """The run directories of a path-sorted upload, each handed out once all its files have passed.
 
+    Every line is checked by the rules of ``_parse_file_line``; a line that breaks one, is in doubt, or comes
+    out of path order raises ``_Fallback``, and the line-by-line path then applies the upload or names the line
+    and the reason. Lines with facts (manifests only) are parsed with ``json`` exactly as that path parses them,
+    the others with orjson, which reads the same values from every line it accepts.
 
-class _SqlGroups:
-    """Run directories of the parsed rows, read in path order; as ``_Groups``, for plain tuples
-    (n, path, size, mtime, checksum, facts)."""
-
-    def __init__(self, template) -> None:
-        self.template = template
-        self.open: dict[str, list[tuple]] = {}
-        self.last: str | None = None
-        self.rows: list[tuple] | None = None
-        self.prefix = None  # the current run directory + "/": every path below it is in it
-
-    def add(self, row: tuple) -> list[tuple[str, list[tuple]]]:
-        path = row[1]
-        if self.prefix is not None and path.startswith(self.prefix):
-            self.rows.append(row)
-            return ()
-        group = self.template.group_of(path)
-        done = []
-        if group != self.last:
-            for g in list(self.open):
-                if g and g != group and not path.startswith(g + "/"):
-                    done.append((g, self.open.pop(g)))
-            self.last = group
-        self.rows = self.open.setdefault(group, [])
-        self.rows.append(row)
-        # A run directory holds everything below it; a shallower group only its own files.
-        self.prefix = group + "/" if group and group.count("/") + 1 >= self.template.depth else None
-        return done
-
-    def finish(self) -> list[tuple[str, list[tuple]]]:
-        done = sorted(self.open.items(), key=lambda item: item[0], reverse=True)
-        self.open = {}
-        return done
-
-
-def _sql_batches(parsed, groups: _SqlGroups, flush_every: int) -> Iterator[list[tuple[str, list[tuple]]]]:
-    """Complete run directories of the parsed rows (read in path order), in batches of at least
-    ``flush_every`` files; a path reported twice raises ``_Fallback``."""
-    batch: list[tuple[str, list[tuple]]] = []
-    files = 0
-    previous = None
-    while chunk := parsed.fetchmany(5000):
-        for row in chunk:
-            if row[1] == previous:
-                raise _Fallback  # a path reported twice: the line-by-line reader says which
-            previous = row[1]
-            for done in groups.add(row):
-                batch.append(done)
-                files += len(done[1])
-        if files >= flush_every:
-            yield batch
-            batch, files = [], 0
-    batch.extend(groups.finish())
-    if batch:
-        yield batch
-
-
-def _sql_prepare(group: str, rows: list[tuple]) -> tuple:
-    """One run directory's rows as recognition sees them, recognised (pure Python: no database)."""
-    from catalog.formats.base import FileEntry
-    from catalog.recognition import recognize
-
-    entries = []
-    facts_rows = []
-    for n, path, size, mtime_us, checksum, facts_text in rows:
-        facts = None
-        if facts_text is not None:
-            try:
-                text, facts = _facts_stored(json.loads(facts_text))
-            except ValueError:
-                raise _Fallback from None
-            facts_rows.append((n, text))
-        algo = "sha256" if checksum else None
-        entries.append(FileEntry(path, size, mtime_us / 1_000_000, facts, checksum or None, algo))
-    return group, rows, entries, recognize(entries), facts_rows
-
-
-def _sql_judge(judge, prepared: list[tuple]) -> None:
-    """Write the copies of recognised run directories, stage which rows go to which copy (as ranges
-    of row numbers) and the manifests' canonical facts, and verify what was judged."""
-    runs: list[tuple[int, int, int | None]] = []
-    facts_rows: list[tuple[int, str]] = []
-    for group, rows, entries, found, facts in prepared:
-        targets = judge.group(group, entries, found)
-        facts_rows += facts
-        lo = last = -1
-        current = None
-        for row in rows:
-            n = row[0]
-            target = targets.get(row[1])
-            if n == last + 1 and target == current and lo >= 0:
-                last = n
-                continue
-            if lo >= 0:
-                runs.append((lo, last, current))
-            lo = last = n
-            current = target
-        if lo >= 0:
-            runs.append((lo, last, current))
-    with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {_RUNS}")
-        cursor.execute(f"DELETE FROM {_FACTS}")
-        with cursor.cursor.copy(f"COPY {_RUNS} (lo, hi, copy_id) FROM STDIN") as copy:
-            for run in runs:
-                copy.write_row(run)
-        if facts_rows:
-            with cursor.cursor.copy(f"COPY {_FACTS} (n, facts) FROM STDIN") as copy:
-                for row in facts_rows:
-                    copy.write_row(row)
-    judge.verify()
-
-
-def _sql_execute(raw_connection, sql: str, params: list) -> None:
-    with raw_connection.cursor() as cursor:
-        cursor.execute(sql, params)
-
-
-def _ingest_sql(inventory: Inventory, *, started: float) -> Inventory | None:
-    """Apply the first inventory of a location set-based, on PostgreSQL: the decompressed lines are
-    COPYed verbatim into a temporary table, parsed and checked there in one statement, read back in
-    path order (path, size, mtime; facts only on manifests) run directory by run directory to be
-    judged, and inserted into ``catalog_shardfile`` from the parsed rows with their copies, in
-    ``INSERT ... SELECT`` batches: Python never builds or formats a row. One transaction, so a bad
-    line anywhere applies nothing.
-
-    Returns None, having changed nothing, when the upload is not one it takes as it is (anything
-    invalid or in doubt, or the location got files meanwhile): the line-by-line path then applies
-    it or names the line and the reason, exactly as before.
+    Every file of a group lies in the range [group + "/", group + "0") (the group of a file is its run
+    directory or, above that depth, its directory), so in path order a group is complete once a path outside
+    its range arrives. Groups nest (a team directory's own files and its runs), so a few are open at once.
+    A group comes as (group, entries, extras): the ``FileEntry`` of each file, as recognition sees it, and
+    beside it (mtime as a datetime, canonical facts text or None), as the row is written.
     """
+
+    def __init__(self, lines: _Lines, template, max_line: int) -> None:
+        self.lines = lines
+        self.template = template
+        self.max_line = max_line
+        self.files = 0
+        self.total = 0
+
+    def groups(self) -> Iterator[tuple[str, list, list]]:
+        from catalog.formats.base import FileEntry
+
+        loads, from_timestamp, sha256 = orjson.loads, datetime.fromtimestamp, _SHA256.fullmatch
+        bad_char, dot_part, group_of = _BAD_CHAR.search, _DOT_PART.search, self.template.group_of
+        depth, max_line = self.template.depth, self.max_line
+        previous = ""
+        open_groups: dict[str, tuple[list, list]] = {}
+        last = prefix = None  # prefix: the current run directory + "/": every path below it is in it
+        entries: list = []
+        extras: list = []
+        files = total = 0
+        for block in self.lines.blocks():
+            for raw in block[:-1].split(b"\n"):
+                if len(raw) > max_line:
+                    raise _Fallback
+                try:
+                    obj = json.loads(raw) if b'"facts"' in raw else loads(raw)
+                    if obj["type"] != "file":
+                        raise _Fallback
+                    path, size, mtime = obj["path"], obj["size"], obj["mtime"]
+                except (ValueError, UnicodeDecodeError, KeyError, TypeError):
+                    raise _Fallback from None
+                if (
+                    type(path) is not str
+                    or path <= previous  # out of order, reported twice or empty
+                    or bad_char(path)
+                    or path[0] == "/"
+                    or path[-1] == "/"
+                    or "//" in path
+                    or (("/." in path or path[0] == ".") and dot_part(path))
+                    or type(size) is not int
+                    or not 0 <= size < 2**63
+                    or (type(mtime) is not float and type(mtime) is not int)
+                ):
+                    raise _Fallback
+                if not path.isascii():
+                    try:
+                        if len(path.encode("utf-8")) > MAX_PATH_BYTES:
+                            raise _Fallback
+                    except UnicodeEncodeError:
+                        raise _Fallback from None
+                elif len(path) > MAX_PATH_BYTES:
+                    raise _Fallback
+                try:
+                    when = from_timestamp(mtime, UTC)
+                except (OverflowError, OSError, ValueError):
+                    raise _Fallback from None
+                sha = obj.get("sha256")
+                if sha is not None and (type(sha) is not str or not sha256(sha)):
+                    raise _Fallback
+                facts = obj.get("facts")
+                facts_text = None
+                if facts is not None:
+                    try:
+                        facts_text, facts = _facts_stored(facts)
+                    except ValueError:
+                        raise _Fallback from None
+                previous = path
+                files += 1
+                total += size
+                entry = FileEntry(path, size, when.timestamp(), facts, sha, "sha256" if sha else None)
+                if prefix is None or not path.startswith(prefix):
+                    group = group_of(path)
+                    if group != last:
+                        for g in list(open_groups):
+                            if g and g != group and not path.startswith(g + "/"):
+                                yield (g, *open_groups.pop(g))
+                        last = group
+                    entries, extras = open_groups.setdefault(group, ([], []))
+                    # A run directory holds everything below it; a shallower group only its own files.
+                    prefix = group + "/" if group and group.count("/") + 1 >= depth else None
+                entries.append(entry)
+                extras.append((when, facts_text))
+        self.files, self.total = files, total
+        for g, (group_entries, group_extras) in sorted(open_groups.items(), key=lambda item: item[0], reverse=True):
+            yield g, group_entries, group_extras
+        open_groups.clear()
+
+
+class _Writer:
+    """Writes judged rows into ``catalog_shardfile``, already linked to their copies.
+
+    On PostgreSQL the rows of a batch go as one ``COPY`` in text format from a second thread, so that
+    PostgreSQL writes them (heap, indexes, the reference trigger) on its own core while this one parses and
+    recognises the next batch; ``wait`` returns once it is written. On SQLite, batched INSERTs.
+    """
+
+    def __init__(self, location: StorageLocation, inventory: Inventory, now: datetime) -> None:
+        self.pg = connection.vendor == "postgresql"
+        self.table = ShardFile._meta.db_table
+        self.columns = ", ".join(("location_id", *SHARD_COLUMNS))
+        self.loc, self.inv, self.now = location.pk, inventory.pk, now
+        # The columns after facts: no storage class, tier, ETag or version; no hold; seen and changed now.
+        self.tail = f"\t\t\t\t\t\\N\t\\N\t{now}\t{now}\t{inventory.pk}\t"
+        self.pool = ThreadPoolExecutor(max_workers=1) if self.pg else None
+        self.raw = connection.connection
+        self.pending: concurrent.futures.Future | None = None
+
+    def text(self, entries: list, extras: list, links: list[int | None]) -> str:
+        """The COPY text of one run directory's rows: paths hold no tab, newline or backslash (check_path)."""
+        loc, tail, null = self.loc, self.tail, "\\N"
+        out = []
+        for entry, (when, facts_text), copy_id in zip(entries, extras, links, strict=True):
+            facts = facts_text.replace("\\", "\\\\") if facts_text is not None else null
+            sha = entry.checksum or ""
+            algo = "sha256" if sha else ""
+            link = null if copy_id is None else copy_id
+            out.append(f"{loc}\t{entry.path}\t{entry.size}\t{when}\t{sha}\t{algo}\t{facts}{tail}{link}\n")
+        return "".join(out)
+
+    def _copy(self, data: bytes) -> None:
+        # Django's connection is per thread: this thread uses the caller's psycopg connection, which nothing
+        # else touches until ``wait`` returns.
+        with self.raw.cursor() as cursor, cursor.copy(f"COPY {self.table} ({self.columns}) FROM STDIN") as copy:
+            copy.write(data)
+
+    def send(self, batch: list[tuple[list, list, list[int | None]]]) -> None:
+        """Write one batch of run directories' files (entries, extras, copy ids)."""
+        self.wait()
+        if self.pg:
+            data = "".join([self.text(*judged) for judged in batch]).encode("utf-8")
+            self.pending = self.pool.submit(self._copy, data)
+            return
+        adapt = connection.ops.adapt_datetimefield_value
+        when = adapt(self.now)
+        marks = ", ".join(["%s"] * (len(SHARD_COLUMNS) + 1))
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"INSERT INTO {self.table} ({self.columns}) VALUES ({marks})",
+                [
+                    (self.loc, e.path, e.size, adapt(dt), e.checksum or "", e.checksum_algo or "", facts_text,
+                     "", "", "", "", None, None, when, when, self.inv, copy_id)
+                    for entries, extras, links in batch
+                    for e, (dt, facts_text), copy_id in zip(entries, extras, links, strict=True)
+                ],
+            )  # fmt: skip
+
+    def wait(self) -> None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.result()
+
+    def close(self) -> None:
+        """Never leave the connection in the middle of a COPY, whatever happened."""
+        if self.pending is not None:
+            concurrent.futures.wait([self.pending])
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+def _ingest_direct(inventory: Inventory, *, started: float) -> Inventory | None:
+    """Apply the first inventory of a location in one pass: parse the path-sorted upload, recognise each run
+    directory as soon as its last file has passed, judge it, and write its rows straight into
+    ``catalog_shardfile`` linked to their copies, every row once. One transaction, so nothing is applied
+    unless all of it is.
+
+    Batches of run directories alternate: while PostgreSQL writes one batch (``_Writer``), the next is parsed
+    and recognised here; the copies of a batch are written and the previous batch verified in between.
+
+    Returns None, having changed nothing, when the upload is not one this path takes as it is (not sorted
+    by path, anything invalid or in doubt) or the location got files meanwhile: the caller then stages it,
+    and the line-by-line reader applies it or names the line and the reason.
+    """
+    from catalog.recognition import recognize
     from catalog.services import Judge
 
     files = total = 0
@@ -1096,65 +957,60 @@ def _ingest_sql(inventory: Inventory, *, started: float) -> Inventory | None:
             if ShardFile.objects.filter(location=location).exists():
                 return None
             now = timezone.now()
-            raw = _RawLines(stream, settings.INVENTORY_MAX_LINE)
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL work_mem = '256MB'")  # the sort by path stays in memory
-                cursor.execute(f"CREATE TEMPORARY TABLE {_RAW} (line text) ON COMMIT DROP")
-                with cursor.cursor.copy(f"COPY {_RAW} (line) FROM STDIN") as copy:
-                    for block in raw.blocks():
-                        copy.write(block)
-                cursor.execute(_PARSE_SQL, {"max_line": settings.INVENTORY_MAX_LINE})
-                cursor.execute(f"DROP TABLE {_RAW}")
-                cursor.execute(f"SELECT count(*), coalesce(sum(size), 0), bool_and(ok) FROM {_PARSED}")
-                files, total, ok = cursor.fetchone()
-                total = int(total)
-                if ok is False or files != raw.lines or raw.end.get("files") != files or raw.end.get("bytes") != total:
-                    raise _Fallback
-                cursor.execute(f"CREATE UNIQUE INDEX ON {_PARSED} (n)")
-                cursor.execute(f"ANALYZE {_PARSED}")
-                cursor.execute(f"CREATE TEMPORARY TABLE {_RUNS} (lo bigint, hi bigint, copy_id bigint) ON COMMIT DROP")
-                cursor.execute(f"CREATE TEMPORARY TABLE {_FACTS} (n bigint, facts text) ON COMMIT DROP")
-            t1 = time.monotonic()
             judge = Judge(location, now=now)
-            insert_sql, insert_params = _sql_insert(location.pk, inventory.pk, now)
-            raw_connection = connection.connection
-            inserting = None  # the INSERT of the previous batch, running on this connection in a thread
-            with (
-                ThreadPoolExecutor(max_workers=1) as pool,
-                raw_connection.cursor(name="ckptfleet_ingest_parsed", binary=True) as parsed,
-            ):
-                try:
-                    parsed.execute(f"SELECT n, path, size, mtime_us, checksum, facts FROM {_PARSED} ORDER BY n")
-                    batches = _sql_batches(parsed, _SqlGroups(judge.template), _flush_every())
-                    batch = next(batches, None)
-                    while batch is not None:
-                        # Recognition is pure Python: it runs while PostgreSQL inserts the previous batch.
-                        prepared = [_sql_prepare(group, rows) for group, rows in batch]
-                        if inserting is not None:
-                            inserting.result()
-                            inserting = None
-                        _sql_judge(judge, prepared)
-                        # The next rows are read before the INSERT is sent: the connection is busy until it ends.
-                        batch = next(batches, None)
-                        inserting = pool.submit(_sql_execute, raw_connection, insert_sql, insert_params)
-                    if inserting is not None:
-                        inserting.result()
-                        inserting = None
-                finally:
-                    if inserting is not None:
-                        concurrent.futures.wait([inserting])  # never leave the connection mid-statement
-            t2 = time.monotonic()
+            lines = _Lines(stream, settings.INVENTORY_MAX_LINE)
+            reader = _Reader(lines, judge.template, settings.INVENTORY_MAX_LINE)
+            writer = _Writer(location, inventory, now)
+            flush_every = _flush_every()
+            batch: list[tuple] = []
+            batch_files = 0
+            totals: dict[int | None, list[int]] = {}  # copy id (None: no copy) -> [bytes, files]
+
+            def flush() -> None:
+                writer.wait()  # the previous batch is written: its checkpoints can be verified
+                judge.verify()
+                judged = []
+                for group, entries, extras, found in batch:
+                    targets = judge.group(group, entries, found).get
+                    links = [targets(e.path) for e in entries]
+                    for entry, copy_id in zip(entries, links, strict=True):
+                        sums = totals.get(copy_id)
+                        if sums is None:
+                            sums = totals[copy_id] = [0, 0]
+                        sums[0] += entry.size
+                        sums[1] += 1
+                    judged.append((entries, extras, links))
+                writer.send(judged)
+                batch.clear()
+
+            try:
+                for group, entries, extras in reader.groups():
+                    # Recognition is pure Python: it runs while PostgreSQL writes the previous batch.
+                    batch.append((group, entries, extras, recognize(entries)))
+                    batch_files += len(entries)
+                    if batch_files >= flush_every:
+                        flush()
+                        batch_files = 0
+                files, total = reader.files, reader.total
+                if lines.end.get("files") != files or lines.end.get("bytes") != total:
+                    raise _Fallback
+                flush()
+                writer.wait()
+            finally:
+                writer.close()
+            t1 = time.monotonic()
+            judge.verify()
             counts = MergeCounts(added=files, changed=0, gone=0)
-            _finish(inventory, location, now=now, files=files, total=total, counts=counts)
+            t2 = time.monotonic()
+            _finish(inventory, location, now=now, files=files, total=total, counts=counts, totals=totals)
             t3 = time.monotonic()
     except _Fallback:
-        log.info("inventory %s: the set-based ingest leaves it to the line-by-line one", inventory.pk)
+        log.info("inventory %s: the one-pass ingest leaves it to the line-by-line one", inventory.pk)
         return None
     except (DatabaseError, connection.Database.Error) as exc:
-        # A value PostgreSQL would not take (not JSON, not UTF-8, a string for a number...).
-        log.info("inventory %s: the set-based ingest leaves it to the line-by-line one (%s)", inventory.pk, exc)
+        log.info("inventory %s: the one-pass ingest leaves it to the line-by-line one (%s)", inventory.pk, exc)
         return None
-    _log_applied(inventory, "sql", files, counts, judge.found, started, t1, t2, t3)
+    _log_applied(inventory, "direct", files, counts, judge.found, started, t1, t2, t3)
     inventory.refresh_from_db()
     return inventory
 

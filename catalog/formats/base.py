@@ -18,9 +18,13 @@ PARTIAL = "partial"
 CORRUPT = "corrupt"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FileEntry:
-    """One file as an inventory reported it. ``path`` is relative to the location root, '/'-separated."""
+    """One file as an inventory reported it. ``path`` is relative to the location root, '/'-separated.
+
+    Treat it as read-only. It is not frozen because a frozen dataclass is built five times slower, and an
+    ingest builds one per file.
+    """
 
     path: str
     size: int

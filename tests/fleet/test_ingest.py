@@ -9,7 +9,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test import override_settings
 
-from catalog.models import CheckpointCopy, ShardFile
+from catalog.models import CheckpointCopy, CopyTierUsage, ShardFile, UsageDaily
 from fleet.choices import InventoryStatus
 from fleet.ingest import check_path
 from fleet.models import Inventory
@@ -499,7 +499,7 @@ def test_shard_files_refer_to_locations_and_copies_that_exist(make_host, push):
     assert row.copy_id is None
 
 
-# --- the set-based first inventory (PostgreSQL) and the line-by-line one agree --------------------
+# --- the one-pass first inventory and the line-by-line one agree ---------------------------------
 
 
 def odd_files() -> list[dict]:
@@ -537,40 +537,57 @@ def rows_of(location) -> list[tuple]:
     )  # fmt: skip
 
 
-def test_the_set_based_first_inventory_writes_what_the_line_by_line_one_writes(
+def usage_of(location) -> list[tuple]:
+    daily = UsageDaily.objects.filter(location=location).order_by("run_id", "state", "tier")
+    per_copy = CopyTierUsage.objects.filter(location=location).order_by("copy__path", "tier")
+    return [
+        *daily.values_list("day", "run__name", "run_status", "tier", "storage_class", "state", "bytes", "files",
+                           "cost_nanos"),
+        *per_copy.values_list("copy__path", "tier", "storage_class", "bytes", "files"),
+    ]  # fmt: skip
+
+
+def test_the_one_pass_first_inventory_writes_what_the_line_by_line_one_writes(
     make_host, push, monkeypatch, caplog, settings
 ):
-    if not is_postgres():
-        pytest.skip("the set-based first inventory is PostgreSQL's; SQLite reads line by line")
     import logging
 
     import fleet.ingest
+    from catalog.usage import usage_refresh
 
-    settings.INGEST_CHUNK_ROWS = 100  # judged and inserted in batches of 400 files, overlapping
+    settings.INGEST_CHUNK_ROWS = 100  # judged and written in batches of 400 files, overlapping
     files = sorted(odd_files() + many(runs=3, steps=6, ranks=30), key=lambda f: f["path"].encode())
-    sql_kit = make_host("gpu-a01", "/mnt/nvme0/ckpt")
+    direct_kit = make_host("gpu-a01", "/mnt/nvme0/ckpt")
     python_kit = make_host("gpu-a02", "/mnt/nvme0/ckpt")
     with caplog.at_level(logging.INFO, logger="fleet.ingest"):
-        push(sql_kit, sql_kit.body(files))
-    assert "applied (sql)" in caplog.text
-    with monkeypatch.context() as patched:
-        patched.setattr(fleet.ingest, "_ingest_sql", lambda inventory, started: None)
+        push(direct_kit, direct_kit.body(files))
+    assert "applied (direct)" in caplog.text
+    caplog.clear()
+    with monkeypatch.context() as patched, caplog.at_level(logging.INFO, logger="fleet.ingest"):
+        patched.setattr(fleet.ingest, "_ingest_direct", lambda inventory, started: None)
         push(python_kit, python_kit.body(files))
-    for kit in (sql_kit, python_kit):
+    assert "applied (staged)" in caplog.text
+    for kit in (direct_kit, python_kit):
         inventory = Inventory.objects.filter(location=kit.location).get()
         assert inventory.status == InventoryStatus.APPLIED, inventory.error
         assert (inventory.files_count, inventory.files_added) == (len(files), len(files))
         assert inventory.bytes_total == sum(f["size"] for f in files)
-    assert rows_of(sql_kit.location) == rows_of(python_kit.location)
+    assert rows_of(direct_kit.location) == rows_of(python_kit.location)
     # Each location's copies are verified against the other's: name the other one alike.
-    assert [str(copy).replace("gpu-a02", "gpu-a01") for copy in judged(sql_kit.location)] == [
+    assert [str(copy).replace("gpu-a02", "gpu-a01") for copy in judged(direct_kit.location)] == [
         str(copy).replace("gpu-a02", "gpu-a01") for copy in judged(python_kit.location)
     ]
-    facts = ShardFile.objects.get(location=sql_kit.location, path="llm/llama-7b/odd/ckptfleet.json").facts
+    facts = ShardFile.objects.get(location=direct_kit.location, path="llm/llama-7b/odd/ckptfleet.json").facts
     assert (facts["content"]["loss"], facts["content"]["name"]) == (0.1 + 0.2, 'ü "x"\\')
-    # The re-push is parsed line by line: it must find every row the set-based path wrote unchanged.
-    push(sql_kit, sql_kit.body(files))
-    again = Inventory.objects.filter(location=sql_kit.location).order_by("-id").first()
+    # The usage rollup summed from what the one-pass ingest wrote is the one read back from the files.
+    summed = usage_of(direct_kit.location)
+    assert summed == usage_of(python_kit.location) and summed
+    day = UsageDaily.objects.filter(location=direct_kit.location).values_list("day", flat=True).first()
+    usage_refresh(location=direct_kit.location, day=day)
+    assert usage_of(direct_kit.location) == summed
+    # The re-push is parsed line by line: it must find every row the one-pass ingest wrote unchanged.
+    push(direct_kit, direct_kit.body(files))
+    again = Inventory.objects.filter(location=direct_kit.location).order_by("-id").first()
     assert (again.status, again.files_added, again.files_changed, again.files_gone) == ("applied", 0, 0, 0)
     assert not ShardFile.objects.filter(changed_by=again).exists()
 
@@ -578,7 +595,7 @@ def test_the_set_based_first_inventory_writes_what_the_line_by_line_one_writes(
 @pytest.mark.parametrize(
     "line",
     [
-        # Valid, but not in the form the set-based path takes at once: the line-by-line one applies it.
+        # Valid, in forms the agent does not write: applied all the same.
         '{"type":"file","path":"llm/r/step-1/x.pt","size":-0,"mtime":1763700000}',
         '{"type":"file","path":"llm/r/step-1/x.pt","size":1,"mtime":1763700000,"sha256":"\\u0061' + "a" * 63 + '"}',
         '{"type":"fil\\u0065","path":"llm/r/step-1/x.pt","size":1,"mtime":1763700000}',
