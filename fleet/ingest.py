@@ -159,11 +159,14 @@ def _facts_text(facts: object) -> str:
     return _facts_stored(facts)[0]
 
 
-def _facts_stored(facts: object) -> tuple[str, dict]:
-    """The canonical JSON text of a line's facts and the facts it stands for (what recognition sees)."""
+def _facts_stored(facts: object, dumps=None) -> tuple[str, dict]:
+    """The canonical JSON text of a line's facts and the facts it stands for (what recognition sees).
+
+    ``dumps`` writes the text instead of ``json.dumps`` (keys sorted, no spaces) where only the JSON counts.
+    """
     if not isinstance(facts, dict) or not isinstance(facts.get("kind"), str):
         raise ValueError('facts must be an object with a "kind"')
-    text = json.dumps(facts, sort_keys=True, separators=(",", ":"))
+    text = dumps(facts) if dumps is not None else json.dumps(facts, sort_keys=True, separators=(",", ":"))
     if "\\u0000" in text:
         # PostgreSQL's jsonb cannot hold NUL; such a manifest is unreadable to us, not fatal.
         facts = {"kind": str(facts["kind"])[:40], "error": "facts contain a NUL character"}
@@ -755,6 +758,21 @@ class _Lines:
         self.end = self._line(pending, "end")
 
 
+# Seconds since the epoch that Python's datetime.fromtimestamp surely takes (years 1 and 9999, less two days).
+_MTIME_MIN, _MTIME_MAX = -62135596800 + 172800, 253402300799 - 172800
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _date_text(day: int) -> str:
+    """The date of a day since the epoch, as COPY reads it."""
+    d = _EPOCH + timedelta(days=day)
+    return f"{d.year:04}-{d.month:02}-{d.day:02}"
+
+
+def _orjson_facts(facts: dict) -> str:
+    return orjson.dumps(facts, option=orjson.OPT_SORT_KEYS).decode()
+
+
 # What check_path refuses: a control character or backslash; a '.' or '..' component.
 _BAD_CHAR = re.compile(r"[\x00-\x1f\x7f\\]")
 _DOT_PART = re.compile(r"(?:^|/)\.\.?(?:/|$)")
@@ -773,21 +791,26 @@ class _Reader:
     directory or, above that depth, its directory), so in path order a group is complete once a path outside
     its range arrives. Groups nest (a team directory's own files and its runs), so a few are open at once.
     A group comes as (group, entries, extras): the ``FileEntry`` of each file, as recognition sees it, and
-    beside it (mtime as a datetime, canonical facts text or None), as the row is written.
+    beside it (the mtime as COPY text, canonical facts text or None), as the row is written.
+
+    ``pg``: the facts go to a jsonb column, so orjson may write their text (the same JSON, not the same
+    characters as ``json.dumps``: SQLite keeps the text as written and compares it).
     """
 
-    def __init__(self, lines: _Lines, template, max_line: int) -> None:
+    def __init__(self, lines: _Lines, template, max_line: int, *, pg: bool) -> None:
         self.lines = lines
         self.template = template
         self.max_line = max_line
+        self.dumps = _orjson_facts if pg else None
         self.files = 0
         self.total = 0
 
     def groups(self) -> Iterator[tuple[str, list, list]]:
         from catalog.formats.base import FileEntry
 
-        loads, from_timestamp, sha256 = orjson.loads, datetime.fromtimestamp, _SHA256.fullmatch
+        loads, sha256, modf, dumps = orjson.loads, _SHA256.fullmatch, math.modf, self.dumps
         bad_char, dot_part, group_of = _BAD_CHAR.search, _DOT_PART.search, self.template.group_of
+        dates: dict[int, str] = {}
         depth, max_line = self.template.depth, self.max_line
         previous = ""
         open_groups: dict[str, tuple[list, list]] = {}
@@ -827,10 +850,29 @@ class _Reader:
                         raise _Fallback from None
                 elif len(path) > MAX_PATH_BYTES:
                     raise _Fallback
-                try:
-                    when = from_timestamp(mtime, UTC)
-                except (OverflowError, OSError, ValueError):
-                    raise _Fallback from None
+                # The mtime to the microsecond exactly as datetime.fromtimestamp rounds it (half to even),
+                # as whole seconds and microseconds; then its text for COPY, the day's part kept per day.
+                if type(mtime) is int:
+                    whole, us = mtime, 0
+                else:
+                    try:
+                        frac, whole = modf(mtime)
+                        us, whole = round(frac * 1e6), int(whole)
+                    except (ValueError, OverflowError):  # NaN or infinity, which json reads
+                        raise _Fallback from None
+                    if us >= 1_000_000:
+                        us -= 1_000_000
+                        whole += 1
+                    elif us < 0:
+                        us += 1_000_000
+                        whole -= 1
+                if not _MTIME_MIN < whole < _MTIME_MAX:
+                    raise _Fallback
+                day, second = divmod(whole, 86400)
+                date = dates.get(day)
+                if date is None:
+                    date = dates[day] = _date_text(day)
+                stamp = f"{date} {second // 3600:02}:{second // 60 % 60:02}:{second % 60:02}.{us:06}+00"
                 sha = obj.get("sha256")
                 if sha is not None and (type(sha) is not str or not sha256(sha)):
                     raise _Fallback
@@ -838,13 +880,14 @@ class _Reader:
                 facts_text = None
                 if facts is not None:
                     try:
-                        facts_text, facts = _facts_stored(facts)
-                    except ValueError:
+                        facts_text, facts = _facts_stored(facts, dumps)
+                    except (ValueError, TypeError):  # not facts, or a value orjson does not write
                         raise _Fallback from None
                 previous = path
                 files += 1
                 total += size
-                entry = FileEntry(path, size, when.timestamp(), facts, sha, "sha256" if sha else None)
+                mtime = (whole * 1_000_000 + us) / 1_000_000  # as datetime.timestamp() gives it
+                entry = FileEntry(path, size, mtime, facts, sha, "sha256" if sha else None)
                 if prefix is None or not path.startswith(prefix):
                     group = group_of(path)
                     if group != last:
@@ -856,7 +899,7 @@ class _Reader:
                     # A run directory holds everything below it; a shallower group only its own files.
                     prefix = group + "/" if group and group.count("/") + 1 >= depth else None
                 entries.append(entry)
-                extras.append((when, facts_text))
+                extras.append((stamp, facts_text))
         self.files, self.total = files, total
         for g, (group_entries, group_extras) in sorted(open_groups.items(), key=lambda item: item[0], reverse=True):
             yield g, group_entries, group_extras
@@ -886,12 +929,12 @@ class _Writer:
         """The COPY text of one run directory's rows: paths hold no tab, newline or backslash (check_path)."""
         loc, tail, null = self.loc, self.tail, "\\N"
         out = []
-        for entry, (when, facts_text), copy_id in zip(entries, extras, links, strict=True):
+        for entry, (stamp, facts_text), copy_id in zip(entries, extras, links, strict=True):
             facts = facts_text.replace("\\", "\\\\") if facts_text is not None else null
             sha = entry.checksum or ""
             algo = "sha256" if sha else ""
             link = null if copy_id is None else copy_id
-            out.append(f"{loc}\t{entry.path}\t{entry.size}\t{when}\t{sha}\t{algo}\t{facts}{tail}{link}\n")
+            out.append(f"{loc}\t{entry.path}\t{entry.size}\t{stamp}\t{sha}\t{algo}\t{facts}{tail}{link}\n")
         return "".join(out)
 
     def _copy(self, data: bytes) -> None:
@@ -914,10 +957,10 @@ class _Writer:
             cursor.executemany(
                 f"INSERT INTO {self.table} ({self.columns}) VALUES ({marks})",
                 [
-                    (self.loc, e.path, e.size, adapt(dt), e.checksum or "", e.checksum_algo or "", facts_text,
-                     "", "", "", "", None, None, when, when, self.inv, copy_id)
+                    (self.loc, e.path, e.size, adapt(datetime.fromisoformat(stamp)), e.checksum or "",
+                     e.checksum_algo or "", facts_text, "", "", "", "", None, None, when, when, self.inv, copy_id)
                     for entries, extras, links in batch
-                    for e, (dt, facts_text), copy_id in zip(entries, extras, links, strict=True)
+                    for e, (stamp, facts_text), copy_id in zip(entries, extras, links, strict=True)
                 ],
             )  # fmt: skip
 
@@ -959,7 +1002,7 @@ def _ingest_direct(inventory: Inventory, *, started: float) -> Inventory | None:
             now = timezone.now()
             judge = Judge(location, now=now)
             lines = _Lines(stream, settings.INVENTORY_MAX_LINE)
-            reader = _Reader(lines, judge.template, settings.INVENTORY_MAX_LINE)
+            reader = _Reader(lines, judge.template, settings.INVENTORY_MAX_LINE, pg=connection.vendor == "postgresql")
             writer = _Writer(location, inventory, now)
             flush_every = _flush_every()
             batch: list[tuple] = []

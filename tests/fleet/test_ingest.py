@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
+from datetime import UTC, datetime
 
 import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test import override_settings
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from catalog.models import CheckpointCopy, CopyTierUsage, ShardFile, UsageDaily
 from fleet.choices import InventoryStatus
@@ -659,3 +664,33 @@ def test_a_path_reported_twice_out_of_order_fails(make_host, push):
     assert inventory.status == InventoryStatus.FAILED
     assert f"the path {files[0]['path']!r} is reported more than once" in inventory.error
     assert not ShardFile.objects.exists() and not CheckpointCopy.objects.exists()
+
+
+# --- the one-pass reader's own arithmetic ----------------------------------------------------------
+
+_EDGE_MTIMES = [
+    0, 1, -1, 1763700000, 1763700000.0000005, 1763700000.0000015, 1763700000.9999995, 1763700000.9999996,
+    -0.5e-6, -1.5e-6, -1.5, 0.9999995, 13_000_000_000.123457, 253_000_000_000.5, -62_000_000_000.25,
+]  # fmt: skip
+
+
+@given(st.lists(st.floats(min_value=-6.2e10, max_value=2.5e11, allow_nan=False) | st.integers(-6e10, 2.5e11)))
+@hsettings(max_examples=60, deadline=None)
+def test_the_one_pass_reader_rounds_mtimes_as_datetime_does(mtimes):
+    """The reader turns an mtime into COPY text and seconds without building a datetime: it must round
+    to the microsecond exactly as datetime.fromtimestamp does, or a re-push would find rows changed."""
+    from catalog.services import PathTemplate
+    from fleet.ingest import _Lines, _Reader
+
+    mtimes = [*_EDGE_MTIMES, *mtimes]
+    lines = [{"type": "header", "format": "ckptfleet-inventory/1"}]
+    lines += [{"type": "file", "path": f"t/r/f{i:06}", "size": 1, "mtime": m} for i, m in enumerate(mtimes)]
+    lines.append({"type": "end", "files": len(mtimes), "bytes": len(mtimes)})
+    upload = _Lines(io.BytesIO(gzip_lines(lines)), 1 << 20)
+    reader = _Reader(upload, PathTemplate.parse("{team}/{run}"), 1 << 20, pg=True)
+    got = [(e.mtime, x[0]) for _, entries, extras in reader.groups() for e, x in zip(entries, extras, strict=True)]
+    want = []
+    for m in mtimes:
+        when = datetime.fromtimestamp(m, UTC)
+        want.append((when.timestamp(), f"{when.year:04}-{when:%m-%d %H:%M:%S.%f}+00"))
+    assert got == want
