@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test import override_settings
-from hypothesis import given
+from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
@@ -674,9 +674,18 @@ _EDGE_MTIMES = [
 ]  # fmt: skip
 
 
-@given(st.lists(st.floats(min_value=-6.2e10, max_value=2.5e11, allow_nan=False) | st.integers(-6e10, 2.5e11)))
-@hsettings(max_examples=60, deadline=None)
-def test_the_one_pass_reader_rounds_mtimes_as_datetime_does(mtimes):
+@pytest.mark.parametrize(
+    "encode",
+    [
+        # The agent's own form, read by the reader's pattern; and JSON with spaces and escapes, read by orjson.
+        lambda line: json.dumps(line, separators=(",", ":"), ensure_ascii=False),
+        json.dumps,
+    ],
+    ids=["agent-form", "other-form"],
+)
+@given(mtimes=st.lists(st.floats(min_value=-6.2e10, max_value=2.5e11, allow_nan=False) | st.integers(-6e10, 2.5e11)))
+@hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_the_one_pass_reader_rounds_mtimes_as_datetime_does(encode, mtimes):
     """The reader turns an mtime into COPY text and seconds without building a datetime: it must round
     to the microsecond exactly as datetime.fromtimestamp does, or a re-push would find rows changed."""
     from catalog.services import PathTemplate
@@ -684,13 +693,18 @@ def test_the_one_pass_reader_rounds_mtimes_as_datetime_does(mtimes):
 
     mtimes = [*_EDGE_MTIMES, *mtimes]
     lines = [{"type": "header", "format": "ckptfleet-inventory/1"}]
-    lines += [{"type": "file", "path": f"t/r/f{i:06}", "size": 1, "mtime": m} for i, m in enumerate(mtimes)]
-    lines.append({"type": "end", "files": len(mtimes), "bytes": len(mtimes)})
-    upload = _Lines(io.BytesIO(gzip_lines(lines)), 1 << 20)
+    lines += [{"type": "file", "path": f"t/r/f{i:06}ü", "size": i, "mtime": m} for i, m in enumerate(mtimes)]
+    lines.append({"type": "end", "files": len(mtimes), "bytes": sum(range(len(mtimes)))})
+    body = gzip.compress("".join(encode(line) + "\n" for line in lines).encode())
+    upload = _Lines(io.BytesIO(body), 1 << 20)
     reader = _Reader(upload, PathTemplate.parse("{team}/{run}"), 1 << 20, pg=True)
-    got = [(e.mtime, x[0]) for _, entries, extras in reader.groups() for e, x in zip(entries, extras, strict=True)]
+    got = [
+        (e.path, e.size, e.mtime, x[0])
+        for _, entries, extras in reader.groups()
+        for e, x in zip(entries, extras, strict=True)
+    ]
     want = []
-    for m in mtimes:
+    for i, m in enumerate(mtimes):
         when = datetime.fromtimestamp(m, UTC)
-        want.append((when.timestamp(), f"{when.year:04}-{when:%m-%d %H:%M:%S.%f}+00"))
+        want.append((f"t/r/f{i:06}ü", i, when.timestamp(), f"{when.year:04}-{when:%m-%d %H:%M:%S.%f}+00"))
     assert got == want
