@@ -8,6 +8,8 @@ copies in one pass, then locks and counts the referenced rows once per distinct 
 same locks, a fraction of the work for a COPY of tens of thousands of rows.
 """
 
+import importlib
+
 from django.db import migrations
 
 CHECK_ONCE = """
@@ -44,31 +46,6 @@ END;
 $$ LANGUAGE plpgsql
 """
 
-# Migration 0008's body, restored on the way back.
-CHECK_EACH = """
-CREATE OR REPLACE FUNCTION catalog_shardfile_refs_check() RETURNS trigger AS $$
-BEGIN
-    PERFORM 1 FROM fleet_storagelocation l
-        WHERE l.id IN (SELECT DISTINCT n.location_id FROM new_rows n) FOR KEY SHARE OF l;
-    PERFORM 1 FROM catalog_checkpointcopy c
-        WHERE c.id IN (SELECT DISTINCT n.copy_id FROM new_rows n WHERE n.copy_id IS NOT NULL)
-        FOR KEY SHARE OF c;
-    IF EXISTS (SELECT 1 FROM new_rows n
-               WHERE NOT EXISTS (SELECT 1 FROM fleet_storagelocation l WHERE l.id = n.location_id)) THEN
-        RAISE EXCEPTION 'a shard file refers to a storage location that does not exist'
-            USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'shardfile_location_exists';
-    END IF;
-    IF EXISTS (SELECT 1 FROM new_rows n
-               WHERE n.copy_id IS NOT NULL
-                 AND NOT EXISTS (SELECT 1 FROM catalog_checkpointcopy c WHERE c.id = n.copy_id)) THEN
-        RAISE EXCEPTION 'a shard file refers to a checkpoint copy that does not exist'
-            USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'shardfile_copy_exists';
-    END IF;
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql
-"""
-
 
 def forward(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
@@ -77,7 +54,9 @@ def forward(apps, schema_editor):
 
 def backward(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(CHECK_EACH)
+        # Migration 0008's body, restored as it wrote it.
+        previous = importlib.import_module("catalog.migrations.0008_shardfile_statement_level_references")
+        schema_editor.execute(previous.FUNCTIONS[0])
 
 
 class Migration(migrations.Migration):
