@@ -94,6 +94,14 @@ def restrict_events(queryset: QuerySet, user) -> QuerySet:
     )
 
 
+def restrict_teams(queryset: QuerySet, user) -> QuerySet:
+    """Teams (``queryset`` of ``catalog.Team``) ``user`` may see and choose: their own when scoped, else all."""
+    names = scoped_team_names(user)
+    if names is None:
+        return queryset
+    return queryset.filter(name__in=sorted(names))
+
+
 def spend_team_ids(user) -> tuple[int, ...] | None:
     """The ids of the teams whose spend ``user`` sees, or None for the whole fleet's."""
     names = scoped_team_names(user)

@@ -4,7 +4,9 @@ Parameters (all optional): ``q`` (part of a run or team name), ``team`` (id), ``
 (active/finished/deleted), ``tier`` (runs with a present copy holding bytes on that tier),
 ``flag`` (runs with a checkpoint raising that placement flag), ``attention=1`` (runs with a partial
 or corrupt present copy) and ``sort`` (one of ``SORTS``). Unknown values are ignored, never an error
-page: a filter link pasted from an older version still opens the list.
+page: a filter link pasted from an older version still opens the list. The one exception is a team id
+the person may not choose (another team's, for a person scoped to theirs, or no team's): that is
+refused as not found (``team_refusal``), so a scoped person learns nothing of other teams.
 
 **Pages are keyset pages** (``RunFilters.page``): a ``cursor`` carries the sort, the sort key of the
 row it points at and its id, and the direction, so a page is "the next 50 runs after this one in
@@ -28,6 +30,7 @@ from django.db.models.functions import Coalesce
 from catalog import placement, selectors
 from catalog.choices import CopyState, RunStatus
 from catalog.models import CheckpointCopy, CopyTierUsage, Run
+from ckptfleet.errors import DomainError
 from fleet.choices import Tier
 
 PAGE_SIZE = 50
@@ -165,6 +168,13 @@ class RunFilters:
             attention=(params.get("attention") or "") in ("1", "true", "yes", "on"),
             sort=pick("sort", SORTS) or "team",
         )
+
+    def team_refusal(self, teams: QuerySet) -> DomainError | None:
+        """Why the ``team`` filter is refused, or None: a team id not among ``teams`` (those the person may
+        see and choose, ``access.scoping.restrict_teams``) is not found, whether it exists or not."""
+        if self.team_id is None or teams.filter(pk=self.team_id).exists():
+            return None
+        return DomainError(f"team {self.team_id} not found", code="not_found", http_status=404)
 
     @property
     def narrowed(self) -> bool:

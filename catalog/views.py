@@ -15,12 +15,12 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, render
 
 from access.roles import Role, has_role
-from access.scoping import may_see_run, restrict_runs, scoped_team_names, visible_orphans
+from access.scoping import may_see_run, restrict_runs, restrict_teams, scoped_team_names, visible_orphans
 from actions.models import DeletionJob, Hold, Pin
 from actions.protection import OPEN_DELETION_STATES
 from catalog import placement, selectors
 from catalog.choices import CopyState, RunStatus, Verification
-from catalog.models import Checkpoint, CheckpointCopy, Run
+from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from catalog.run_filters import SORTS, BadCursor, RunFilters
 from catalog.verification import VerificationSummary, failure_domain, summarize
 from ckptfleet.params import positive_int_param
@@ -52,14 +52,18 @@ def run_list(request):
         cursor = None
     number = (request.GET.get("page") or "").strip()
     offset = (int(number) - 1) * RUNS_PER_PAGE if cursor is None and number.isdigit() and int(number) > 1 else 0
-    page = filters.page(
-        restrict_runs(Run.objects.all(), request.user), cursor=cursor, offset=offset, size=RUNS_PER_PAGE
-    )
-    teams = list(selectors.team_choices())
+    runs = restrict_runs(Run.objects.all(), request.user)
+    # A scoped person chooses among their own teams; another team's id is not found, and lists nothing.
+    refusal = filters.team_refusal(restrict_teams(Team.objects.all(), request.user))
+    if refusal is not None:
+        runs = runs.none()
+    page = filters.page(runs, cursor=cursor, offset=offset, size=RUNS_PER_PAGE)
+    teams = list(restrict_teams(selectors.team_choices(), request.user))
     return render(
         request,
         "catalog/run_list.html",
         {
+            "team_refusal": refusal.message if refusal is not None else "",
             "page": page,
             "runs": page.runs,
             "next_query": filters.query(cursor=page.next.encode()) if page.next else "",
@@ -78,6 +82,7 @@ def run_list(request):
             # No run at all and no filter: the fleet has reported nothing yet.
             "fleet_is_empty": page.count == 0 and not filters.narrowed,
         },
+        status=refusal.http_status if refusal is not None else 200,
     )
 
 

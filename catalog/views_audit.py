@@ -1,7 +1,8 @@
 """Pages of the audit trail: the whole trail with filters, its CSV export, and the chain's verification.
 
-The trail grows forever, so the page never counts or offsets: it walks the primary key (keyset
-pagination, ``?before=<id>`` / ``?after=<id>``), and the export streams rows as it reads them.
+The trail grows forever, so the page never offsets: it walks the primary key (keyset pagination,
+``?before=<id>`` / ``?after=<id>``), and the export streams rows as it reads them. Its total is the chain
+head's count, except for a person scoped to some teams: theirs is counted over what they may see.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from access.roles import Role, has_role, require_role
-from access.scoping import restrict_events
+from access.scoping import restrict_events, scoped_team_names
 from access.services import AUDIT_VERIFY_ACTION
 from catalog.audit_filters import AuditEventFilter
 from catalog.models import AuditChainHead, AuditEvent
@@ -79,6 +80,15 @@ def keyset_page(events, *, before: int | None, after: int | None, size: int = EV
     return rows, older, newer
 
 
+def _total(user) -> int:
+    """Events in the trail as ``user`` sees it: the chain head's count, or, for a person scoped to some teams,
+    a count of the events they may see (the head counts every team's)."""
+    if scoped_team_names(user) is None:
+        head = AuditChainHead.objects.filter(pk=1).first()
+        return head.count if head else 0
+    return restrict_events(AuditEvent.objects.all(), user).count()
+
+
 def last_verification() -> AuditEvent | None:
     return AuditEvent.objects.filter(action=VERIFY_ACTION).order_by("-pk").first()
 
@@ -92,7 +102,6 @@ def audit_trail(request):
     query = request.GET.copy()
     for cursor in ("before", "after"):
         query.pop(cursor, None)
-    head = AuditChainHead.objects.filter(pk=1).first()
     return render(
         request,
         "audit/trail.html",
@@ -103,7 +112,7 @@ def audit_trail(request):
             "newer": newer,
             "query": query.urlencode(),
             "filtered": any(v for k, v in query.items()),
-            "total": head.count if head else 0,
+            "total": _total(request.user),
             "verification": last_verification(),
             "can_verify": has_role(request.user, Role.ADMIN),
         },

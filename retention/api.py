@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 from access.middleware import request_id_of
 from access.permissions import role_required
 from access.roles import Role
-from access.scoping import restrict, restrict_policies, visible_team_names
+from access.scoping import restrict, restrict_policies, restrict_teams, visible_team_names
 from catalog.choices import ActorKind, EventSource
 from catalog.models import Run, Team
 from ckptfleet.errors import DomainError
@@ -72,7 +72,7 @@ def _scope(data: dict, user) -> Scope:
         get_object_or_404(restrict(Run.objects.all(), user), pk=data["run"])
         return Scope(run_id=data["run"], team_names=names)
     if data.get("team"):
-        get_object_or_404(Team, pk=data["team"])
+        get_object_or_404(restrict_teams(Team.objects.all(), user), pk=data["team"])  # another team's: not found
         return Scope(team_id=data["team"], team_names=names)
     return Scope(team_names=names)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
+from access.scoping import restrict_teams
 from catalog.models import Team
 from fleet.choices import LocationKind, Tier
 from fleet.models import StorageLocation
@@ -18,12 +19,29 @@ def _number() -> forms.TextInput:
     return forms.TextInput(attrs={"inputmode": "numeric"})
 
 
-class RulesForm(forms.Form):
+def _team(**kwargs) -> forms.ModelChoiceField:
+    return forms.ModelChoiceField(
+        queryset=Team.objects.order_by("name"),
+        required=False,
+        error_messages={"invalid_choice": "That team was not found: choose one of the list."},
+        **kwargs,
+    )
+
+
+class _TeamChoices(forms.Form):
+    """A form whose team is one of those ``user`` may choose (``access.scoping.restrict_teams``): a scoped
+    person is offered their own teams, and another team's id is not found, as if it did not exist."""
+
+    def __init__(self, *args, user=None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if user is not None:
+            self.fields["team"].queryset = restrict_teams(self.fields["team"].queryset, user)
+
+
+class RulesForm(_TeamChoices):
     """The keep rules, read from the query string (a simulation changes nothing, so it is a GET)."""
 
-    team = forms.ModelChoiceField(
-        queryset=Team.objects.order_by("name"), required=False, empty_label="Every team", help_text="Whose runs."
-    )
+    team = _team(empty_label="Every team", help_text="Whose runs.")
     run = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
     keep_last = forms.IntegerField(
         label="Keep the last N",
@@ -49,10 +67,10 @@ class RulesForm(forms.Form):
     def from_request(cls, request) -> RulesForm:
         """Bound when the rules were submitted; the defaults (as if submitted) on a first visit."""
         if "keep_last" in request.GET:
-            return cls(request.GET)
+            return cls(request.GET, user=request.user)
         data = {name: field.initial for name, field in cls.base_fields.items() if field.initial is not None}
         data.update({k: request.GET[k] for k in ("team", "run") if request.GET.get(k)})
-        return cls({k: v for k, v in data.items() if v is not False})
+        return cls({k: v for k, v in data.items() if v is not False}, user=request.user)
 
     def rules(self) -> KeepRules:
         d = self.cleaned_data
@@ -65,8 +83,8 @@ class RulesForm(forms.Form):
         )
 
 
-class MoveForm(forms.Form):
-    team = forms.ModelChoiceField(queryset=Team.objects.order_by("name"), required=False, empty_label="Every team")
+class MoveForm(_TeamChoices):
+    team = _team(empty_label="Every team")
     run = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
     from_tier = forms.ChoiceField(label="Move bytes on", choices=Tier.choices, initial=Tier.NVME)
     from_class = forms.CharField(
@@ -86,12 +104,12 @@ class MoveForm(forms.Form):
     @classmethod
     def from_request(cls, request) -> MoveForm:
         if "to_class" in request.GET:
-            return cls(request.GET)
+            return cls(request.GET, user=request.user)
         data = {name: field.initial for name, field in cls.base_fields.items() if field.initial is not None}
         data.update({k: request.GET[k] for k in ("team", "run") if request.GET.get(k)})
         if "run" in data:
             data["finished_only"] = False  # one run chosen by name: whatever its status
-        return cls({k: v for k, v in data.items() if v is not False})
+        return cls({k: v for k, v in data.items() if v is not False}, user=request.user)
 
 
 class PolicyForm(forms.Form):
@@ -111,10 +129,8 @@ class PolicyForm(forms.Form):
     reason = forms.CharField(required=False, max_length=500, help_text="Why, for the audit trail.")
 
 
-class NewPolicyForm(PolicyForm):
-    team = forms.ModelChoiceField(
-        queryset=Team.objects.order_by("name"), required=False, empty_label="No team: one run's policy"
-    )
+class NewPolicyForm(_TeamChoices, PolicyForm):
+    team = _team(empty_label="No team: one run's policy")
     run = forms.IntegerField(
         required=False, min_value=1, widget=_number(), help_text="A run's id, for a policy of one run."
     )

@@ -11,7 +11,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import BasePagination, PageNumberPagination
 from rest_framework.response import Response
 
-from access.scoping import restrict_runs, visible_orphans
+from access.scoping import restrict_runs, restrict_teams, visible_orphans
 from catalog import placement, selectors
 from catalog.api.serializers import (
     CheckpointPlacementSerializer,
@@ -22,7 +22,7 @@ from catalog.api.serializers import (
     RunPlacementSerializer,
     RunSerializer,
 )
-from catalog.models import Checkpoint, Run
+from catalog.models import Checkpoint, Run, Team
 from catalog.run_filters import SORTS, BadCursor, RunFilters
 from ckptfleet.errors import DomainError
 from fleet.choices import Tier
@@ -50,6 +50,9 @@ class RunKeysetPagination(BasePagination):
     def paginate_queryset(self, queryset, request, view=None):
         self.request = request
         filters = RunFilters.from_params(request.query_params)
+        refusal = filters.team_refusal(restrict_teams(Team.objects.all(), request.user))
+        if refusal is not None:  # another team's id, for a person scoped to theirs: not found (as on the page)
+            raise refusal
         try:
             cursor = filters.cursor(request.query_params.get("cursor"))
         except BadCursor as exc:

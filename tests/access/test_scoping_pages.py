@@ -7,11 +7,13 @@ team speech's run on any page or API, get 404 for its detail URLs, and see total
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
+from access.scoping import restrict_events
 from actions import services
 from actions.models import DeletionJob, Hold, Pin
 from catalog.choices import CopyState, EventSource
@@ -266,3 +268,78 @@ def test_a_scoped_member_still_sees_the_fleets_own_events(fleet, scoping, signed
         )  # fmt: skip
     page = text(in_team(signed_in_as, "vision"), "/audit/")
     assert "gpu-z99:/scratch" in page
+
+
+def test_a_scoped_members_audit_total_counts_only_the_events_they_see(fleet, scoping, signed_in_as):
+    from catalog.models import AuditChainHead, AuditEvent
+
+    client = in_team(signed_in_as, "vision")
+    visible = restrict_events(AuditEvent.objects.all(), client.user).count()
+    everything = AuditChainHead.objects.get(pk=1).count
+    assert 0 < visible < everything, "the other team's run has events the member does not see"
+    assert f"{visible} events in all" in text(client, "/audit/")
+    assert f"{everything} events in all" in text(signed_in_as("viewer", username="fleet-viewer"), "/audit/")
+
+
+def team_options(page: str) -> set[str]:
+    """The values of the team select's options, but "" (every team)."""
+    select = page.split('name="team"', 1)[1].split("</select>", 1)[0]
+    return {value for value in re.findall(r'<option value="([^"]*)"', select) if value}
+
+
+def test_a_scoped_member_chooses_among_their_own_teams_only(fleet, scoping, signed_in_as):
+    client = in_team(signed_in_as, "vision", "operator")
+    vision, speech = (str(fleet[team]["run"].team_id) for team in ("vision", "speech"))
+    for url in ("/runs/", "/retention/", "/retention/tiering/", "/retention/policies/"):
+        assert team_options(text(client, url)) == {vision}, url
+    everyone = signed_in_as("operator", username="fleet-operator")
+    for url in ("/runs/", "/retention/", "/retention/tiering/", "/retention/policies/"):
+        assert team_options(text(everyone, url)) == {vision, speech}, url
+
+
+def test_the_runs_list_refuses_another_teams_id_as_not_found(fleet, scoping, signed_in_as):
+    client = in_team(signed_in_as, "vision")
+    speech = fleet["speech"]["run"].team_id
+    page = text(client, f"/runs/?team={speech}", status=404)
+    assert f"Team {speech} not found" in page and THEIRS not in page
+    assert "not found" in text(client, "/runs/?team=999999", status=404), "no team's id: the same answer"
+    mine = text(client, f"/runs/?team={fleet['vision']['run'].team_id}")
+    assert MINE in mine and "not found" not in mine
+    answer = client.get(f"/api/v1/runs/?team={speech}")  # the API lists the same runs, and refuses the same
+    assert answer.status_code == 404 and answer.json() == {"error": "not_found", "detail": f"team {speech} not found"}
+    # Unscoped, the same id lists the other team's run.
+    everyone = signed_in_as("viewer", username="fleet-viewer")
+    assert THEIRS in text(everyone, f"/runs/?team={speech}")
+    assert [r["name"] for r in everyone.get(f"/api/v1/runs/?team={speech}").json()["results"]] == [THEIRS]
+
+
+def test_the_retention_forms_refuse_another_teams_id_and_change_nothing(fleet, scoping, signed_in_as):
+    from catalog.models import AuditEvent
+    from retention.models import RetentionPolicy
+
+    client = in_team(signed_in_as, "vision", "operator")
+    speech = fleet["speech"]["run"].team_id
+    policies, events = RetentionPolicy.objects.count(), AuditEvent.objects.count()
+    for url in (f"/retention/?team={speech}", f"/retention/tiering/?team={speech}&to_class=GLACIER_IR"):
+        page = text(client, url)
+        assert "That team was not found" in page and THEIRS not in page, url
+        assert MINE not in page, "refused whole: no simulation of the member's own runs either"
+    response = client.post(
+        "/retention/policies/",
+        {"name": "theirs now", "team": speech, "keep_last": 1, "keep_every": 0, "reason": "mine"},
+    )
+    assert response.status_code == 200 and "That team was not found" in response.content.decode()
+    for url in (f"/api/v1/retention/simulate/?team={speech}", f"/api/v1/retention/tiering/?team={speech}"):
+        answer = client.get(url)
+        assert answer.status_code == 404 and THEIRS not in answer.content.decode(), url
+    created = client.post(
+        "/api/v1/retention/policies/", {"name": "theirs", "team": speech}, content_type="application/json"
+    )
+    assert created.status_code == 404
+    assert RetentionPolicy.objects.count() == policies and AuditEvent.objects.count() == events
+    # Their own team is accepted.
+    own = client.post(
+        "/retention/policies/",
+        {"name": "vision's", "team": fleet["vision"]["run"].team_id, "keep_last": 1, "keep_every": 0, "reason": "r"},
+    )
+    assert own.status_code == 302 and RetentionPolicy.objects.count() == policies + 1
