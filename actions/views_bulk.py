@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Sum
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -280,6 +282,13 @@ class Preview:
     selection: Selection
     effects: list[RunEffect]
     currency: str = ""
+    grace_days: int | None = None  # deletions: the grace period (``services.grace_days``)
+    at: datetime = field(default_factory=timezone.now)
+
+    @property
+    def execute_after(self) -> datetime | None:
+        """Deletions: the soonest they would run if confirmed now (each its own grace period from then)."""
+        return None if self.grace_days is None else self.at + timedelta(days=self.grace_days)
 
     @property
     def allowed(self) -> list[Item]:
@@ -316,7 +325,8 @@ def preview(selection: Selection, *, case_ref: str = "") -> Preview:
         else:
             effects = _preview_deletions(selection.items)
     currency = next((i.preview.currency for i in selection.items if i.preview is not None), "")
-    return Preview(selection, effects, currency)
+    grace = services.grace_days() if selection.action == DELETE else None
+    return Preview(selection, effects, currency, grace_days=grace)
 
 
 # --- acting ---------------------------------------------------------------------------------------------
@@ -417,7 +427,7 @@ def _render_preview(request, selection: Selection, *, reason: str, case_ref: str
             "errors": [*selection.errors, *errors],
             "can_act": has_role(request.user, Role.OPERATOR),
             "next": _next_url(request),
-            "grace_days": services.grace_days() if selection.action == DELETE else None,
+            "grace_days": result.grace_days,
         },
         status=status,
     )
@@ -564,6 +574,10 @@ class BulkOutput(serializers.Serializer):
     bytes = serializers.IntegerField(required=False)
     monthly_cost = serializers.CharField(allow_null=True, required=False)
     currency = serializers.CharField(required=False)
+    grace_days = serializers.IntegerField(required=False, help_text="Deletions: days before they may run.")
+    execute_after = serializers.DateTimeField(
+        required=False, help_text="Deletions: the soonest they would run if confirmed now (UTC)."
+    )
     done = BulkOutcome(many=True, required=False, help_text="What was done (confirm=true).")
     refused = BulkOutcome(many=True, required=False, help_text="What was refused, with why (confirm=true).")
 
@@ -617,6 +631,11 @@ def preview_data(result: Preview) -> dict:
         "bytes": result.bytes,
         "monthly_cost": _money(result.monthly_cost),
         "currency": result.currency,
+        **(
+            {"grace_days": result.grace_days, "execute_after": result.execute_after.isoformat()}
+            if result.grace_days is not None
+            else {}
+        ),
     }
 
 

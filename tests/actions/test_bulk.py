@@ -3,7 +3,7 @@ confirming goes through the same services (one audit event each), refusals are r
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.test import Client
@@ -87,6 +87,32 @@ def test_the_preview_of_a_bulk_deletion_lists_files_bytes_money_and_what_each_ru
     assert "Newest restorable afterwards" in html
     assert "Confirm: schedule deletion of the listed copy of 2 checkpoints" in html
     assert DeletionJob.objects.count() == 0 and events() == 0  # a preview changes nothing
+
+
+def test_the_preview_of_a_bulk_deletion_says_when_it_would_run(fleet, olga, settings):
+    settings.DELETION_GRACE_DAYS = 3
+    asked = timezone.now()
+    response = client_for(olga).get(URL, {"action": "delete-checkpoint", "item": [item(fleet, 100)]})
+    starts = response.context["preview"].execute_after
+    assert asked + timedelta(days=3) <= starts <= timezone.now() + timedelta(days=3)
+    html = response.content.decode()
+    assert (
+        "3 days" in html
+        and "Would run no sooner than</dt><dd title=" in html
+        and f"{starts:%Y-%m-%d %H:%M} UTC" in html
+    )
+    body = {"action": "delete", "items": [{"checkpoint": fleet.checkpoints[100].pk}], "reason": "superseded"}
+    data = client_for(olga).post("/api/v1/actions/bulk/", body, content_type="application/json").json()
+    said = datetime.fromisoformat(data["execute_after"])
+    assert data["grace_days"] == 3 and asked + timedelta(days=3) <= said <= timezone.now() + timedelta(days=3)
+    client_for(olga).post("/api/v1/actions/bulk/", {**body, "confirm": True}, content_type="application/json")
+    job = DeletionJob.objects.get()
+    assert said <= job.execute_after <= timezone.now() + timedelta(days=3), "confirmed later: no sooner than said"
+    pins = {"action": "pin", "items": [{"checkpoint": fleet.checkpoints[200].pk}]}
+    assert (
+        "execute_after"
+        not in client_for(olga).post("/api/v1/actions/bulk/", pins, content_type="application/json").json()
+    )
 
 
 def test_the_preview_of_a_whole_checkpoint_deletion_counts_every_copy_and_the_newest_left(fleet, olga):
