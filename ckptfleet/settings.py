@@ -197,6 +197,14 @@ INGEST_CHUNK_ROWS = env_int("CKPTFLEET_INGEST_CHUNK_ROWS", 5000, minimum=100)
 DELETION_GRACE_DAYS = env_int("CKPTFLEET_DELETION_GRACE_DAYS", 7, minimum=0 if DEBUG else 1)
 DELETION_APPROVAL_BYTES = env_int("CKPTFLEET_DELETION_APPROVAL_BYTES", 10 * 1024**4, minimum=0)
 S3_SECRETS_DIR = Path(env_str("CKPTFLEET_S3_SECRETS_DIR", str(VAR_DIR / "s3-secrets")))
+# Promotions pulled by a host's agent: how long each presigned GET URL stays valid, from a minute to the
+# seven days SigV4 allows (fleet.s3.PRESIGN_MAX_SECONDS, not imported here: settings load before boto3).
+PROMOTION_PRESIGN_SECONDS = env_int("CKPTFLEET_PROMOTION_PRESIGN_SECONDS", 3600, minimum=60)
+if PROMOTION_PRESIGN_SECONDS > 7 * 24 * 3600:
+    raise ImproperlyConfigured(
+        f"CKPTFLEET_PROMOTION_PRESIGN_SECONDS={PROMOTION_PRESIGN_SECONDS} must be at most 604800 (7 days, "
+        "the longest a presigned S3 URL is valid)"
+    )
 # Placement: a finished run's checkpoints still on NVMe this many days after its last checkpoint are flagged.
 NVME_FINISHED_DAYS = env_int("CKPTFLEET_NVME_FINISHED_DAYS", 14, minimum=0)
 # Recovery view: per-tier restore throughput and first-byte delay overriding the defaults in

@@ -26,7 +26,8 @@ from django.utils import timezone
 from catalog.choices import ActorKind, EventSource
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet import s3
-from fleet.models import Bucket, Host, StorageLocation
+from fleet.models import Bucket, Host
+from fleet.selectors import host_root_or_refuse
 from fleet.services import Actor
 from promotion import runner
 from promotion.choices import ItemState, JobState, Method
@@ -41,8 +42,8 @@ DETAIL_MAX = 500
 
 
 def presign_seconds() -> int:
-    """How long a pull's URL stays valid (``PROMOTION_PRESIGN_SECONDS``, default an hour)."""
-    value = int(getattr(settings, "PROMOTION_PRESIGN_SECONDS", s3.PRESIGN_SECONDS))
+    """How long a pull's URL stays valid (``CKPTFLEET_PROMOTION_PRESIGN_SECONDS``, default an hour)."""
+    value = int(settings.PROMOTION_PRESIGN_SECONDS)
     return max(60, min(value, s3.PRESIGN_MAX_SECONDS))
 
 
@@ -59,8 +60,7 @@ def _pending_items(host: Host, root: str):
         job__target_location__kind__in=HOST_KINDS,
     )
     if root:
-        if not StorageLocation.objects.filter(host=host, root_path=root).exists():
-            raise DomainError(f"{root!r} is not a registered root of {host.name}", code="unknown_root")
+        host_root_or_refuse(host, root)
         items = items.filter(job__target_location__root_path=root)
     return items
 
