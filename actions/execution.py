@@ -44,6 +44,7 @@ from ckptfleet.errors import DomainError, PermissionRefused
 from fleet import s3
 from fleet.choices import LocationKind
 from fleet.models import Bucket, Host, StorageLocation
+from fleet.selectors import host_root_or_refuse
 from fleet.services import Actor
 
 log = logging.getLogger(__name__)
@@ -510,8 +511,7 @@ def agent_pending(*, host: Host, root: str = "", limit: int = BATCH) -> list[dic
         location__kind__in=HOST_KINDS,
     )
     if root:
-        if not StorageLocation.objects.filter(host=host, root_path=root).exists():
-            raise DomainError(f"{root!r} is not a registered root of {host.name}", code="unknown_root")
+        host_root_or_refuse(host, root)
         items = items.filter(location__root_path=root)
     allowed = []
     for job_id in items.order_by("job_id").values_list("job_id", flat=True).distinct()[:100]:

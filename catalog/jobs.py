@@ -115,49 +115,59 @@ def _inventory(inv: Inventory) -> Job:
     )
 
 
-def _promotion(job: PromotionJob) -> Job:
-    checkpoint = job.checkpoint
-    target = job.target_location.name + (f" ({job.target_storage_class})" if job.target_storage_class else "")
+def _checkpoint_job(
+    job: PromotionJob | DeletionJob, *, kind: str, verb: str, what: str, url: str, active: tuple, **progress
+) -> Job:
+    """A promotion or a deletion: a job on one checkpoint, requested by someone; ``progress`` is its own
+    (done, total, unit, outcome). Its title is "<verb> <team>/<run> <checkpoint> <what>"."""
+    run = job.checkpoint.run
     return Job(
-        kind="promotion",
+        kind=kind,
         pk=job.pk,
-        title=f"Promote {checkpoint.run.team.name}/{checkpoint.run.name} {checkpoint.label} to {target}",
-        url=reverse("promotion:job-detail", args=[job.pk]),
+        title=f"{verb} {run.team.name}/{run.name} {job.checkpoint.label} {what}",
+        url=reverse(url, args=[job.pk]),
         state=job.state,
         state_label=job.get_state_display(),
-        active=job.state in PROMOTION_OPEN,
+        active=job.state in active,
         at=job.requested_at,
         started_at=job.started_at,
         finished_at=job.finished_at,
+        by=job.requested_label,
+        **progress,
+    )
+
+
+def _promotion(job: PromotionJob) -> Job:
+    target = job.target_location.name + (f" ({job.target_storage_class})" if job.target_storage_class else "")
+    return _checkpoint_job(
+        job,
+        kind="promotion",
+        verb="Promote",
+        what=f"to {target}",
+        url="promotion:job-detail",
+        active=PROMOTION_OPEN,
         done=job.bytes_done,
         total=job.bytes_total or None,
         unit="bytes",
         outcome=job.error,
-        by=job.requested_label,
     )
 
 
 def _deletion(job: DeletionJob) -> Job:
-    checkpoint = job.checkpoint
     scope = f"copy at {job.copy.location.name}" if job.copy_id else "every copy"
-    return Job(
+    return _checkpoint_job(
+        job,
         kind="deletion",
-        pk=job.pk,
-        title=f"Delete {checkpoint.run.team.name}/{checkpoint.run.name} {checkpoint.label} ({scope})",
-        url=reverse("actions:deletion-detail", args=[job.pk]),
-        state=job.state,
-        state_label=job.get_state_display(),
-        active=job.state in DELETION_ACTIVE,
-        at=job.requested_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
+        verb="Delete",
+        what=f"({scope})",
+        url="actions:deletion-detail",
+        active=DELETION_ACTIVE,
         done=job.items_deleted + job.items_blocked,
         total=job.items_total or None,
         unit="items",
         outcome=job.outcome
         or (f"waits until {job.execute_after:%Y-%m-%d %H:%M} UTC" if job.state == DeletionState.SCHEDULED else "")
         or last_progress(job),
-        by=job.requested_label,
     )
 
 

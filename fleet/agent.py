@@ -1740,18 +1740,9 @@ def _run(argv: list[str] | None) -> int:
     if args.deletions:
         if args.dry_run:
             raise AgentError("--deletions and --dry-run do not go together")
-        failed = False
-        for root in roots:
-            try:
-                failed = not _delete_root(args, root, server or "", token or "") or failed
-            except AgentError as exc:
-                failed = True
-                _error(str(exc))
-                if exc.fatal:
-                    break
+        failed = _for_each_root(roots, lambda root: _delete_root(args, root, server or "", token or ""))
         return 1 if failed else 0
     cache = ChecksumCache(args.cache) if args.checksums else None
-    failed = False
     try:
         if args.dry_run:
             out = getattr(sys.stdout, "buffer", None)
@@ -1767,32 +1758,35 @@ def _run(argv: list[str] | None) -> int:
             if out is not None:
                 out.flush()
             return 0
-        for root in roots:
-            try:
-                _send_root(args, root, server or "", token or "", cache)
-            except AgentError as exc:
-                failed = True
-                _error(str(exc))
-                if exc.fatal:
-                    break
+        failed = _for_each_root(roots, lambda root: _send_root(args, root, server or "", token or "", cache))
     finally:
         if cache is not None:
             cache.close()
     return 1 if failed else 0
 
 
+def _for_each_root(roots: list[str], work: Callable[[str], bool | None]) -> bool:
+    """Run ``work`` on each root in turn; return whether any failed (raised, or answered False).
+
+    A root's failure is reported and the next root is still done, unless the error is fatal (the
+    server refused the token, say), which would fail every other root the same way.
+    """
+    failed = False
+    for root in roots:
+        try:
+            failed = work(root) is False or failed
+        except AgentError as exc:
+            failed = True
+            _error(str(exc))
+            if exc.fatal:
+                break
+    return failed
+
+
 def _pulls(args: argparse.Namespace, roots: list[str], server: str, token: str) -> int:
     cache = ChecksumCache(args.cache) if args.checksums and not args.dry_run else None
-    failed = False
     try:
-        for root in roots:
-            try:
-                failed = not _pull_root(args, root, server, token, cache) or failed
-            except AgentError as exc:
-                failed = True
-                _error(str(exc))
-                if exc.fatal:
-                    break
+        failed = _for_each_root(roots, lambda root: _pull_root(args, root, server, token, cache))
     finally:
         if cache is not None:
             cache.close()
