@@ -70,10 +70,25 @@ test-deps: ## Install Chromium for the browser tests when missing (as root, with
 services: ## Start the local PostgreSQL and Redis if they are down
 	bash scripts/services-up
 
-test: venv test-deps services lint ## Lint, then the whole suite on SQLite and on PostgreSQL + Redis
+# The two passes share nothing (each has its own database, media and temporary folders, ports and
+# Celery queues), and much of each is spent waiting on a browser, a worker or a server: side by side
+# they take about the time of the longer one. The SQLite pass writes to var/test-logs/sqlite.log,
+# shown after the PostgreSQL pass; TEST_SIDE_BY_SIDE=0 runs them one after the other.
+TEST_SIDE_BY_SIDE ?= 1
+
+test: venv test-deps services lint ## Lint, then the whole suite on SQLite and on PostgreSQL + Redis (side by side)
 	@failed=""; \
-	$(MAKE) --no-print-directory _pytest-sqlite || failed="$$failed SQLite"; \
-	$(MAKE) --no-print-directory _pytest-postgres || failed="$$failed PostgreSQL"; \
+	if [ "$(TEST_SIDE_BY_SIDE)" = 1 ]; then \
+		mkdir -p var/test-logs; \
+		echo "make test: the SQLite pass runs beside the PostgreSQL one; its output follows (var/test-logs/sqlite.log)"; \
+		$(MAKE) --no-print-directory _pytest-sqlite > var/test-logs/sqlite.log 2>&1 & sqlite=$$!; \
+		$(MAKE) --no-print-directory _pytest-postgres || failed="$$failed PostgreSQL"; \
+		wait $$sqlite || failed="$$failed SQLite"; \
+		cat var/test-logs/sqlite.log; \
+	else \
+		$(MAKE) --no-print-directory _pytest-sqlite || failed="$$failed SQLite"; \
+		$(MAKE) --no-print-directory _pytest-postgres || failed="$$failed PostgreSQL"; \
+	fi; \
 	if [ -n "$$failed" ]; then echo "make test: FAILED on$$failed" >&2; exit 1; fi
 
 test-sqlite: venv test-deps ## The suite on SQLite only
