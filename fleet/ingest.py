@@ -763,10 +763,11 @@ _MTIME_MIN, _MTIME_MAX = -62135596800 + 172800, 253402300799 - 172800
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _date_text(day: int) -> str:
-    """The date of a day since the epoch, as COPY reads it."""
+def _second_text(whole: int) -> str:
+    """A whole second since the epoch as COPY reads a timestamp, in UTC, to the second."""
+    day, second = divmod(whole, 86400)
     d = _EPOCH + timedelta(days=day)
-    return f"{d.year:04}-{d.month:02}-{d.day:02}"
+    return f"{d.year:04}-{d.month:02}-{d.day:02} {second // 3600:02}:{second // 60 % 60:02}:{second % 60:02}"
 
 
 def _orjson_facts(facts: dict) -> str:
@@ -810,7 +811,7 @@ class _Reader:
 
         loads, sha256, modf, dumps = orjson.loads, _SHA256.fullmatch, math.modf, self.dumps
         bad_char, dot_part, group_of = _BAD_CHAR.search, _DOT_PART.search, self.template.group_of
-        dates: dict[int, str] = {}
+        seconds: dict[int, str] = {}
         depth, max_line = self.template.depth, self.max_line
         previous = ""
         open_groups: dict[str, tuple[list, list]] = {}
@@ -851,7 +852,7 @@ class _Reader:
                 elif len(path) > MAX_PATH_BYTES:
                     raise _Fallback
                 # The mtime to the microsecond exactly as datetime.fromtimestamp rounds it (half to even),
-                # as whole seconds and microseconds; then its text for COPY, the day's part kept per day.
+                # as whole seconds and microseconds; then its text for COPY, the seconds' part kept.
                 if type(mtime) is int:
                     whole, us = mtime, 0
                 else:
@@ -866,13 +867,14 @@ class _Reader:
                     elif us < 0:
                         us += 1_000_000
                         whole -= 1
-                if not _MTIME_MIN < whole < _MTIME_MAX:
-                    raise _Fallback
-                day, second = divmod(whole, 86400)
-                date = dates.get(day)
-                if date is None:
-                    date = dates[day] = _date_text(day)
-                stamp = f"{date} {second // 3600:02}:{second // 60 % 60:02}:{second % 60:02}.{us:06}+00"
+                text = seconds.get(whole)  # the files of one save share a few seconds
+                if text is None:
+                    if not _MTIME_MIN < whole < _MTIME_MAX:
+                        raise _Fallback
+                    if len(seconds) >= 4096:
+                        seconds.clear()
+                    text = seconds[whole] = _second_text(whole)
+                stamp = f"{text}.{us:06}+00"
                 sha = obj.get("sha256")
                 if sha is not None and (type(sha) is not str or not sha256(sha)):
                     raise _Fallback
