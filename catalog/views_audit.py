@@ -113,6 +113,8 @@ def audit_trail(request):
             "query": query.urlencode(),
             "filtered": any(v for k, v in query.items()),
             "total": _total(request.user),
+            # The chain is the whole fleet's: a person scoped to some teams is told it held, not its length.
+            "scoped": scoped_team_names(request.user) is not None,
             "verification": last_verification(),
             "can_verify": has_role(request.user, Role.ADMIN),
         },

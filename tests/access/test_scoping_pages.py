@@ -281,6 +281,15 @@ def test_a_scoped_members_audit_total_counts_only_the_events_they_see(fleet, sco
     assert f"{everything} events in all" in text(signed_in_as("viewer", username="fleet-viewer"), "/audit/")
 
 
+def test_a_scoped_member_sees_that_the_chain_held_but_not_how_long_it_is(fleet, scoping, signed_in_as):
+    admin = signed_in_as("admin", username="fleet-admin")
+    admin.post("/audit/verify/")
+    assert re.search(r"Intact.*: \d+ events checked", text(admin, "/audit/"), re.S)
+    page = text(in_team(signed_in_as, "vision"), "/audit/")
+    assert "the whole trail, every team's events, checked" in page
+    assert not re.search(r"\d+ events checked", page)
+
+
 def team_options(page: str) -> set[str]:
     """The values of the team select's options, but "" (every team)."""
     select = page.split('name="team"', 1)[1].split("</select>", 1)[0]
