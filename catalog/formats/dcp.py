@@ -105,14 +105,16 @@ def check_dcp(found: Found, directory: DirView, where: str = "") -> None:
             for relative, size in (facts.get("files") or {}).items():
                 expected[relative] = max(expected.get(relative, 0), int(size))
 
+    own = directory.files
     for relative, minimum in sorted(expected.items()):
-        entry = lookup(directory, relative)
-        manifest = _manifest_for(relative, manifests)
+        # Most manifests name files of the save's own directory: looked up there at once.
+        entry = lookup(directory, relative) if "/" in relative else own.get(relative)
         if entry is None:
             what = "rank file" if relative.endswith(".distcp") else "file"
+            manifest = _manifest_for(relative, manifests)
             found.fail(PARTIAL, f"{what} {where}{relative} is missing (listed in {where}{manifest})")
         elif entry.size < minimum:
-            short = size_words(minimum - entry.size)
+            short, manifest = size_words(minimum - entry.size), _manifest_for(relative, manifests)
             found.fail(CORRUPT, f"{where}{relative} is {short} shorter than {where}{manifest} says")
     if expected:
         stray = sorted(set(distcp) - set(expected))
