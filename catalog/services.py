@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -130,7 +130,8 @@ def _sqlite_epoch(value) -> float:
     return datetime.fromisoformat(value).replace(tzinfo=UTC).timestamp()
 
 
-def _team_and_run(location: StorageLocation, template: PathTemplate, found: Found, teams: dict, runs: dict) -> Run:
+def _team_and_run_names(location: StorageLocation, template: PathTemplate, found: Found) -> tuple[str, str]:
+    """The names of the team and run a found copy belongs to: its sidecar's, else its path's, else defaults."""
     matched = template.match(found.path) or {}
     team_name = (
         found.team
@@ -141,16 +142,7 @@ def _team_and_run(location: StorageLocation, template: PathTemplate, found: Foun
     if not run_name:
         parent = found.path.rsplit("/", 1)[0] if "/" in found.path else ""
         run_name = parent.rsplit("/", 1)[-1] if parent else location.name
-    team = teams.get(team_name)
-    if team is None:
-        team, _ = Team.objects.get_or_create(name=team_name)
-        teams[team_name] = team
-    key = (team.pk, run_name)
-    run = runs.get(key)
-    if run is None:
-        run, _ = Run.objects.get_or_create(team=team, name=run_name)
-        runs[key] = run
-    return run
+    return team_name, run_name
 
 
 def _update_copy_links(targets: dict[int | None, list[int]]) -> None:
@@ -207,10 +199,10 @@ class Judge:
         return existing
 
     def _checkpoints(self, found: list[Found]) -> list[Checkpoint]:
-        """The checkpoint of each found copy, created where missing: a few queries per directory, not per copy."""
+        """The checkpoint of each found copy, created where missing: a few queries per call, not per copy."""
+        runs = self._runs(found)
         keys: list[CheckpointKey] = []
-        for f in found:
-            run = _team_and_run(self.location, self.template, f, self.teams, self.runs)
+        for f, run in zip(found, runs, strict=True):
             if f.step is not None:
                 keys.append((run.pk, f.step, ""))
             else:
@@ -219,33 +211,68 @@ class Judge:
         known = self._load_checkpoints(wanted)
         missing = [k for k in dict.fromkeys(keys) if k not in known]
         if missing:
-            # Another location's ingest may create the same checkpoint meanwhile: skip conflicts, read back.
-            Checkpoint.objects.bulk_create(
-                [Checkpoint(run_id=run_id, step=step, tag=tag) for run_id, step, tag in missing],
-                ignore_conflicts=True,
-            )
-            known.update(self._load_checkpoints(set(missing)))
+            fresh = [Checkpoint(run_id=run_id, step=step, tag=tag) for run_id, step, tag in missing]
+            try:
+                with transaction.atomic():
+                    Checkpoint.objects.bulk_create(fresh, batch_size=1000)
+            except IntegrityError:
+                fresh = []
+            if fresh and all(c.pk is not None for c in fresh):
+                known.update(zip(missing, fresh, strict=True))
+            else:
+                # Another location's ingest created some of them meanwhile: skip conflicts, read back.
+                Checkpoint.objects.bulk_create(
+                    [Checkpoint(run_id=run_id, step=step, tag=tag) for run_id, step, tag in missing],
+                    ignore_conflicts=True,
+                    batch_size=1000,
+                )
+                known.update(self._load_checkpoints(set(missing)))
         return [known[k] for k in keys]
+
+    def _runs(self, found: list[Found]) -> list[Run]:
+        """The run of each found copy, its team and it created where missing (in bulk: one query per team)."""
+        names = [_team_and_run_names(self.location, self.template, f) for f in found]
+        wanted: dict[str, set[str]] = {}
+        for team_name, run_name in names:
+            team = self.teams.get(team_name)
+            if team is None or (team.pk, run_name) not in self.runs:
+                wanted.setdefault(team_name, set()).add(run_name)
+        for team_name, run_names in sorted(wanted.items()):
+            team = self.teams.get(team_name)
+            if team is None:
+                team, _ = Team.objects.get_or_create(name=team_name)
+                self.teams[team_name] = team
+            missing = {n for n in run_names if (team.pk, n) not in self.runs}
+            for run in Run.objects.filter(team=team, name__in=sorted(missing)):
+                self.runs[(team.pk, run.name)] = run
+                missing.discard(run.name)
+            if missing:
+                # Another ingest may create the same run meanwhile: skip conflicts, read back.
+                Run.objects.bulk_create([Run(team=team, name=n) for n in sorted(missing)], ignore_conflicts=True)
+                for run in Run.objects.filter(team=team, name__in=sorted(missing)):
+                    self.runs[(team.pk, run.name)] = run
+        return [self.runs[(self.teams[team_name].pk, run_name)] for team_name, run_name in names]
 
     @staticmethod
     def _load_checkpoints(keys: set[CheckpointKey]) -> dict[CheckpointKey, Checkpoint]:
-        steps: dict[int, set[int]] = {}
-        tags: dict[int, set[str]] = {}
-        for run_id, step, tag in keys:
-            if step is not None:
-                steps.setdefault(run_id, set()).add(step)
-            else:
-                tags.setdefault(run_id, set()).add(tag)
-        q = Q(pk__in=[])
-        for run_id, values in steps.items():
-            q |= Q(run_id=run_id, step__in=sorted(values))
-        for run_id, values in tags.items():
-            q |= Q(run_id=run_id, step__isnull=True, tag__in=sorted(values))
+        """The stored checkpoints among ``keys``: two plain ``IN`` queries (a superset, filtered here)."""
+        runs = sorted({run_id for run_id, _, _ in keys})
+        steps = sorted({step for _, step, _ in keys if step is not None})
+        tags = sorted({tag for _, step, tag in keys if step is None})
+        queries = []
+        for i in range(0, len(runs), 1000):
+            if steps:
+                queries.append(Checkpoint.objects.filter(run_id__in=runs[i : i + 1000], step__in=steps))
+            if tags:
+                queries.append(
+                    Checkpoint.objects.filter(run_id__in=runs[i : i + 1000], step__isnull=True, tag__in=tags)
+                )
         out: dict[CheckpointKey, Checkpoint] = {}
-        for c in Checkpoint.objects.filter(q):
-            key = (c.run_id, c.step, "") if c.step is not None else (c.run_id, None, c.tag)
-            if key in keys:
-                out[key] = c
+        for query in queries:
+            for c in query:
+                key = (c.run_id, c.step, "") if c.step is not None else (c.run_id, None, c.tag)
+                if key in keys:
+                    out[key] = c
         return out
 
     def group(self, group: str, entries: list[FileEntry], found: list[Found] | None = None) -> dict[str, int | None]:
@@ -253,70 +280,92 @@ class Judge:
         for the files a copy claims. Copies of the location in this directory no longer found are marked gone.
         ``found`` is ``recognize(entries)`` when the caller has already recognised them (it is pure).
         """
+        return self.groups([(group, entries, found)])[0]
+
+    def groups(self, items: list[tuple[str, list[FileEntry], list[Found] | None]]) -> list[dict[str, int | None]]:
+        """``group`` for several run directories at once (each ``(group, entries, found or None)``), with
+        the same result: their runs, checkpoints and new copies are written in a few statements for all
+        of them, not per directory. Returns the ``{path: copy id}`` of each, in the order given."""
         from catalog.recognition import recognize
 
         now = self.now
-        if found is None:
-            found = recognize(entries)
-        by_path = {e.path: e for e in entries}
-        existing = self._existing(group)
-        checkpoints = self._checkpoints(found) if found else []
-        targets: dict[str, int | None] = {}
-        created: list[tuple[CheckpointCopy, Found]] = []
-        kept: list[tuple[CheckpointCopy, Found]] = []
-        seen_paths: set[str] = set()
-        for f, checkpoint in zip(found, checkpoints, strict=True):
-            if f.importance in Importance.values and checkpoint.importance != f.importance:
-                checkpoint.importance = f.importance
-                checkpoint.save(update_fields=["importance"])
-            members = [by_path[p] for p in f.files if p in by_path]
-            newest = max((m.mtime for m in members), default=None)
-            values = {
-                "checkpoint_id": checkpoint.pk,
-                "format": f.format,
-                "state": f.state,
-                "reasons": list(f.reasons),
-                "temporary": f.temporary,
-                "file_count": len(members),
-                "bytes": sum(m.size for m in members),
-                "expected_files": f.expected_files,
-                "expected_bytes": f.expected_bytes,
-                "newest_mtime": datetime.fromtimestamp(newest, UTC) if newest is not None else None,
-                "reference_checksums": relative_checksums(f.path, f.reference_checksums),
-                "gone_at": None,
-            }
-            copy = existing.get(f.path)
-            if copy is None:
-                created.append((CheckpointCopy(location=self.location, path=f.path, judged_at=now, **values), f))
-            else:
-                self._touched.add(copy.checkpoint_id)  # the one it belonged to, should the copy move to another
-                values["state"], values["reasons"] = carried_over(copy, f.state, values["reasons"])
-                changed = [k for k, v in values.items() if getattr(copy, k) != v]
-                if changed:
-                    for k in changed:
-                        setattr(copy, k, values[k])
-                    copy.judged_at = now
-                    copy.save(update_fields=[*changed, "judged_at"])
-                kept.append((copy, f))
-            seen_paths.add(f.path)
-        if created:
-            CheckpointCopy.objects.bulk_create([c for c, _ in created])
-        for copy, f in (*kept, *created):
-            self._judged[copy.pk] = (f.state, list(f.reasons))
-            self._touched.add(copy.checkpoint_id)
-            members = self._known.setdefault(copy.pk, {})
-            for p in f.files:
-                entry = by_path.get(p)
-                if entry is not None:
-                    targets[p] = copy.pk
-                    members[p] = (p, FileFacts(entry.size, entry.checksum_algo or "", entry.checksum or ""))
-            self.found += 1
-        vanished = [c for p, c in existing.items() if p not in seen_paths and c.gone_at is None]
-        if vanished:
-            CheckpointCopy.objects.filter(pk__in=[c.pk for c in vanished]).update(gone_at=now, file_count=0, bytes=0)
-            self._touched.update(c.checkpoint_id for c in vanished)
-        self.pending_files += len(entries)
-        return targets
+        prepared: list[tuple[str, list[FileEntry], list[Found]]] = []
+        every: list[Found] = []
+        for group, entries, found in items:
+            if found is None:
+                found = recognize(entries)
+            prepared.append((group, entries, found))
+            every.extend(found)
+        checkpoints = iter(self._checkpoints(every) if every else [])
+        pending: list[tuple[dict[str, CheckpointCopy], list, list, set[str]]] = []
+        created_all: list[CheckpointCopy] = []
+        for group, entries, found in prepared:
+            by_path = {e.path: e for e in entries}
+            existing = self._existing(group)
+            created: list[tuple[CheckpointCopy, Found, list[FileEntry]]] = []
+            kept: list[tuple[CheckpointCopy, Found, list[FileEntry]]] = []
+            seen_paths: set[str] = set()
+            for f in found:
+                checkpoint = next(checkpoints)
+                if f.importance in Importance.values and checkpoint.importance != f.importance:
+                    checkpoint.importance = f.importance
+                    checkpoint.save(update_fields=["importance"])
+                members = [m for p in f.files if (m := by_path.get(p)) is not None]
+                newest = max([m.mtime for m in members], default=None)
+                values = {
+                    "checkpoint_id": checkpoint.pk,
+                    "format": f.format,
+                    "state": f.state,
+                    "reasons": list(f.reasons),
+                    "temporary": f.temporary,
+                    "file_count": len(members),
+                    "bytes": sum([m.size for m in members]),
+                    "expected_files": f.expected_files,
+                    "expected_bytes": f.expected_bytes,
+                    "newest_mtime": datetime.fromtimestamp(newest, UTC) if newest is not None else None,
+                    "reference_checksums": relative_checksums(f.path, f.reference_checksums),
+                    "gone_at": None,
+                }
+                copy = existing.get(f.path)
+                if copy is None:
+                    copy = CheckpointCopy(location=self.location, path=f.path, judged_at=now, **values)
+                    created.append((copy, f, members))
+                    created_all.append(copy)
+                else:
+                    self._touched.add(copy.checkpoint_id)  # the one it belonged to, should the copy move to another
+                    values["state"], values["reasons"] = carried_over(copy, f.state, values["reasons"])
+                    changed = [k for k, v in values.items() if getattr(copy, k) != v]
+                    if changed:
+                        for k in changed:
+                            setattr(copy, k, values[k])
+                        copy.judged_at = now
+                        copy.save(update_fields=[*changed, "judged_at"])
+                    kept.append((copy, f, members))
+                seen_paths.add(f.path)
+            pending.append((existing, kept, created, seen_paths))
+            self.pending_files += len(entries)
+        if created_all:
+            CheckpointCopy.objects.bulk_create(created_all, batch_size=500)
+        out: list[dict[str, int | None]] = []
+        for existing, kept, created, seen_paths in pending:
+            targets: dict[str, int | None] = {}
+            for copy, f, members in (*kept, *created):
+                self._judged[copy.pk] = (f.state, list(f.reasons))
+                self._touched.add(copy.checkpoint_id)
+                known = self._known.setdefault(copy.pk, {})
+                pk = copy.pk
+                for m in members:  # the files of f.files that are present, in that order
+                    targets[m.path] = pk
+                    known[m.path] = (m.path, FileFacts(m.size, m.checksum_algo or "", m.checksum or ""))
+                self.found += 1
+            vanished = [c for p, c in existing.items() if p not in seen_paths and c.gone_at is None]
+            if vanished:
+                CheckpointCopy.objects.filter(pk__in=[c.pk for c in vanished]).update(
+                    gone_at=now, file_count=0, bytes=0
+                )
+                self._touched.update(c.checkpoint_id for c in vanished)
+            out.append(targets)
+        return out
 
     def verify(self) -> int:
         """Verify the checkpoints judged since the last call (their links must be written by now)."""
