@@ -35,6 +35,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
     ProfileNotFound,
 )
+from botocore.parsers import ResponseParserFactory, RestXMLParser
 from botocore.utils import parse_timestamp
 from django.conf import settings
 
@@ -209,6 +210,104 @@ def _timestamp(value: Any) -> datetime:
     return parse_timestamp(value)
 
 
+class _Unexpected(Exception):
+    """An element the fast ListObjectsV2 reader does not know: botocore's own parser reads the page instead."""
+
+
+# ListObjectsV2's top-level elements by type (botocore's model); Contents and CommonPrefixes are lists.
+_LIST_V2_TEXT = frozenset(
+    {"Name", "Prefix", "Delimiter", "EncodingType", "ContinuationToken", "NextContinuationToken", "StartAfter"}
+)
+_LIST_V2_INT = frozenset({"MaxKeys", "KeyCount"})
+
+
+def _tag(node: Any) -> str:
+    tag = node.tag
+    return tag[tag.index("}") + 1 :] if tag[:1] == "{" else tag
+
+
+class _ListingParser(RestXMLParser):
+    """botocore's REST-XML parser, reading ListObjectsV2 pages directly rather than through the model.
+
+    botocore's parser walks the model shape by shape for each of a page's thousand objects, most of
+    a listing thread's CPU. The page's XML is parsed the same way (botocore's own XML parser); its
+    elements are then read into the same dictionary botocore would return. Anything it does not
+    know (an element added to the API, an owner or restore status) hands the page to botocore's
+    parser, so the answer is always botocore's. Every other operation is botocore's as it is.
+    """
+
+    def _parse_payload(self, response: dict, shape: Any, member_shapes: Any, final_parsed: dict) -> None:
+        if shape is not None and shape.name == "ListObjectsV2Output" and response["body"]:
+            try:
+                final_parsed.update(self._list_v2(self._initial_body_parse(response["body"])))
+                return
+            except (_Unexpected, ValueError, TypeError, AttributeError):
+                pass
+        super()._parse_payload(response, shape, member_shapes, final_parsed)
+
+    def _list_v2(self, root: Any) -> dict[str, Any]:
+        if _tag(root) != "ListBucketResult":
+            raise _Unexpected(root.tag)
+        out: dict[str, Any] = {}
+        contents: list[dict[str, Any]] = []
+        prefixes: list[dict[str, Any]] = []
+        timestamp = self._timestamp_parser
+        for child in root:
+            tag = _tag(child)
+            if tag == "Contents":
+                item: dict[str, Any] = {}
+                algorithms: list[str] = []
+                for node in child:
+                    name = _tag(node)
+                    if len(node):
+                        raise _Unexpected(name)  # a structure (Owner, RestoreStatus): botocore's parser
+                    text = node.text or ""
+                    if name in ("Key", "ETag", "StorageClass", "ChecksumType"):
+                        item[name] = text
+                    elif name == "LastModified":
+                        item[name] = timestamp(text)
+                    elif name == "Size":
+                        item[name] = int(text)
+                    elif name == "ChecksumAlgorithm":
+                        algorithms.append(text)
+                    else:
+                        raise _Unexpected(name)
+                if algorithms:
+                    item["ChecksumAlgorithm"] = algorithms
+                contents.append(item)
+            elif tag == "CommonPrefixes":
+                entry: dict[str, Any] = {}
+                for node in child:
+                    if _tag(node) != "Prefix" or len(node):
+                        raise _Unexpected(_tag(node))
+                    entry["Prefix"] = node.text or ""
+                prefixes.append(entry)
+            elif len(child):
+                raise _Unexpected(tag)
+            elif tag in _LIST_V2_TEXT:
+                out[tag] = child.text or ""
+            elif tag in _LIST_V2_INT:
+                out[tag] = int(child.text or "")
+            elif tag == "IsTruncated":
+                out[tag] = (child.text or "") == "true"
+            else:
+                raise _Unexpected(tag)
+        if contents:
+            out["Contents"] = contents
+        if prefixes:
+            out["CommonPrefixes"] = prefixes
+        return out
+
+
+class _ParserFactory(ResponseParserFactory):
+    """botocore's parser factory, with ``_ListingParser`` for REST-XML (S3)."""
+
+    def create_parser(self, protocol_name: str) -> Any:
+        if protocol_name == "rest-xml":
+            return _ListingParser(**self._defaults)
+        return super().create_parser(protocol_name)
+
+
 def make_client(
     *, endpoint_url: str = "", region_name: str = "", addressing_style: str = "auto", credentials: str = "default"
 ) -> Any:
@@ -227,7 +326,9 @@ def make_client(
     )
     session = _session(credentials)
     # A component of this session's own botocore session: no other client is affected.
-    session._session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=_timestamp)
+    factory = _ParserFactory()
+    factory.set_parser_defaults(timestamp_parser=_timestamp)
+    session._session.register_component("response_parser_factory", factory)
     try:
         return session.client("s3", endpoint_url=endpoint_url or None, config=config)
     except (BotoCoreError, ValueError) as exc:
