@@ -34,7 +34,8 @@ Options: ``--objects N`` (big bucket), ``--probe-objects N`` (a smaller bucket s
 the worker's peak RSS at two sizes; 0 skips it), ``--ranks N`` (ranks per checkpoint),
 ``--no-copy`` (skip the second big bucket scanned without HEAD requests), ``--no-head`` (register the
 big bucket without HEAD requests too: the listing path only, quickly), ``--keep``, ``--json FILE``,
-``--py-spy FILE`` / ``--py-spy-rescan FILE`` (profile the worker during the first big scan / the re-scan),
+``--py-spy FILE`` / ``--py-spy-rescan FILE`` (profile the worker during the first big scan / the re-scan;
+``py-spy`` from ``PATH``, else ``.venv/bin``),
 ``--analyze`` (ANALYZE catalog_shardfile before the re-scan), ``--debug`` (CKPTFLEET_DEBUG=1 in the
 worker), ``--stock-moto``.
 This is a benchmark, not a test: it stops only when a scan fails. Figures and how to read them:
@@ -629,7 +630,7 @@ def scan(
     if profile is not None:
         spy = subprocess.Popen(
             [
-                str(Path(venv_python()).parent / "py-spy"),
+                shutil.which("py-spy") or str(Path(venv_python()).parent / "py-spy"),
                 "record",
                 "-p",
                 str(worker.proc.pid),

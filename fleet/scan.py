@@ -44,6 +44,7 @@ listing of objects shows them.
 
 from __future__ import annotations
 
+import array
 import collections
 import csv
 import gzip
@@ -67,13 +68,14 @@ from typing import Any
 from urllib.parse import unquote_plus, urlsplit
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import F, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from catalog.audit import audit_record
 from catalog.choices import ActorKind, EventSource
+from catalog.formats.base import FileEntry
 from catalog.models import ShardFile, Team
 from ckptfleet.errors import DomainError
 from fleet import s3
@@ -106,6 +108,9 @@ HEAD_STALLED = timedelta(minutes=30)  # a scan's chunks with no progress this lo
 PARALLEL_MIN_PREFIXES = 2  # top-level prefixes in the probe that make a big bucket worth listing in parallel
 SKIPPED_EXAMPLES = 5
 PREVIOUS_BATCH = 500
+# Files of a first scan recognised while the listing goes on, kept (with their verdicts) until the apply;
+# the run directories beyond this are recognised at the apply, from the staged rows. Bounds the memory.
+PREJUDGE_MAX_FILES = 250_000
 WHOLE_KINDS = frozenset({"dcp_metadata", "hf_index", "trainer_state", "json"})  # facts read from the whole file
 BEAT_ACTOR = Actor(kind=ActorKind.SYSTEM, label="beat: scheduled bucket scan", source=EventSource.TASK)
 ACTIVE = (InventoryStatus.RECEIVED, InventoryStatus.PROCESSING)
@@ -502,6 +507,301 @@ def _facts_text(facts: dict | None) -> str | None:
     return text
 
 
+class _Stream:
+    """The open run directories of one top-level prefix of a listing (its keys come in order)."""
+
+    __slots__ = ("deep", "deep_group", "last", "last_group", "open")
+
+    def __init__(self) -> None:
+        self.last: str | None = None  # the last path seen
+        self.last_group: str | None = None
+        self.deep = ""  # "group/" of the last group when it is a run directory: its whole subtree is in it
+        self.deep_group = ""
+        self.open: dict[str, list[FileEntry] | None] = {}  # None: too big to keep, recognised at the apply
+
+
+class _Files:
+    """The files of a recognised run directory as the apply needs them (path, size, mtime, checksum), packed:
+    about half the memory of their ``FileEntry`` values, which are made again for the apply. A manifest's
+    facts (a DCP ``.metadata`` names every rank's file) served recognition and are not kept."""
+
+    __slots__ = ("checksums", "mtimes", "paths", "sizes")
+
+    def __init__(self, entries: list[FileEntry]) -> None:
+        self.paths = [e.path for e in entries]
+        self.sizes = array.array("q", [e.size for e in entries])
+        self.mtimes = array.array("d", [e.mtime for e in entries])
+        self.checksums = {
+            i: (e.checksum, e.checksum_algo) for i, e in enumerate(entries) if e.checksum or e.checksum_algo
+        }
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def entries(self) -> list[FileEntry]:
+        sums = self.checksums
+        return [
+            FileEntry(path, size, mtime, None, *sums.get(i, (None, None)))
+            for i, (path, size, mtime) in enumerate(zip(self.paths, self.sizes, self.mtimes, strict=True))
+        ]
+
+
+class _PreJudge:
+    """Recognition of a location's first listing, run directory by run directory, while the listing goes on.
+
+    A listing returns keys in order within each top-level prefix (the parallel listing splits by those),
+    so a run directory is complete once its prefix's listing has passed the end of its range (the same
+    rule as ``fleet.ingest``'s one-pass ingest of a sorted upload). Each complete directory's files are
+    recognised (``catalog.recognition.recognize``: pure Python, no database) by a thread of its own and
+    kept with the verdict, so that the apply, still one transaction after the whole listing, only writes
+    (``_apply_first``). The entries are what the apply would read back from the staged rows. A listing
+    out of order, or a location that has shard files by the time of the apply, leaves everything to
+    ``apply_staged``; run directories beyond ``PREJUDGE_MAX_FILES`` files are recognised at the apply.
+    """
+
+    def __init__(self, location: StorageLocation) -> None:
+        from catalog.services import PathTemplate
+
+        self.template = PathTemplate.parse(location.path_template)
+        self.depth = self.template.depth
+        self.streams: dict[str, _Stream] = {}
+        self.groups: set[str] = set()  # every group of the listing
+        self.results: dict[str, tuple[_Files, list]] = {}  # group -> (its files, recognize(their entries))
+        self.kept = 0  # files in open or recognised groups
+        self.in_order = True
+        self.closed = False  # the listing is complete
+        self.finished = False  # and every run directory of it recognised
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._recognise, name="prejudge", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def start(cls, location: StorageLocation) -> _PreJudge | None:
+        try:
+            return cls(location)
+        except ValueError:  # a path template the apply will refuse with its own message
+            return None
+
+    def add(self, row: Row) -> None:
+        if not self.in_order:
+            return
+        path = row.path
+        cut = path.find("/")
+        key = path[:cut] if cut >= 0 else ""
+        stream = self.streams.get(key)
+        if stream is None:
+            stream = self.streams[key] = _Stream()
+        if stream.last is not None and path <= stream.last:
+            self._give_up()
+            return
+        stream.last = path
+        if stream.deep and path.startswith(stream.deep):
+            group = stream.deep_group
+        else:
+            group = self.template.group_of(path)
+            if group != stream.last_group:
+                for g in list(stream.open):
+                    if g and g != group and not path.startswith(g + "/"):
+                        self._done(g, stream.open.pop(g))
+                stream.last_group = group
+                deep = bool(group) and group.count("/") + 1 == self.depth
+                stream.deep, stream.deep_group = (group + "/", group) if deep else ("", "")
+        if group in stream.open:
+            entries = stream.open[group]
+        else:
+            self.groups.add(group)
+            entries = stream.open[group] = [] if self.kept < PREJUDGE_MAX_FILES else None
+        if entries is None:
+            return
+        if self.kept >= PREJUDGE_MAX_FILES:
+            self.kept -= len(entries)
+            stream.open[group] = None
+            return
+        self.kept += 1
+        entries.append(
+            FileEntry(
+                path=path,
+                size=row.size,
+                mtime=row.mtime.timestamp(),
+                facts=json.loads(row.facts) if row.facts else None,
+                checksum=row.checksum or None,
+                checksum_algo=row.checksum_algo or None,
+            )
+        )
+
+    def _done(self, group: str, entries: list[FileEntry] | None) -> None:
+        if entries is not None:
+            self._queue.put((group, entries))
+
+    def _give_up(self) -> None:
+        self.in_order = False
+        self.streams, self.results, self.kept = {}, {}, 0
+
+    def _recognise(self) -> None:
+        from catalog.recognition import recognize
+
+        while (item := self._queue.get()) is not None:
+            group, entries = item
+            try:
+                found = recognize(entries)
+            except Exception:  # recognised again at the apply, where the error fails the scan as it would
+                log.exception("recognising %s while listing failed", group)
+                continue
+            self.results[group] = (_Files(entries), found)
+
+    def close(self) -> None:
+        """The listing is complete, so every open run directory is too: queue them, and the end."""
+        if self.in_order:
+            for stream in self.streams.values():
+                for group, entries in stream.open.items():
+                    self._done(group, entries)
+            self.streams = {}
+        self.closed = True
+        self._queue.put(None)
+
+    def finish(self) -> None:
+        """Wait for the recognition of every run directory of the complete listing."""
+        if not self.closed:
+            self.close()
+        self._thread.join()
+        self.finished = True
+
+    def stop(self) -> None:
+        """The listing failed (or finished): end the thread, which holds nothing of the database."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def usable(self) -> bool:
+        return self.finished and self.in_order
+
+
+class _NewFiles:
+    """The staged rows of judged run directories, inserted into the shard files already linked to their copy.
+
+    A batch's ``(path, copy id)`` go into a temporary table (COPY on PostgreSQL); one ``INSERT ... SELECT``
+    joins them to the staged rows, read by the range of the batch's paths on the staged rows' (inventory,
+    path) index, so that each batch costs its own rows, not a pass over the whole snapshot.
+    """
+
+    TABLE = "ckptfleet_scan_new_file"
+
+    def __init__(self, inventory: Inventory, location: StorageLocation, now: datetime) -> None:
+        self.inv, self.loc = inventory.pk, location.pk
+        self.now = connection.ops.adapt_datetimefield_value(now)
+        self.rows: list[tuple[str, int | None]] = []
+        self.added = 0
+        self.pg = connection.vendor == "postgresql"
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE IF EXISTS {self.TABLE}")
+            path = 'text COLLATE "C"' if self.pg else "text"
+            cursor.execute(f"CREATE TEMPORARY TABLE {self.TABLE} (path {path} NOT NULL, copy_id bigint)")
+
+    def add(self, path: str, copy_id: int | None) -> None:
+        self.rows.append((path, copy_id))
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        from catalog.models import IngestRow
+        from fleet.ingest import STAGED_COLUMNS
+
+        low = min(path for path, _ in self.rows)
+        high = max(path for path, _ in self.rows)
+        files, staged = ShardFile._meta.db_table, IngestRow._meta.db_table
+        columns = ", ".join((*STAGED_COLUMNS, "first_seen_at", "changed_at", "changed_by_id", "copy_id"))
+        staged_columns = ", ".join(f"s.{c}" for c in STAGED_COLUMNS)
+        # Table and column names come from model metadata and constants, never from input.
+        links = self.TABLE
+        insert = (
+            f"INSERT INTO {files} (location_id, {columns}) "  # noqa: S608
+            f"SELECT %s, {staged_columns}, %s, %s, %s, l.copy_id "
+            f"FROM {links} l JOIN {staged} s ON s.inventory_id = %s AND s.path = l.path "
+            "WHERE s.path >= %s AND s.path <= %s"
+        )
+        with connection.cursor() as cursor:
+            if self.pg:
+                with cursor.cursor.copy(f"COPY {links} (path, copy_id) FROM STDIN") as copy:
+                    for row in self.rows:
+                        copy.write_row(row)
+            else:
+                cursor.executemany(f"INSERT INTO {links} (path, copy_id) VALUES (%s, %s)", self.rows)  # noqa: S608
+            cursor.execute(insert, [self.loc, self.now, self.now, self.inv, self.inv, low, high])
+            self.added += cursor.rowcount
+            cursor.execute(f"TRUNCATE {links}" if self.pg else f"DELETE FROM {links}")  # noqa: S608
+        self.rows = []
+
+    def close(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE IF EXISTS {self.TABLE}")
+
+
+def _apply_first(inventory: Inventory, prejudged: _PreJudge, *, files: int, total: int, started: float) -> Inventory:
+    """``fleet.ingest.apply_staged`` for a location's first snapshot whose run directories were recognised
+    while listing: in one transaction, the copies are written and the staged rows inserted linked to them.
+
+    Every staged path is new (the location has no shard-file rows, checked under its lock), so there
+    is nothing to merge and nothing gone, and every run directory of the snapshot is judged, as
+    ``apply_staged`` would; those recognised while listing are not read back nor recognised again.
+    """
+    from catalog.services import Judge
+    from fleet.ingest import MergeCounts, _finish, _flush_every, _log_applied, _staged_group
+
+    location = inventory.location
+    try:
+        with transaction.atomic():
+            location = StorageLocation.objects.select_for_update().get(pk=location.pk)
+            now = timezone.now()
+            t1 = time.monotonic()
+            judge = Judge(location, now=now)
+            if judge.template != prejudged.template or ShardFile.objects.filter(location=location).exists():
+                # Not a first snapshot after all (or the layout changed meanwhile): the general path.
+                return apply_staged(inventory, files=files, total=total, started=started)
+            template = judge.template
+            counts = MergeCounts(added=0, changed=0, gone=0)
+            t2 = time.monotonic()
+            links = _NewFiles(inventory, location, now)
+            results = prejudged.results
+            # Run directories are judged a batch at a time (their runs, checkpoints and copies written
+            # together), the links and verification of a batch written before the next one.
+            batch: list[tuple[str, list[FileEntry], list | None]] = []
+            size = 0
+
+            def judge_batch() -> None:
+                judged = judge.groups(batch)
+                for (_, entries, _), targets in zip(batch, judged, strict=True):
+                    for entry in entries:  # every file is new: the location had none
+                        links.add(entry.path, targets.get(entry.path))
+                batch.clear()
+
+            for group in sorted(prejudged.groups):
+                done = results.pop(group, None)
+                if done is not None:
+                    batch.append((group, done[0].entries(), done[1]))
+                    size += len(done[0])
+                else:
+                    entries = [f.entry for f in _staged_group(inventory, location, template, group)]
+                    batch.append((group, entries, None))
+                    size += len(entries)
+                if size >= _flush_every():
+                    judge_batch()
+                    links.flush()
+                    judge.verify()
+                    size = 0
+            judge_batch()
+            links.flush()
+            judge.verify()
+            links.close()
+            counts.added = links.added
+            _finish(inventory, location, now=now, files=files, total=total, counts=counts)
+            t3 = time.monotonic()
+    finally:
+        unstage(inventory.pk)
+    _log_applied(inventory, "prejudged", files, counts, judge.found, started, t1, t2, t3)
+    inventory.refresh_from_db()
+    return inventory
+
+
 class _Scanner:
     """One run of one scan: lists (or reads the report of) a bucket and yields staged rows."""
 
@@ -531,6 +831,7 @@ class _Scanner:
         self.known_paths = False  # whether the location has any shard-file rows to reuse facts from
         self.versions: list[s3.VersionInfo] | None = None
         self.queue: str | None = None  # where the checksum phase's chunks are queued (None: the default queue)
+        self.prejudged: _PreJudge | None = None  # a first listing's run directories, recognised while listing
         self._count_lock = threading.Lock()
 
     # -- staging
@@ -558,21 +859,34 @@ class _Scanner:
         Inventory.objects.filter(pk=self.inventory.pk).update(taken_at=taken)
         self.inventory.taken_at = taken
         files = total = 0
+        # A first listing's run directories are recognised as soon as the listing has passed them.
+        prejudge = _PreJudge.start(self.location) if not (self.known_paths or self.report) else None
         # A batch at a time, each staged by its own call: the rows are made (and the last scan's
         # facts looked up, a database query) while no COPY holds the connection.
         batch: list[Row] = []
-        for row in self._rows(pages):
-            batch.append(row)
-            if len(batch) >= settings.INGEST_CHUNK_ROWS:
+        try:
+            for row in self._rows(pages):
+                batch.append(row)
+                if prejudge is not None:
+                    prejudge.add(row)
+                if len(batch) >= settings.INGEST_CHUNK_ROWS:
+                    files, total = self._stage(batch, files, total)
+                    batch = []
+            if batch or not files:
                 files, total = self._stage(batch, files, total)
-                batch = []
-        if batch or not files:
-            files, total = self._stage(batch, files, total)
-        self.uploads = s3.multipart_uploads(self.client, name, self.prefix)
-        if self.uploads is None:
-            self.notes.other.append("incomplete multipart uploads could not be listed; the last known are kept")
-        if self.versioned:
-            self.versions = self._noncurrent_versions()
+            if prejudge is not None:
+                prejudge.close()  # the last run directories are recognised while the uploads are listed
+            self.uploads = s3.multipart_uploads(self.client, name, self.prefix)
+            if self.uploads is None:
+                self.notes.other.append("incomplete multipart uploads could not be listed; the last known are kept")
+            if self.versioned:
+                self.versions = self._noncurrent_versions()
+            if prejudge is not None:
+                prejudge.finish()
+        finally:
+            if prejudge is not None:
+                prejudge.stop()
+        self.prejudged = prejudge
         log.info(
             "scan %s of %s: %s objects staged, %s HEAD and %s ranged GET requests",
             self.inventory.pk,
@@ -1005,7 +1319,11 @@ class _Scanner:
                 now = timezone.now()
                 self._apply_uploads(now)
                 self._apply_versions(now)
-                inventory = apply_staged(inventory, files=files, total=total, started=started)
+                prejudged, self.prejudged = self.prejudged, None  # freed once applied
+                if prejudged is not None and prejudged.usable():
+                    inventory = _apply_first(inventory, prejudged, files=files, total=total, started=started)
+                else:
+                    inventory = apply_staged(inventory, files=files, total=total, started=started)
                 self._plan_heads(inventory)
                 state: dict[str, Any] = {}
                 if self.versioning is not None:
