@@ -1015,9 +1015,10 @@ def _ingest_direct(inventory: Inventory, *, started: float) -> Inventory | None:
                 writer.wait()  # the previous batch is written: its checkpoints can be verified
                 judge.verify()
                 judged = []
-                for group, entries, extras, found in batch:
-                    targets = judge.group(group, entries, found).get
-                    links = [targets(e.path) for e in entries]
+                # The batch's runs, checkpoints and new copies are written in a few statements for all of them.
+                every = judge.groups([(group, entries, found) for group, entries, _, found in batch])
+                for (_, entries, extras, _), targets in zip(batch, every, strict=True):
+                    links = [targets.get(e.path) for e in entries]
                     for entry, copy_id in zip(entries, links, strict=True):
                         sums = totals.get(copy_id)
                         if sums is None:
