@@ -235,7 +235,11 @@ def _of(n: int, total: int, verb: str = "have") -> str:
 def judge(copies: Sequence[CopyEvidence]) -> dict[int, Verdict]:
     """The verdict on every copy of one checkpoint, from its files, its manifest and its peers'."""
     manifests = {c.id: {rel: checksum(*_pair(v)) for rel, v in c.manifest.items()} for c in copies}
-    actual = {c.id: {rel: checksum(f.algo, f.digest) for rel, f in c.files.items()} for c in copies}
+    # Files without a checksum have none to compare (checksum() is None for them): only the others are kept.
+    actual = {
+        c.id: {rel: checksum(f.algo, f.digest) for rel, f in c.files.items() if f.digest and f.algo} for c in copies
+    }
+    sizes = {c.id: {rel: f.size for rel, f in c.files.items()} for c in copies}
     verdicts: dict[int, Verdict] = {}
     for c in copies:
         results: dict[str, _FileResult] = {}
@@ -247,7 +251,7 @@ def judge(copies: Sequence[CopyEvidence]) -> dict[int, Verdict]:
                 results[rel] = _UNCHECKED
             else:
                 results[rel] = _judge_file(c, rel, copies, manifests, actual)
-        _judge_sizes(c, copies, results)
+        _judge_sizes(c, copies, results, sizes)
         alone = not any(d.id != c.id and not d.temporary for d in copies)
         verdicts[c.id] = _verdict(c, results, alone=alone)
     return verdicts
@@ -360,14 +364,26 @@ def _reference_algos(
     return {ref.name for ref in refs if ref is not None and (ref.content or not content)}
 
 
-def _judge_sizes(c: CopyEvidence, copies: Sequence[CopyEvidence], results: dict[str, _FileResult]) -> None:
-    """Flag files whose size differs between complete copies, where checksums did not settle it."""
+def _judge_sizes(
+    c: CopyEvidence, copies: Sequence[CopyEvidence], results: dict[str, _FileResult], sizes: dict[int, dict[str, int]]
+) -> None:
+    """Flag files whose size differs between complete copies, where checksums did not settle it.
+
+    ``sizes`` holds each copy's {relative path: size}; only the files some peer has at another size are
+    looked at one by one (found as set differences of the size maps, not file by file in Python).
+    """
     if not c.speaks:
         return
     peers = [d for d in copies if d.id != c.id and d.speaks]
     if not peers:
         return  # no other size to differ from
-    for rel, facts in sorted(c.files.items()):
+    mine = sizes[c.id]
+    suspects: set[str] = set()
+    for d in peers:
+        theirs = sizes[d.id]
+        suspects.update(rel for rel, _ in mine.items() - theirs.items() if rel in theirs)
+    for rel in sorted(suspects):
+        facts = c.files[rel]
         result = results[rel]
         if result.agree or result.corrupt or result.flag:
             continue
