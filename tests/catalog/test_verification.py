@@ -198,6 +198,17 @@ class TestJudge:
         assert verdicts[1].corrupt == verdicts[2].corrupt == []
         assert verdicts[1].reasons[0].startswith("model.pt: 100 B here but 120 B at gpu-b")
 
+    def test_with_three_copies_only_the_odd_size_is_flagged_and_files_of_one_copy_are_not_compared(self):
+        same = {"a.pt": FileFacts(10), "b.pt": FileFacts(20)}
+        odd = {"a.pt": FileFacts(10), "b.pt": FileFacts(21), "extra.pt": FileFacts(5)}
+        verdicts = judge([copy(1, "x", dict(same)), copy(2, "y", dict(same)), copy(3, "z", odd)])
+        assert verdicts[3].verification == Verification.MISMATCH
+        assert [r for r in verdicts[3].reasons if " B here but " in r] == [
+            "b.pt: 21 B here but 20 B at x, 20 B at y, and each copy is complete by its own manifest "
+            "(two different saves of this step?)"
+        ]
+        assert not any(" B here but " in r for c in (1, 2) for r in verdicts[c].reasons)
+
     def test_the_manifest_file_itself_needs_no_reference(self):
         manifest = {name: ["sha256", sha(value)] for name, value in SHARDS.items()}
         files = {**shards(), "ckptfleet.json": FileFacts(700, "sha256", sha("sidecar"))}
