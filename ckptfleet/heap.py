@@ -1,4 +1,4 @@
-"""Keep the garbage collector's full collections short in a web process.
+"""Keep the garbage collector out of the way: short full collections in a web process, none during a bulk pass.
 
 A full (generation 2) collection walks every object that survived two collections, and in a Django
 process most of those are the modules, URL patterns, templates and model classes loaded at start,
@@ -7,11 +7,18 @@ slowest of 30 requests of a heavy page took 2x its median when a full collection
 ``settle()`` loads the URL configuration (and with it every view module) and moves everything alive
 at that moment into the permanent generation (``gc.freeze``), so later collections walk only what
 requests allocate.
+
+``collector_paused()`` switches the cyclic collector off for the length of a pass that builds millions of
+short-lived objects that form no cycles (an inventory's file entries and rows): every few hundred
+allocations the collector would walk all the young ones for nothing, a quarter of the ingest's Python
+time at a million files (docs/benchmarks.md). Reference counting still frees them as before.
 """
 
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def settle() -> None:
@@ -20,3 +27,15 @@ def settle() -> None:
     get_resolver().url_patterns  # noqa: B018  (imports every view module now rather than on a first request)
     gc.collect()
     gc.freeze()
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off inside the block (as it was after it); for one task at a time."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -553,6 +553,15 @@ def _flush_every() -> int:
 
 
 def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
+    """Apply one received inventory, all or nothing (``_ingest``), with the cyclic garbage collector paused:
+    a million files make millions of objects that form no cycle (``ckptfleet.heap.collector_paused``)."""
+    from ckptfleet.heap import collector_paused
+
+    with collector_paused():
+        return _ingest(inventory_id, claim=claim)
+
+
+def _ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
     """Apply one received inventory, all or nothing. Safe to run twice: only one run claims it.
 
     ``claim`` is the task id: a redelivery of the same task (its worker died mid-way) may take the
