@@ -11,8 +11,9 @@ the same run on the same database, is a psycopg COPY of the same rows into a tab
     .venv/bin/python bench/ingest_bench.py --files 100000  # quick
     make bench BENCH_ARGS="--files 100000"
 
-Options: ``--files N``, ``--checkpoints N``, ``--probe-files N`` (a small inventory pushed to two fresh
-locations before the big one, whose worker peak RSS is compared with the big one's; 0 skips it), ``--keep``
+Options: ``--files N``, ``--checkpoints N``, ``--probe-files N`` (copies of the big inventory's first checkpoints,
+pushed to two fresh locations before the big one, whose worker peak RSS is compared with the big one's, and
+against which the big push verifies those checkpoints; 0 skips it), ``--keep``
 (keep the database and the temp directory), ``--json FILE`` (write the figures), ``--checksums`` (send a
 sha256 with every file), ``--no-debug`` (CKPTFLEET_DEBUG=0), ``--py-spy FILE`` (profile the worker during
 the first push).
@@ -984,8 +985,10 @@ def main(argv: list[str] | None = None) -> int:
         memory = {"idle": services.worker_memory()["VmHWM"]}
 
         if args.probe_files:
+            # The big push's first checkpoints, file for file: copies of them as a replica holds them, so
+            # that the big push verifies those checkpoints against two agreeing copies.
             probe_checkpoints = max(1, round(args.checkpoints * args.probe_files / args.files))
-            probe_ckpts = plan(args.probe_files, probe_checkpoints, args.seed + 1)
+            probe_ckpts = ckpts[:probe_checkpoints]
             probe = tmp / "probe.ndjson.gz"
             write_inventory(probe, probe_ckpts, PROBE_ROOT, checksums=args.checksums)
             checkpoint()
