@@ -8,10 +8,10 @@ slowest of 30 requests of a heavy page took 2x its median when a full collection
 at that moment into the permanent generation (``gc.freeze``), so later collections walk only what
 requests allocate.
 
-``collector_paused()`` switches the cyclic collector off for the length of a pass that builds millions of
-short-lived objects that form no cycles (an inventory's file entries and rows): every few hundred
-allocations the collector would walk all the young ones for nothing, a quarter of the ingest's Python
-time at a million files (docs/benchmarks.md). Reference counting still frees them as before.
+``collector_paused()`` all but pauses the cyclic collector for the length of a pass that builds millions of
+objects that form no cycles (an inventory's file entries and rows, a listing's objects): with the default
+thresholds the collector walked them again and again, a quarter of the ingest's Python time at a million
+files (docs/benchmarks.md). Reference counting still frees them as before.
 """
 
 from __future__ import annotations
@@ -29,13 +29,22 @@ def settle() -> None:
     gc.freeze()
 
 
+# Young collections inside ``collector_paused``: one per this many new container objects instead of 700.
+PAUSED_THRESHOLD = 200_000
+
+
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off inside the block (as it was after it); for one task at a time."""
-    enabled = gc.isenabled()
-    gc.disable()
+    """The cyclic garbage collector all but paused inside the block, and as it was after it.
+
+    Not switched off: a young collection still runs every ``PAUSED_THRESHOLD`` new objects, so garbage
+    that does form cycles (a client library's responses, say) is still collected and memory stays
+    bounded however long the pass; what goes is the full collection over every surviving object, which
+    the default thresholds run again and again while a pass keeps building long-lived objects.
+    """
+    thresholds = gc.get_threshold()
+    gc.set_threshold(PAUSED_THRESHOLD, *thresholds[1:])
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        gc.set_threshold(*thresholds)

@@ -364,6 +364,15 @@ def scan_due(*, now: datetime | None = None) -> list[Inventory]:
 
 
 def scan_run(inventory_id: int, *, claim: str = "", queue: str | None = None) -> Inventory | None:
+    """``_scan_run`` with the cyclic garbage collector paused: a listing of a large bucket makes millions of
+    objects that form no cycle, as an ingest does (``ckptfleet.heap.collector_paused``)."""
+    from ckptfleet.heap import collector_paused
+
+    with collector_paused():
+        return _scan_run(inventory_id, claim=claim, queue=queue)
+
+
+def _scan_run(inventory_id: int, *, claim: str = "", queue: str | None = None) -> Inventory | None:
     """Scan the bucket of one waiting scan and apply the snapshot, all or nothing. Safe to run twice.
 
     ``claim`` is the task id: a redelivery of the same task (its worker died) may take the scan over
