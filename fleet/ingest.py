@@ -656,6 +656,16 @@ def _log_applied(inventory, mode, files, counts, judged, t0, t1, t2, t3) -> None
     )
 
 
+def _end_apply(inventory: Inventory, location: StorageLocation, links, judge, *, now, files, total, counts) -> None:
+    """The end of an apply that writes its new files a batch at a time (``links``, with ``flush``, ``close``
+    and ``added``): the last batch and its verification, then ``_finish``."""
+    links.flush()
+    judge.verify()
+    links.close()
+    counts.added = links.added
+    _finish(inventory, location, now=now, files=files, total=total, counts=counts)
+
+
 def apply_staged(inventory: Inventory, *, files: int, total: int, started: float) -> Inventory:
     """Merge a fully staged snapshot, judge what it touched, and mark the inventory applied, in one transaction.
 
@@ -690,11 +700,7 @@ def apply_staged(inventory: Inventory, *, files: int, total: int, started: float
                 if judge.pending_files >= _flush_every():
                     links.flush()
                     judge.verify()
-            links.flush()
-            judge.verify()
-            links.close()
-            counts.added = links.added
-            _finish(inventory, location, now=now, files=files, total=total, counts=counts)
+            _end_apply(inventory, location, links, judge, now=now, files=files, total=total, counts=counts)
             t3 = time.monotonic()
     finally:
         unstage(inventory.pk)

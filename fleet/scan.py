@@ -754,7 +754,7 @@ def _apply_first(inventory: Inventory, prejudged: _PreJudge, *, files: int, tota
     ``apply_staged`` would; those recognised while listing are not read back nor recognised again.
     """
     from catalog.services import Judge
-    from fleet.ingest import MergeCounts, _finish, _flush_every, _log_applied, _staged_group
+    from fleet.ingest import MergeCounts, _end_apply, _flush_every, _log_applied, _staged_group
 
     location = inventory.location
     try:
@@ -798,11 +798,7 @@ def _apply_first(inventory: Inventory, prejudged: _PreJudge, *, files: int, tota
                     judge.verify()
                     size = 0
             judge_batch()
-            links.flush()
-            judge.verify()
-            links.close()
-            counts.added = links.added
-            _finish(inventory, location, now=now, files=files, total=total, counts=counts)
+            _end_apply(inventory, location, links, judge, now=now, files=files, total=total, counts=counts)
             t3 = time.monotonic()
     finally:
         unstage(inventory.pk)
