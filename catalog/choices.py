@@ -13,6 +13,20 @@ class Verification(models.TextChoices):
     VERIFIED = "verified", "Verified"
     UNVERIFIED = "unverified", "Unverified"
     MISMATCH = "mismatch", "Checksums disagree"
+    # Copies disagree and nothing independent says which is right (PRODUCT.md, promise 10): neither is
+    # trusted for recovery nor condemned; the copy keeps the state its formats gave it.
+    DISPUTED = "disputed", "Disputed"
+
+
+class VerificationBasis(models.TextChoices):
+    """What decided a copy's verification, strongest first (``catalog.verification``)."""
+
+    MANIFEST = "manifest", "A checksum written at save time"
+    SOURCE = "source", "The source's checksum from before the copy"
+    FORMAT = "format", "The format's own checks"
+    MAJORITY = "majority", "A majority of the copies"
+    PEERS = "peers", "The other copies agree"
+    NONE = "", "Nothing yet"
 
 
 class Importance(models.TextChoices):

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from catalog.choices import ActorKind, CopyState, EventSource, Importance, RunStatus, Verification
+from catalog.choices import ActorKind, CopyState, EventSource, Importance, RunStatus, Verification, VerificationBasis
 
 
 class Team(models.Model):
@@ -85,6 +85,12 @@ class CheckpointCopy(models.Model):
     temporary = models.BooleanField(default=False, help_text="A left-over of an interrupted save.")
     verification = models.CharField(max_length=12, choices=Verification.choices, default=Verification.UNVERIFIED)
     verification_reasons = models.JSONField(default=list, blank=True)
+    verification_basis = models.CharField(
+        max_length=12, choices=VerificationBasis.choices, default=VerificationBasis.NONE, blank=True
+    )
+    verified_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the oldest checksum behind the copy's verified verdict was taken."
+    )
     reference_checksums = models.JSONField(
         default=dict, blank=True, help_text="What the writer recorded: {path in the copy: [algorithm, hex digest]}."
     )
@@ -140,6 +146,11 @@ class ShardFile(models.Model):
     version_id = models.CharField(max_length=1024, blank=True, default="")
     legal_hold = models.BooleanField(null=True, blank=True, help_text="Object Lock legal hold, where known.")
     retain_until = models.DateTimeField(null=True, blank=True, help_text="Object Lock retention, where known.")
+    digests = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Every other checksum known (catalog.digests): CRCs, block CRCs, S3 composites; 'at' when taken.",
+    )
     copy = models.ForeignKey(
         CheckpointCopy,
         on_delete=models.SET_NULL,
@@ -203,6 +214,7 @@ class IngestRow(models.Model):
     version_id = models.CharField(max_length=1024, blank=True, default="")
     legal_hold = models.BooleanField(null=True, blank=True, help_text="Object Lock legal hold, where known.")
     retain_until = models.DateTimeField(null=True, blank=True, help_text="Object Lock retention, where known.")
+    digests = models.JSONField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["inventory", "path"], name="ingestrow_inventory_path_unique")]

@@ -99,16 +99,19 @@ def _group_files(
         where.append("path >= %s AND path < %s")
         params += [group + "/", group + "0"]  # '0' is the byte after '/': the subtree is one range
     if connection.vendor == "postgresql":
-        columns = "id, copy_id, path, size, extract(epoch FROM mtime)::float8, facts::text, checksum, checksum_algo"
+        columns = (
+            "id, copy_id, path, size, extract(epoch FROM mtime)::float8, facts::text, checksum, checksum_algo, "
+            "digests::text"
+        )
     else:
-        columns = "id, copy_id, path, size, mtime, facts, checksum, checksum_algo"
+        columns = "id, copy_id, path, size, mtime, facts, checksum, checksum_algo, digests"
     table = ShardFile._meta.db_table
     sql = f"SELECT {columns} FROM {table} WHERE {' AND '.join(where)}"  # noqa: S608 - fixed names
     epoch = _sqlite_epoch if connection.vendor != "postgresql" else float
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         while rows := cursor.fetchmany(5000):
-            for pk, copy_id, path, size, mtime, facts, checksum, algo in rows:
+            for pk, copy_id, path, size, mtime, facts, checksum, algo, digests in rows:
                 # A group shallower than a run directory holds only its own direct files.
                 if shallow and template.group_of(path) != group:
                     continue
@@ -119,6 +122,7 @@ def _group_files(
                     facts=json.loads(facts) if facts else None,
                     checksum=checksum or None,
                     checksum_algo=algo or None,
+                    digests=digests or None,
                 )
                 yield pk, copy_id, entry
 
@@ -356,7 +360,10 @@ class Judge:
                 pk = copy.pk
                 for m in members:  # the files of f.files that are present, in that order
                     targets[m.path] = pk
-                    known[m.path] = (m.path, FileFacts(m.size, m.checksum_algo or "", m.checksum or ""))
+                    known[m.path] = (
+                        m.path,
+                        FileFacts(m.size, m.checksum_algo or "", m.checksum or "", m.digests, m.mtime, m.facts),
+                    )
                 self.found += 1
             vanished = [c for p, c in existing.items() if p not in seen_paths and c.gone_at is None]
             if vanished:

@@ -47,12 +47,15 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection
 from django.utils import timezone
 
-from catalog.choices import CopyState, Verification
+from catalog.choices import CopyState, Verification, VerificationBasis
+from catalog.digests import Comparison, compare, full_digests, why_not_comparable
+from catalog.digests import loads as digests_loads
 
 # Content digests and the length of their hex form.
 DIGEST_HEX_LENGTH: dict[str, int] = {
@@ -158,11 +161,48 @@ def relative_checksums(copy_path: str, references: Mapping[str, tuple[str, str]]
 @dataclass(slots=True)
 class FileFacts:
     """One member file as verification sees it. Read-only by convention: an ingest builds one per file,
-    and a frozen dataclass is built five times slower."""
+    and a frozen dataclass is built five times slower.
+
+    ``digests`` are its other checksums (``catalog.digests``, stored text or a dict), ``mtime`` when it
+    was written (seconds since the epoch), ``facts`` what the agent read from it (a torch zip's member
+    CRC check); all three only matter where copies are compared.
+    """
 
     size: int
     algo: str = ""
     digest: str = ""
+    digests: Any = None
+    mtime: float = 0.0
+    facts: Any = None
+
+    @property
+    def has_checksum(self) -> bool:
+        return bool((self.digest and self.algo) or self.digests)
+
+    def other(self) -> dict[str, Any]:
+        return digests_loads(self.digests)
+
+    def full(self) -> dict[str, str]:
+        return full_digests(self.algo, self.digest, self.other())
+
+    def taken_at(self) -> float | None:
+        """When its checksums were taken: the store's write for an object, else the agent's hashing."""
+        other = self.other()
+        at = other.get("taken", other.get("at"))
+        return float(at) if isinstance(at, (int, float)) else None
+
+    def zip_intact(self) -> bool | None:
+        """True when the agent read the whole torch zip and every member's CRC32 held; False when one did not."""
+        facts = self.facts
+        if isinstance(facts, str):
+            try:
+                facts = json.loads(facts)
+            except ValueError:
+                return None
+        if not isinstance(facts, dict) or facts.get("kind") != "torch_file" or "members_bad" not in facts:
+            return None
+        bad = facts.get("members_bad")
+        return (not bad) and bool(facts.get("members_checked"))
 
 
 @dataclass(frozen=True)
@@ -197,6 +237,7 @@ class Verdict:
     verification: str
     reasons: list[str] = field(default_factory=list)
     corrupt: list[str] = field(default_factory=list)
+    basis: str = VerificationBasis.NONE
 
 
 @dataclass
@@ -208,6 +249,8 @@ class _FileResult:
     no_checksum: str = ""  # "" or the label of the non-content checksum it has
     incomparable: tuple[str, str] | None = None  # (its algorithm, the references' algorithms)
     no_reference: bool = False
+    dispute: str = ""  # copies disagree and nothing independent says which is right
+    basis: str = ""  # what decided ``agree`` or ``corrupt`` (VerificationBasis)
 
 
 # The result of every file without a checksum (shared, so never changed in place).
@@ -247,7 +290,7 @@ def judge(copies: Sequence[CopyEvidence]) -> dict[int, Verdict]:
         # one shared result stands for all of them (_judge_sizes replaces it where sizes differ).
         for rel in sorted(c.files):
             facts = c.files[rel]
-            if not facts.digest or not facts.algo:
+            if not facts.has_checksum:
                 results[rel] = _UNCHECKED
             else:
                 results[rel] = _judge_file(c, rel, copies, manifests, actual)
@@ -271,9 +314,11 @@ def _judge_file(
     actual: dict[int, dict[str, Checksum | None]],
 ) -> _FileResult:
     result = _FileResult()
-    mine = actual[c.id][rel]
+    facts = c.files[rel]
+    mine = actual[c.id].get(rel)
+    my_full = facts.full()
     others = [d for d in copies if d.id != c.id and not d.temporary]
-    if mine is None or not mine.content:
+    if not my_full and not facts.other():
         result.no_checksum = mine.label if mine is not None else "none"
         # Something not a digest is only worth calling incomparable when a digest exists elsewhere.
         algos = _reference_algos(c, rel, others, manifests, actual, content=True) if mine is not None else set()
@@ -281,69 +326,166 @@ def _judge_file(
             result.incomparable = (mine.name, ", ".join(sorted(algos)))
         return result
 
+    # 1. A checksum written at save time: the copy's own writer's manifest, then another copy's.
     own = manifests[c.id].get(rel)
-    if own is not None and own.content and own.algo == mine.algo:
-        if own.digest == mine.digest:
+    if own is not None and own.content and own.algo in my_full:
+        if own.digest == my_full[own.algo]:
             result.agree.add("the writer's manifest")
-            # Two copies that each match their own manifest but differ: two different saves.
-            for d in others:
-                theirs, their_own = actual[d.id].get(rel), manifests[d.id].get(rel)
-                if (
-                    d.speaks
-                    and theirs is not None
-                    and their_own is not None
-                    and theirs.key == their_own.key
-                    and theirs.algo == mine.algo
-                    and theirs.digest != mine.digest
-                ):
-                    result.flag = (
-                        f"{rel}: {mine.algo} differs from the copy at {d.where}, though each matches its own "
-                        "writer's manifest (two different saves of this step?)"
-                    )
+            result.basis = VerificationBasis.MANIFEST
+            _two_saves(c, rel, own.algo, my_full[own.algo], others, manifests, actual, result)
         else:
             result.own_manifest_mismatch = True
-            result.corrupt = f"{rel}: {mine.algo} differs from the writer's manifest recorded with this copy"
+            result.corrupt = f"{rel}: {own.algo} differs from the writer's manifest recorded with this copy"
+            result.basis = VerificationBasis.MANIFEST
         return result
 
     recorded = {
-        d.where: m.digest
+        d.where: (m.algo, m.digest)
         for d in others
-        if (m := manifests[d.id].get(rel)) is not None and m.content and m.algo == mine.algo
+        if (m := manifests[d.id].get(rel)) is not None and m.content and m.algo in my_full
     }
     if recorded:
-        agreeing = {where for where, digest in recorded.items() if digest == mine.digest}
+        agreeing = {where for where, (algo, digest) in recorded.items() if digest == my_full[algo]}
         if agreeing:
             result.agree.update(f"the writer's manifest with the copy at {where}" for where in agreeing)
         else:
+            algo = next(iter(recorded.values()))[0]
             result.corrupt = (
-                f"{rel}: {mine.algo} differs from the writer's manifest recorded with the copy at {_names(recorded)}"
+                f"{rel}: {algo} differs from the writer's manifest recorded with the copy at {_names(recorded)}"
             )
+        result.basis = VerificationBasis.MANIFEST
         return result
 
-    peers = {
-        d.where: theirs.digest
-        for d in others
-        if d.speaks and (theirs := actual[d.id].get(rel)) is not None and theirs.content and theirs.algo == mine.algo
-    }
-    if not peers:
-        algos = _reference_algos(c, rel, others, manifests, actual, content=False)
-        if algos:
-            result.incomparable = (mine.name, ", ".join(sorted(algos)))
+    # 2. The other copies' own checksums, by the strongest algorithm both sides have.
+    peers = [d for d in others if d.speaks and rel in d.files and d.files[rel].has_checksum]
+    compared: list[tuple[CopyEvidence, Comparison]] = []
+    for d in peers:
+        theirs = d.files[rel]
+        outcome = compare(my_full, facts.other(), theirs.full(), theirs.other(), facts.size)
+        if outcome is not None:
+            compared.append((d, outcome))
+    if not compared:
+        hint = next((h for d in peers if (h := why_not_comparable(my_full, facts.other(), d.files[rel].other()))), "")
+        algos = _reference_algos(c, rel, others, manifests, actual, content=False) | {
+            a for d in peers for a in d.files[rel].full()
+        }
+        if hint:
+            result.incomparable = ("", hint)
+        elif algos:
+            result.incomparable = (", ".join(sorted(my_full)) or "a composite", ", ".join(sorted(algos)))
         else:
             result.no_reference = True
         return result
-    votes = Counter(peers.values())
-    if c.speaks:
-        votes[mine.digest] += 1
-    ranked = votes.most_common(2)
-    unique_top = len(ranked) == 1 or ranked[0][1] > ranked[1][1]
-    agreeing = {where for where, digest in peers.items() if digest == mine.digest}
-    if agreeing and unique_top and ranked[0][0] == mine.digest:
-        result.agree.update(f"the copy at {where}" for where in agreeing)
-    else:
-        differing = {where for where, digest in peers.items() if digest != mine.digest}
-        result.corrupt = f"{rel}: {mine.algo} differs from the copy at {_names(differing)}"
+    agreeing = [(d, o) for d, o in compared if o.equal]
+    differing = [(d, o) for d, o in compared if not o.equal]
+    if not differing:
+        result.agree.update(f"the copy at {d.where}" for d, _ in agreeing)
+        result.basis = VerificationBasis.PEERS
+        return result
+    _settle(c, rel, facts, agreeing, differing, result)
     return result
+
+
+def _two_saves(c, rel, algo, digest, others, manifests, actual, result: _FileResult) -> None:
+    """Two copies that each match their own manifest but differ: two different saves of one step."""
+    for d in others:
+        theirs, their_own = d.files.get(rel), manifests[d.id].get(rel)
+        if not d.speaks or theirs is None or their_own is None or their_own.algo != algo:
+            continue
+        their_digest = theirs.full().get(algo)
+        if their_digest is not None and their_digest == their_own.digest and their_digest != digest:
+            result.flag = (
+                f"{rel}: {algo} differs from the copy at {d.where}, though each matches its own "
+                "writer's manifest (two different saves of this step?)"
+            )
+
+
+def _settle(
+    c: CopyEvidence,
+    rel: str,
+    facts: FileFacts,
+    agreeing: list[tuple[CopyEvidence, Comparison]],
+    differing: list[tuple[CopyEvidence, Comparison]],
+    result: _FileResult,
+) -> None:
+    """Copies disagree about one file: decide by what is independent of either side, or call it disputed.
+
+    In order (PRODUCT.md, promise 10): the source's checksum taken before the other copy was written (a
+    copy cannot be more right than its source was when it was copied); the format's own checks (every
+    member CRC32 of a torch zip, read by the agent); a strict majority of three or more copies.
+    """
+    algo = differing[0][1].algo
+    # The source's checksum from before the copy: a checksum of theirs taken before this file was written.
+    mine_taken = facts.taken_at()
+    for d, outcome in differing:
+        theirs = d.files[rel]
+        their_taken = theirs.taken_at()
+        if their_taken is not None and facts.mtime and their_taken < facts.mtime:
+            result.corrupt = (
+                f"{rel}: {outcome.algo} differs from the copy at {d.where}, whose checksum was taken before this "
+                "copy was written (a copy cannot be more right than its source was)"
+            )
+            result.basis = VerificationBasis.SOURCE
+            return
+    # Peers this copy's checksum predates are the copies made from it: they do not accuse it.
+    accusers = [
+        (d, o)
+        for d, o in differing
+        if not (mine_taken is not None and d.files[rel].mtime and mine_taken < d.files[rel].mtime)
+    ]
+    if not accusers:
+        if agreeing:
+            result.agree.update(f"the copy at {d.where}" for d, _ in agreeing)
+            result.basis = VerificationBasis.PEERS
+        return
+    # The format's own checks: a torch zip whose every member CRC32 the agent confirmed.
+    my_zip = facts.zip_intact()
+    for d, outcome in accusers:
+        if d.files[rel].zip_intact() and not my_zip:
+            result.corrupt = (
+                f"{rel}: {outcome.algo} differs from the copy at {d.where}, whose every zip member's CRC32 checks"
+            )
+            result.basis = VerificationBasis.FORMAT
+            return
+    if my_zip:
+        accusers = [(d, o) for d, o in accusers if d.files[rel].zip_intact()]
+        if not accusers:
+            result.agree.add("its own zip member CRC32s")
+            result.basis = VerificationBasis.FORMAT
+            return
+    # A strict majority of three or more copies.
+    total = 1 + len(agreeing) + len(differing)
+    if total >= 3:
+        if (1 + len(agreeing)) * 2 > total:
+            result.agree.update(f"the copy at {d.where}" for d, _ in agreeing)
+            result.basis = VerificationBasis.MAJORITY
+            return
+        if _largest_group(rel, [d for d, _ in differing]) * 2 > total:
+            result.corrupt = (
+                f"{rel}: {algo} differs from the copies at {_names(d.where for d, _ in differing)}, "
+                f"which agree with each other ({len(differing)} of {total} copies)"
+            )
+            result.basis = VerificationBasis.MAJORITY
+            return
+    result.dispute = (
+        f"{rel}: {algo} differs from the copy at {_names(d.where for d, _ in accusers)}, and nothing independent "
+        "says which is right"
+    )
+
+
+def _largest_group(rel: str, copies: list[CopyEvidence]) -> int:
+    """The size of the largest set of these copies whose file ``rel`` is equal by pairwise comparison."""
+    best = 0
+    for i, a in enumerate(copies):
+        fa = a.files[rel]
+        size = 1
+        for b in copies[i + 1 :]:
+            fb = b.files[rel]
+            outcome = compare(fa.full(), fa.other(), fb.full(), fb.other(), fa.size)
+            if outcome is not None and outcome.equal:
+                size += 1
+        best = max(best, size)
+    return best
 
 
 def _reference_algos(
@@ -415,7 +557,13 @@ def _verdict(c: CopyEvidence, results: dict[str, _FileResult], *, alone: bool) -
             for r in results.values()
             if r.corrupt and not (r.own_manifest_mismatch and c.state == CopyState.CORRUPT)
         ]
-        return Verdict(Verification.MISMATCH, reasons=[*corrupt, *flags], corrupt=adds)
+        bases = {r.basis for r in results.values() if r.corrupt and r.basis}
+        basis = next((b for b in _BASIS_ORDER if b in bases), VerificationBasis.PEERS)
+        return Verdict(Verification.MISMATCH, reasons=[*corrupt, *flags], corrupt=adds, basis=basis)
+    disputes = [r.dispute for r in results.values() if r.dispute]
+    if disputes:
+        shown = disputes[:5] + ([f"and {len(disputes) - 5:,} more files"] if len(disputes) > 5 else [])
+        return Verdict(Verification.DISPUTED, reasons=[*shown, SETTLE_HINT])
 
     # Files that are the manifest itself need no reference: nothing can record its own checksum.
     required = {rel: r for rel, r in results.items() if not (c.manifest and rel.rpartition("/")[2] in MANIFEST_FILES)}
@@ -430,7 +578,11 @@ def _verdict(c: CopyEvidence, results: dict[str, _FileResult], *, alone: bool) -
         )
     if all(r.agree for r in required.values()):
         sources = set().union(*(r.agree for r in required.values()))
-        return Verdict(Verification.VERIFIED, [f"all {_plural(total, 'file')} agree with {_names(sources)}"])
+        bases = {r.basis for r in required.values() if r.basis}
+        basis = next((b for b in _BASIS_ORDER if b in bases), VerificationBasis.PEERS)
+        return Verdict(
+            Verification.VERIFIED, [f"all {_plural(total, 'file')} agree with {_names(sources)}"], basis=basis
+        )
 
     reasons: list[str] = []
     none = sum(1 for r in required.values() if r.no_checksum == "none")
@@ -443,7 +595,10 @@ def _verdict(c: CopyEvidence, results: dict[str, _FileResult], *, alone: bool) -
         reasons.append(f"{_of(n, total)} only {label}, not a checksum of the content")
     pairs = Counter(r.incomparable for r in required.values() if r.incomparable)
     for (mine, theirs), n in sorted(pairs.items()):
-        reasons.append(f"checksums not comparable: {_of(n, total)} {mine} here, the references {theirs}")
+        if not mine:  # a hint a person can act on
+            reasons.append(f"checksums not comparable for {n:,} of {_plural(total, 'file')}: {theirs}")
+        else:
+            reasons.append(f"checksums not comparable: {_of(n, total)} {mine} here, the references {theirs}")
     unreferenced = sum(1 for r in required.values() if r.no_reference)
     if unreferenced:
         if alone and not c.manifest:
@@ -457,6 +612,20 @@ def _verdict(c: CopyEvidence, results: dict[str, _FileResult], *, alone: bool) -
     if agreed:
         reasons.append(f"{_of(agreed, total, 'agree')} with a reference")
     return Verdict(Verification.UNVERIFIED, reasons)
+
+
+# What decides, strongest first: a verdict names the strongest basis among its files'.
+_BASIS_ORDER = (
+    VerificationBasis.MANIFEST,
+    VerificationBasis.SOURCE,
+    VerificationBasis.FORMAT,
+    VerificationBasis.MAJORITY,
+    VerificationBasis.PEERS,
+)
+SETTLE_HINT = (
+    "to settle it: a checksum written at save time (a ckptfleet.json sidecar with sha256), a third copy, or "
+    "the agent's --checksums on the copy that was written first, before the other was copied from it"
+)
 
 
 # --- failure domains ------------------------------------------------------------------------------
@@ -566,6 +735,8 @@ def checkpoints_verify(
 _VERDICT_COLUMNS = {
     "verification": "text",
     "verification_reasons": "jsonb",
+    "verification_basis": "text",
+    "verified_at": "timestamptz",
     "state": "text",
     "reasons": "jsonb",
     "judged_at": "timestamptz",
@@ -627,18 +798,44 @@ def _member_files(copy_ids: list[int]) -> dict[int, dict[str, tuple[str, FileFac
             where, params = "copy_id = ANY(%s)", [chunk]
         else:
             where, params = f"copy_id IN ({', '.join(['%s'] * len(chunk))})", chunk
+        if connection.vendor == "postgresql":
+            extra = "extract(epoch FROM mtime)::float8, digests::text, facts::text"
+        else:
+            extra = "mtime, digests, facts"
+        epoch = float if connection.vendor == "postgresql" else _epoch
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT copy_id, path, size, checksum, checksum_algo FROM {table} WHERE {where} AND gone_at IS NULL",  # noqa: S608 - fixed names
+                f"SELECT copy_id, path, size, checksum, checksum_algo, {extra} "  # noqa: S608 - fixed names
+                f"FROM {table} WHERE {where} AND gone_at IS NULL",
                 params,
             )
             current_id, current = None, {}
             while rows := cursor.fetchmany(5000):
-                for copy_id, path, size, digest, algo in rows:
+                for copy_id, path, size, digest, algo, mtime, digests, facts in rows:
                     if copy_id != current_id:  # the index gives a copy's files together
                         current_id, current = copy_id, files[copy_id]
-                    current[path] = (path, FileFacts(size, algo, digest))
+                    # Facts matter only for torch zips' member checks: other files' are not kept.
+                    kept = facts if facts and '"members_bad"' in facts else None
+                    current[path] = (path, FileFacts(size, algo, digest, digests, epoch(mtime), kept))
     return files
+
+
+def _epoch(value: Any) -> float:
+    """SQLite hands back Django's stored text ('YYYY-MM-DD HH:MM:SS[.ffffff]', UTC)."""
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC).timestamp() if value.tzinfo is None else value.timestamp()
+    return datetime.fromisoformat(value).replace(tzinfo=UTC).timestamp()
+
+
+def _verified_at(files: Mapping[str, FileFacts], now: datetime) -> datetime:
+    """When a verified copy was verified: the oldest time its files' checksums were taken (now when unknown)."""
+    times = [t for f in files.values() if (t := _checked_at(f)) is not None]
+    return datetime.fromtimestamp(min(times), UTC) if times else now
+
+
+def _checked_at(facts: FileFacts) -> float | None:
+    at = facts.other().get("at")
+    return float(at) if isinstance(at, (int, float)) else None
 
 
 def _verify_one(
@@ -664,6 +861,7 @@ def _verify_one(
             )
         )
     verdicts = judge(evidence)
+    by_copy = {e.id: e.files for e in evidence}
     now = timezone.now()
     dirty = []
     for copy in copies:
@@ -676,9 +874,17 @@ def _verify_one(
         values = {
             "verification": verdict.verification,
             "verification_reasons": verdict.reasons,
+            "verification_basis": verdict.basis if verdict.verification != Verification.UNVERIFIED else "",
             "state": state,
             "reasons": reasons,
         }
+        if verdict.verification == Verification.VERIFIED:
+            verified_at = _verified_at(by_copy[copy.pk], now)
+            # Unchanged files keep the time they were first verified at, when the agent gave none.
+            if copy.verified_at is None or _known_times(by_copy[copy.pk]):
+                values["verified_at"] = verified_at
+        else:
+            values["verified_at"] = None
         changed = [k for k, v in values.items() if getattr(copy, k) != v]
         if not changed:
             continue
@@ -739,3 +945,7 @@ def _recognise_again(copy: Any, member_paths: list[str]) -> tuple[str, list[str]
         if found.path == copy.path:
             return found.state, list(found.reasons)
     return None
+
+
+def _known_times(files: Mapping[str, FileFacts]) -> bool:
+    return any(_checked_at(f) is not None for f in files.values())

@@ -36,6 +36,8 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from catalog.digests import dumps as digests_dumps
+from catalog.digests import from_line
 from catalog.models import CheckpointCopy, IngestRow, ShardFile
 from fleet.choices import InventorySource, InventoryStatus
 from fleet.models import Inventory, StorageLocation
@@ -72,6 +74,7 @@ class Row:
     version_id: str = ""
     legal_hold: bool | None = None
     retain_until: datetime | None = None
+    digests: str | None = None  # canonical JSON text of catalog.digests, or None
 
     def values(self, inventory_id: int, adapt) -> tuple:
         return (
@@ -88,6 +91,7 @@ class Row:
             self.version_id,
             self.legal_hold,
             adapt(self.retain_until) if self.retain_until else None,
+            self.digests,
         )
 
 
@@ -104,6 +108,7 @@ STAGED_COLUMNS = (
     "version_id",
     "legal_hold",
     "retain_until",
+    "digests",
 )
 
 
@@ -151,7 +156,17 @@ def _parse_file_line(obj: dict) -> Row:
     facts_text = None
     if facts is not None:
         facts_text = _facts_text(facts)
-    return Row(path, size, when, checksum, algo, facts_text)
+    digests = digests_text(obj, size)
+    return Row(path, size, when, checksum, algo, facts_text, digests=digests)
+
+
+def digests_text(obj: dict, size: int, dumps=None) -> str | None:
+    """The stored text of a file line's other checksums (``checksums``, ``checksummed_at``); ValueError when bad."""
+    checksums, at = obj.get("checksums"), obj.get("checksummed_at")
+    if checksums is None and at is None:
+        return None
+    stored = from_line(checksums, at, size)
+    return (dumps or digests_dumps)(stored) if stored else None
 
 
 def _facts_text(facts: object) -> str:
@@ -392,7 +407,7 @@ def merge(inventory: Inventory, location: StorageLocation, *, now: datetime) -> 
             UPDATE {files} SET size = s.size, mtime = s.mtime, checksum = s.checksum,
                    checksum_algo = s.checksum_algo, facts = s.facts, storage_class = s.storage_class,
                    tier = s.tier, etag = s.etag, version_id = s.version_id, legal_hold = s.legal_hold,
-                   retain_until = s.retain_until, changed_at = %s,
+                   retain_until = s.retain_until, digests = s.digests, changed_at = %s,
                    gone_at = NULL, last_seen_at = NULL, changed_by_id = %s
             FROM {staged} s
             WHERE s.inventory_id = %s AND {files}.location_id = %s AND {files}.path = s.path
@@ -403,7 +418,8 @@ def merge(inventory: Inventory, location: StorageLocation, *, now: datetime) -> 
                    OR {files}.etag <> s.etag OR {files}.version_id <> s.version_id
                    OR ({files}.legal_hold IS NULL) <> (s.legal_hold IS NULL) OR {files}.legal_hold <> s.legal_hold
                    OR ({files}.retain_until IS NULL) <> (s.retain_until IS NULL)
-                   OR {files}.retain_until <> s.retain_until)
+                   OR {files}.retain_until <> s.retain_until
+                   OR ({files}.digests IS NULL) <> (s.digests IS NULL) OR {files}.digests <> s.digests)
             """,
             [now, inv, inv, loc],
         )
@@ -511,9 +527,13 @@ def _staged_group(inventory: Inventory, location: StorageLocation, template, gro
         where.append("s.path >= %s AND s.path < %s")
         params += [group + "/", group + "0"]  # '0' is the byte after '/': the subtree is one range
     pg = connection.vendor == "postgresql"
-    mtime, facts = ("extract(epoch FROM s.mtime)::float8", "s.facts::text") if pg else ("s.mtime", "s.facts")
+    mtime, facts, digests = (
+        ("extract(epoch FROM s.mtime)::float8", "s.facts::text", "s.digests::text")
+        if pg
+        else ("s.mtime", "s.facts", "s.digests")
+    )
     sql = f"""
-        SELECT s.path, s.size, {mtime}, {facts}, s.checksum, s.checksum_algo, f.id, f.copy_id
+        SELECT s.path, s.size, {mtime}, {facts}, s.checksum, s.checksum_algo, f.id, f.copy_id, {digests}
         FROM {IngestRow._meta.db_table} s
         LEFT JOIN {ShardFile._meta.db_table} f ON f.location_id = %s AND f.path = s.path
         WHERE {" AND ".join(where)}
@@ -523,7 +543,7 @@ def _staged_group(inventory: Inventory, location: StorageLocation, template, gro
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         while rows := cursor.fetchmany(5000):
-            for path, size, when, facts_text, checksum, algo, file_id, copy_id in rows:
+            for path, size, when, facts_text, checksum, algo, file_id, copy_id, digests_value in rows:
                 if shallow and template.group_of(path) != group:
                     continue
                 entry = FileEntry(
@@ -533,6 +553,7 @@ def _staged_group(inventory: Inventory, location: StorageLocation, template, gro
                     facts=json.loads(facts_text) if facts_text else None,
                     checksum=checksum or None,
                     checksum_algo=algo or None,
+                    digests=digests_value or None,
                 )
                 out.append(GroupFile(entry, file_id is not None, copy_id))
     return out
@@ -900,11 +921,17 @@ class _Reader:
                         facts_text, facts = _facts_stored(facts, dumps)
                     except (ValueError, TypeError):  # not facts, or a value orjson does not write
                         raise _Fallback from None
+                digests = None
+                if "checksums" in obj or "checksummed_at" in obj:
+                    try:
+                        digests = digests_text(obj, size)
+                    except (ValueError, TypeError):
+                        raise _Fallback from None
                 previous = path
                 files += 1
                 total += size
                 mtime = (whole * 1_000_000 + us) / 1_000_000  # as datetime.timestamp() gives it
-                entry = FileEntry(path, size, mtime, facts, sha, "sha256" if sha else None)
+                entry = FileEntry(path, size, mtime, facts, sha, "sha256" if sha else None, digests)
                 if prefix is None or not path.startswith(prefix):
                     group = group_of(path)
                     if group != last:
@@ -916,7 +943,7 @@ class _Reader:
                     # A run directory holds everything below it; a shallower group only its own files.
                     prefix = group + "/" if group and group.count("/") + 1 >= depth else None
                 entries.append(entry)
-                extras.append((stamp, facts_text))
+                extras.append((stamp, facts_text))  # the digests text rides on the entry
         self.files, self.total = files, total
         for g, (group_entries, group_extras) in sorted(open_groups.items(), key=lambda item: item[0], reverse=True):
             yield g, group_entries, group_extras
@@ -936,22 +963,27 @@ class _Writer:
         self.table = ShardFile._meta.db_table
         self.columns = ", ".join(("location_id", *SHARD_COLUMNS))
         self.loc, self.inv, self.now = location.pk, inventory.pk, now
-        # The columns after facts: no storage class, tier, ETag or version; no hold; seen and changed now.
-        self.tail = f"\t\t\t\t\t\\N\t\\N\t{now}\t{now}\t{inventory.pk}\t"
+        # The columns after facts: no storage class, tier, ETag or version; no hold; then the digests;
+        # then seen and changed now.
+        self.middle = "\t\t\t\t\t\\N\t\\N\t"
+        self.tail = f"\t{now}\t{now}\t{inventory.pk}\t"
         self.pool = ThreadPoolExecutor(max_workers=1) if self.pg else None
         self.raw = connection.connection
         self.pending: concurrent.futures.Future | None = None
 
     def text(self, entries: list, extras: list, links: list[int | None]) -> str:
         """The COPY text of one run directory's rows: paths hold no tab, newline or backslash (check_path)."""
-        loc, tail, null = self.loc, self.tail, "\\N"
+        loc, middle, tail, null = self.loc, self.middle, self.tail, "\\N"
         out = []
         for entry, (stamp, facts_text), copy_id in zip(entries, extras, links, strict=True):
             facts = facts_text.replace("\\", "\\\\") if facts_text is not None else null
             sha = entry.checksum or ""
             algo = "sha256" if sha else ""
             link = null if copy_id is None else copy_id
-            out.append(f"{loc}\t{entry.path}\t{entry.size}\t{stamp}\t{sha}\t{algo}\t{facts}{tail}{link}\n")
+            digests = entry.digests or null  # JSON of hex, base64 and numbers: no tab, newline or backslash
+            out.append(
+                f"{loc}\t{entry.path}\t{entry.size}\t{stamp}\t{sha}\t{algo}\t{facts}{middle}{digests}{tail}{link}\n"
+            )
         return "".join(out)
 
     def _copy(self, data: bytes) -> None:
@@ -975,7 +1007,8 @@ class _Writer:
                 f"INSERT INTO {self.table} ({self.columns}) VALUES ({marks})",
                 [
                     (self.loc, e.path, e.size, adapt(datetime.fromisoformat(stamp)), e.checksum or "",
-                     e.checksum_algo or "", facts_text, "", "", "", "", None, None, when, when, self.inv, copy_id)
+                     e.checksum_algo or "", facts_text, "", "", "", "", None, None, e.digests, when, when, self.inv,
+                     copy_id)
                     for entries, extras, links in batch
                     for e, (stamp, facts_text), copy_id in zip(entries, extras, links, strict=True)
                 ],

@@ -32,6 +32,7 @@ class FileEntry:
     facts: dict[str, Any] | None = None
     checksum: str | None = None
     checksum_algo: str | None = None
+    digests: str | None = None  # the stored text of its other checksums (catalog.digests), or None
 
     @property
     def name(self) -> str:

@@ -58,12 +58,15 @@ class TestJudge:
         assert verdicts[1].reasons == ["all 2 files agree with the copy at gpu-b"]
         assert verdicts[2].reasons == ["all 2 files agree with the copy at gpu-a"]
 
-    def test_a_flipped_checksum_between_two_copies_mismatches_both_as_nobody_can_tell_which_is_right(self):
+    def test_a_flipped_checksum_between_two_copies_disputes_both_as_nobody_can_tell_which_is_right(self):
         verdicts = judge([copy(1, "gpu-a", shards()), copy(2, "gpu-b", shards(**{"__1_0.distcp": "flipped"}))])
-        assert verdicts[2].verification == Verification.MISMATCH
-        assert verdicts[2].corrupt == ["__1_0.distcp: sha256 differs from the copy at gpu-a"]
-        assert verdicts[1].verification == Verification.MISMATCH
-        assert verdicts[1].corrupt == ["__1_0.distcp: sha256 differs from the copy at gpu-b"]
+        for pk, other in ((1, "gpu-b"), (2, "gpu-a")):
+            assert verdicts[pk].verification == Verification.DISPUTED
+            assert verdicts[pk].corrupt == []  # neither is condemned on the other's word (promise 10)
+            assert verdicts[pk].reasons[0] == (
+                f"__1_0.distcp: sha256 differs from the copy at {other}, and nothing independent says which is right"
+            )
+            assert verdicts[pk].reasons[-1].startswith("to settle it: a checksum written at save time")
 
     def test_the_majority_of_three_copies_tells_which_one_is_corrupt(self):
         verdicts = judge(
@@ -74,8 +77,12 @@ class TestJudge:
             ]
         )
         assert verdicts[2].verification == Verification.MISMATCH
-        assert verdicts[2].corrupt == ["__0_0.distcp: sha256 differs from the copy at gpu-a and s3-eu"]
+        assert verdicts[2].corrupt == [
+            "__0_0.distcp: sha256 differs from the copies at gpu-a and s3-eu, which agree with each other (2 of 3 copies)"
+        ]
+        assert verdicts[2].basis == "majority"
         assert verdicts[1].verification == verdicts[3].verification == Verification.VERIFIED
+        assert verdicts[1].basis == verdicts[3].basis == "majority"
         assert verdicts[1].corrupt == []
 
     def test_the_writers_manifest_verifies_a_single_copy(self):
@@ -180,8 +187,10 @@ class TestJudge:
         verdicts = judge([copy(1, "gpu-a", shards()), copy(2, "gpu-b", half, state=CopyState.PARTIAL)])
         assert verdicts[1].verification == Verification.UNVERIFIED
         assert any("no reference" in r for r in verdicts[1].reasons)
-        assert verdicts[2].verification == Verification.MISMATCH
-        assert verdicts[2].corrupt == ["__1_0.distcp: sha256 differs from the copy at gpu-a"]
+        # A half-written copy against one complete copy: nothing independent decides, so it is disputed
+        # (and already partial, so never offered for a restore).
+        assert verdicts[2].verification == Verification.DISPUTED
+        assert verdicts[2].corrupt == []
         whole = judge([copy(1, "gpu-a", shards()), copy(2, "gpu-b", shards(), state=CopyState.PARTIAL)])
         assert whole[2].reasons == ["the copy is partial: only a complete copy can be verified as a whole"]
 
@@ -310,12 +319,13 @@ def test_a_flipped_checksum_makes_the_copies_disagree_and_a_fix_makes_them_agree
     push(a, dcp(100))
     push(b, dcp(100, **{"__1_0.distcp": "one flipped byte"}))
     flipped, other = copy_at(b), copy_at(a)
-    assert (flipped.state, flipped.verification) == (CopyState.CORRUPT, Verification.MISMATCH)
-    reason = f"__1_0.distcp: sha256 differs from the copy at {a.location.name}"
-    assert reason in flipped.reasons and reason in flipped.verification_reasons
-    # With two copies and no manifest nobody can tell which is right: the other is not verified by it.
-    assert other.verification == Verification.MISMATCH and other.state == CopyState.CORRUPT
-    assert f"__1_0.distcp: sha256 differs from the copy at {b.location.name}" in other.reasons
+    # With two copies and nothing independent (no manifest, no checksum taken before the other copy was
+    # written) nobody can tell which is right: both are disputed, neither condemned (promise 10).
+    for copy, there in ((flipped, a), (other, b)):
+        assert (copy.state, copy.verification) == (CopyState.COMPLETE, Verification.DISPUTED)
+        reason = f"__1_0.distcp: sha256 differs from the copy at {there.location.name}, and nothing independent"
+        assert copy.verification_reasons[0].startswith(reason)
+        assert copy.reasons == []
 
     # Only b reports again: a, not re-judged, gets back what its formats said of it.
     push(b, dcp(100))
