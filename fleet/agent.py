@@ -66,7 +66,9 @@ import argparse
 import base64
 import builtins
 import collections
+import concurrent.futures
 import contextlib
+import dataclasses
 import errno
 import gzip
 import hashlib
@@ -83,17 +85,31 @@ import stat
 import struct
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Protocol
 
+try:  # optional: hardware CRC32C and CRC64/NVME (pip install awscrt); the agent runs without it
+    from awscrt import checksums as _crt
+except ImportError:
+    _crt = None
+
 __version__ = "0.1.0"
 __all__ = [
+    "CRC_ALGORITHMS",
     "AgentError",
+    "CachedChecksums",
     "ChecksumCache",
+    "FileChecksums",
+    "checksum_file",
+    "crc_block_size",
+    "crc_combine",
+    "crc_of_blocks",
     "encode_line",
     "facts_kind",
     "file_facts",
@@ -104,6 +120,7 @@ __all__ = [
     "stream_facts",
     "upload_inventory",
     "wait_for_inventory",
+    "zip_members",
 ]
 
 PROG = "ckptfleet-agent"
@@ -130,6 +147,17 @@ TEXT_FACTS_BYTES = 256
 ZIP_TAIL_BYTES = 64 * 1024
 CACHE_FORGET_SECONDS = 90 * 24 * 3600
 DEFAULT_CACHE = "~/.cache/ckptfleet-agent/checksums.sqlite3"
+MIB = 1024 * 1024
+# The CRCs this agent sends besides sha256: crc32 always (zlib), the others when awscrt imports.
+CRC_ALGORITHMS: tuple[str, ...] = ("crc32", "crc32c", "crc64nvme") if _crt is not None else ("crc32",)
+CRC_BLOCK_MIN = MIB  # block CRCs: 1 MiB blocks, doubled while a file would have more than
+CRC_MAX_BLOCKS = 10_000  # this many (S3's part limit, which boto3 doubles its 8 MiB part size to meet)
+CHECKSUM_CHUNK = MIB  # one read; a divisor of every block size, so reads never straddle a block
+CHECKSUM_BUFFERS = 3  # one being read, one being CRC'd, one spare: the worker never waits for a read
+CHECKSUM_INLINE_BYTES = 256 * 1024  # smaller files are CRC'd on the reading thread (a hand-off costs more)
+ZIP_DIRECTORY_MAX_BYTES = 64 * MIB
+MEMBERS_BAD_MAX = 10
+DEFAULT_SCRUB_RATE = 200.0  # MiB/s
 
 # The server's own path rules (fleet/ingest.py check_path); anything else fails the whole inventory.
 _REFUSED_CHARS = re.compile(r"[\x00-\x1f\x7f\\\ud800-\udfff]")
@@ -245,6 +273,8 @@ def scan_root(
         top = _list_dir(root, "", root, warn)
     except OSError as exc:
         raise AgentError(f"cannot read root {_printable(root)}: {_os_reason(exc)}") from None
+    started = int(time.time())
+    scrub = cache.scrub_plan(root) if checksums and cache is not None else None
     # An explicit stack rather than recursion: trees may nest deeper than Python's recursion limit.
     stack: list[Iterator[tuple[str, os.DirEntry, bool]]] = [iter(top)]
     while stack:
@@ -262,13 +292,22 @@ def scan_root(
                     f"inventory: {_os_reason(exc)}"
                 )
             continue
-        line = _file_line(entry, rel, checksums=checksums, cache=cache, warn=warn)
+        line = _file_line(entry, rel, checksums=checksums, cache=cache, warn=warn, root=root, scrub=scrub)
         if line is not None:
             yield line
+    if checksums and cache is not None:
+        cache.root_walked(root, started)
 
 
 def _file_line(
-    entry: os.DirEntry, rel: str, *, checksums: bool, cache: ChecksumCache | None, warn: Warn
+    entry: os.DirEntry,
+    rel: str,
+    *,
+    checksums: bool,
+    cache: ChecksumCache | None,
+    warn: Warn,
+    root: str | None = None,
+    scrub: _ScrubPlan | None = None,
 ) -> dict[str, Any] | None:
     if len(rel.encode("utf-8")) > MAX_PATH_BYTES:
         warn(f"{_printable(entry.path)}: skipped because its path is longer than {MAX_PATH_BYTES} bytes")
@@ -281,11 +320,16 @@ def _file_line(
     if not stat.S_ISREG(st.st_mode):
         return None  # replaced by something else since the directory was listed
     line: dict[str, Any] = {"type": "file", "path": rel, "size": st.st_size, "mtime": st.st_mtime_ns / 1e9}
-    if checksums:
-        digest = _checksum(entry.path, st, cache, warn)
-        if digest is not None:
-            line["sha256"] = digest
     facts = file_facts(entry.path)
+    if checksums:
+        zip_check = facts is not None and facts.get("kind") == "torch_file" and facts.get("container") == "zip"
+        sums = _checksum(entry.path, st, cache, warn, zip_check=zip_check, root=root, scrub=scrub)
+        if sums is not None:
+            line["sha256"] = sums.sha256
+            line["checksums"] = sums.checksums
+            line["checksummed_at"] = sums.at
+            if zip_check and facts is not None and sums.members:
+                facts = {**facts, "members_checked": sums.members["checked"], "members_bad": sums.members["bad"]}
     if facts is not None:
         line["facts"] = facts
     return line
@@ -724,6 +768,476 @@ def _dcp_files(metadata: Any) -> dict[str, int]:
 
 # --- checksums ------------------------------------------------------------------------------------
 
+# The CRCs S3 stores (AWS "Checking object integrity"): all reflected, with all-ones init and xorout,
+# so they combine like zlib's crc32_combine. (width in bits, reflected polynomial)
+_CRC_PARAMS: dict[str, tuple[int, int]] = {
+    "crc32": (32, 0xEDB88320),
+    "crc32c": (32, 0x82F63B78),
+    "crc64nvme": (64, 0x9A6C9329AC4BC9B5),
+}
+
+
+class _CrcMath:
+    """Polynomial arithmetic modulo one CRC's polynomial, in its reflected bit order (zlib's crc32.c).
+
+    ``crc(A + B) = crc(A) * x^(8 * len(B)) + crc(B)`` (mod P): combining is one multiplication by an
+    operator that depends on len(B) only, so the operators of lengths seen often are kept.
+    """
+
+    def __init__(self, width: int, poly: int) -> None:
+        self.poly = poly
+        self.one = 1 << (width - 1)  # x^0 in reflected order
+        # x^(2^k) mod P for k up to 71: enough for any length below 2^64 bytes (the 3 is 8 bits a byte).
+        table = [1 << (width - 2)]
+        for _ in range(71):
+            table.append(self.mult(table[-1], table[-1]))
+        self._x2n = table
+        self._ops: dict[int, int] = {}
+
+    def mult(self, a: int, b: int) -> int:
+        if not a:
+            return 0
+        m, p, poly = self.one, 0, self.poly
+        while True:
+            if a & m:
+                p ^= b
+                if not a & (m - 1):
+                    return p
+            m >>= 1
+            b = (b >> 1) ^ poly if b & 1 else b >> 1
+
+    def operator(self, nbytes: int) -> int:
+        """x^(8 * nbytes) mod P."""
+        op = self._ops.get(nbytes)
+        if op is None:
+            op, k, n = self.one, 3, nbytes
+            while n:
+                if n & 1:
+                    op = self.mult(self._x2n[k], op)
+                n >>= 1
+                k += 1
+            if len(self._ops) >= 4096:
+                self._ops.clear()  # member boundaries make many lengths; only the block size recurs
+            self._ops[nbytes] = op
+        return op
+
+    def combine(self, crc1: int, crc2: int, len2: int) -> int:
+        return self.mult(self.operator(len2), crc1) ^ crc2 if len2 > 0 else crc1
+
+
+_CRC_MATH = {algo: _CrcMath(*params) for algo, params in _CRC_PARAMS.items()}
+_CRC_HEX_DIGITS = {"crc32": 8, "crc32c": 8, "crc64nvme": 16}
+
+
+def crc_combine(algo: str, crc1: int, crc2: int, len2: int) -> int:
+    """The CRC (``"crc32"``, ``"crc32c"`` or ``"crc64nvme"``) of A + B from crc(A), crc(B) and len(B).
+
+    Pure Python (zlib's crc32_combine, generalised to any reflected CRC with all-ones init and
+    xorout): a few microseconds, whether or not awscrt is installed.
+    """
+    if algo not in _CRC_MATH:
+        raise ValueError(f"unknown CRC {algo!r}; known: {', '.join(_CRC_PARAMS)}")
+    if len2 < 0:
+        raise ValueError("len2 must be >= 0")
+    return _CRC_MATH[algo].combine(crc1, crc2, len2)
+
+
+def crc_block_size(size: int) -> int:
+    """The block size of a file of ``size`` bytes: 1 MiB, doubled while it would make over 10,000 blocks.
+
+    So it is a power-of-two number of MiB, never larger than the part size boto3 and the aws CLI
+    choose (8 MiB, doubled while over 10,000 parts), and every such part boundary is a block boundary.
+    """
+    block = CRC_BLOCK_MIN
+    while -(-size // block) > CRC_MAX_BLOCKS:
+        block *= 2
+    return block
+
+
+def crc_of_blocks(algo: str, block_crcs: list[int], block_size: int, total_size: int, part_size: int) -> list[int]:
+    """The CRC of each part of a ``total_size``-byte file cut into ``part_size`` parts (the last shorter),
+    combined from the CRCs of its ``block_size`` blocks (the last shorter) as the agent sends them.
+
+    An S3 multipart object's composite checksum is then the CRC of the parts' big-endian CRCs
+    concatenated, with ``-<len(parts)>``. Raises ValueError when ``part_size`` is not a multiple of
+    ``block_size`` or the block count does not fit the size.
+    """
+    if algo not in _CRC_MATH:
+        raise ValueError(f"unknown CRC {algo!r}; known: {', '.join(_CRC_PARAMS)}")
+    if block_size <= 0 or part_size <= 0 or part_size % block_size:
+        raise ValueError(f"part size {part_size} is not a multiple of the block size {block_size}")
+    if total_size < 0 or len(block_crcs) != -(-total_size // block_size):
+        raise ValueError(f"{len(block_crcs)} block CRCs do not make a file of {total_size} bytes")
+    math_ = _CRC_MATH[algo]
+    per_part = part_size // block_size
+    parts = []
+    for first in range(0, len(block_crcs), per_part):
+        value = block_crcs[first]
+        for i in range(first + 1, min(first + per_part, len(block_crcs))):
+            value = math_.combine(value, block_crcs[i], min(block_size, total_size - i * block_size))
+        parts.append(value)
+    return parts
+
+
+def _crc_hex(algo: str, value: int) -> str:
+    return format(value, f"0{_CRC_HEX_DIGITS[algo]}x")
+
+
+class _ZipMember:
+    """One member of a zip being checked: where its data lies, what its CRC must be, and what was seen."""
+
+    __slots__ = ("bad", "crc", "done", "end", "inflater", "method", "name", "out", "seen", "size", "start")
+
+    def __init__(self, name: str, start: int, end: int, method: int, crc: int, size: int) -> None:
+        self.name, self.start, self.end, self.method, self.crc, self.size = name, start, end, method, crc, size
+        self.bad = ""  # why it is bad, known before its data is read (a broken header, data past the end)
+        self.seen = 0  # CRC32 of its stored bytes (STORED) or of what they inflate to (DEFLATED)
+        self.done = 0  # stored bytes fed so far
+        self.out = 0  # bytes inflated so far
+        self.inflater: Any = zlib.decompressobj(-15) if method == _ZIP_DEFLATED else None
+
+    def feed(self, data: memoryview, crc: int) -> None:
+        """The next stored bytes of this member, with their CRC32."""
+        if self.inflater is None:
+            self.seen = crc if not self.done else _CRC_MATH["crc32"].combine(self.seen, crc, len(data))
+        elif not self.bad:
+            try:
+                chunk = self.inflater.decompress(data, CHECKSUM_CHUNK)
+                while True:
+                    self.seen = zlib.crc32(chunk, self.seen)
+                    self.out += len(chunk)
+                    if self.out > self.size:
+                        self.bad = "inflates to more than its recorded size"
+                        break
+                    if not self.inflater.unconsumed_tail:
+                        break
+                    chunk = self.inflater.decompress(self.inflater.unconsumed_tail, CHECKSUM_CHUNK)
+            except zlib.error:
+                self.bad = "does not inflate"
+        self.done += len(data)
+
+    def verdict(self) -> bool:
+        """True when the member's data matched its recorded CRC32 (and size)."""
+        if self.bad:
+            return False
+        if self.inflater is not None:
+            try:
+                tail = self.inflater.flush()
+            except zlib.error:
+                return False
+            self.seen = zlib.crc32(tail, self.seen)
+            self.out += len(tail)
+            if not self.inflater.eof or self.out != self.size:
+                return False
+        elif self.done != self.end - self.start:
+            return False
+        return self.seen == self.crc
+
+
+_ZIP_STORED = 0
+_ZIP_DEFLATED = 8
+
+
+def zip_members(f: BinaryIO, size: int) -> list[_ZipMember] | None:
+    """The members of the zip in ``f`` whose CRC32 can be checked (STORED and DEFLATED, not encrypted),
+    from its central directory (ZIP64 aware) and local headers; None when the directory cannot be read.
+
+    A member whose local header is broken, whose data lies past the end of the file or over another
+    member's, or whose STORED sizes differ, is returned already marked bad.
+    """
+    end = _zip_end_record(f, size)
+    if end is None:
+        return None
+    count, cd_size, cd_offset = end
+    if cd_size > ZIP_DIRECTORY_MAX_BYTES or cd_offset + cd_size > size:
+        return None
+    directory = _read_at(f, cd_offset, cd_size)
+    if len(directory) != cd_size:
+        return None
+    members: list[_ZipMember] = []
+    pos = 0
+    for _ in range(count):
+        if directory[pos : pos + 4] != b"PK\x01\x02" or pos + 46 > cd_size:
+            return None
+        flags, method, _t, _d, crc, csize, usize, n, e, c = struct.unpack_from("<HHHHIIIHHH", directory, pos + 8)
+        (offset,) = struct.unpack_from("<I", directory, pos + 42)
+        name = directory[pos + 46 : pos + 46 + n].decode("utf-8", "replace")
+        extra = directory[pos + 46 + n : pos + 46 + n + e]
+        pos += 46 + n + e + c
+        if pos > cd_size:
+            return None
+        usize, csize, offset = _zip64_sizes(extra, usize, csize, offset)
+        if flags & 1 or method not in (_ZIP_STORED, _ZIP_DEFLATED):
+            continue  # encrypted, or compressed in a way the standard library cannot check in one pass
+        header = _read_at(f, offset, 30) if offset + 30 <= size else b""
+        if len(header) < 30 or header[:4] != b"PK\x03\x04":
+            member = _ZipMember(name, 0, 0, method, crc, usize)
+            member.bad = "its local header is missing"
+            members.append(member)
+            continue
+        local_n, local_e = struct.unpack_from("<HH", header, 26)
+        start = offset + 30 + local_n + local_e
+        member = _ZipMember(name, start, start + csize, method, crc, usize)
+        (local_crc,) = struct.unpack_from("<I", header, 14)
+        if start + csize > size:
+            member.bad = "its data runs past the end of the file"
+        elif method == _ZIP_STORED and csize != usize:
+            member.bad = "its stored and recorded sizes differ"
+        elif not flags & 8 and local_crc != crc:
+            member.bad = "its local and central CRC32 differ"
+        members.append(member)
+    members.sort(key=lambda m: (m.start, m.end))
+    reach = 0
+    for member in members:
+        if member.bad:
+            continue
+        if member.start < reach:
+            member.bad = "its data overlaps another member's"
+        reach = max(reach, member.end)
+    return members
+
+
+def _zip_end_record(f: BinaryIO, size: int) -> tuple[int, int, int] | None:
+    """(entries, central directory size, its offset) from the end records, as _zip_complete finds them."""
+    tail_len = min(size, ZIP_TAIL_BYTES + 22)
+    base = size - tail_len
+    tail = _read_at(f, base, tail_len)
+    pos = tail.rfind(b"PK\x05\x06")
+    while pos >= 0:
+        record = tail[pos : pos + 22]
+        if len(record) == 22:
+            count, cd_size, cd_offset, comment_len = struct.unpack("<HIIH", record[10:22])
+            if pos + 22 + comment_len == len(tail):
+                if count != 0xFFFF and cd_size != 0xFFFFFFFF and cd_offset != 0xFFFFFFFF:
+                    return count, cd_size, cd_offset
+                if pos >= 20 and tail[pos - 20 : pos - 16] == b"PK\x06\x07":
+                    (where,) = struct.unpack("<Q", tail[pos - 12 : pos - 4])
+                    record64 = _read_at(f, where, 56) if where + 56 <= size else b""
+                    if len(record64) == 56 and record64[:4] == b"PK\x06\x06":
+                        count64, cd_size64, cd_offset64 = struct.unpack("<QQQ", record64[32:56])
+                        return count64, cd_size64, cd_offset64
+                return None
+        pos = tail.rfind(b"PK\x05\x06", 0, pos)
+    return None
+
+
+def _zip64_sizes(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int, int, int]:
+    """The real sizes and offset of a central directory entry whose 32-bit fields overflowed (ZIP64)."""
+    pos = 0
+    while pos + 4 <= len(extra):
+        tag, length = struct.unpack_from("<HH", extra, pos)
+        if tag == 1:
+            values = iter(struct.unpack_from(f"<{length // 8}Q", extra, pos + 4))
+            if usize == 0xFFFFFFFF:
+                usize = next(values, usize)
+            if csize == 0xFFFFFFFF:
+                csize = next(values, csize)
+            if offset == 0xFFFFFFFF:
+                offset = next(values, offset)
+            break
+        pos += 4 + length
+    return usize, csize, offset
+
+
+class _CrcPass:
+    """The CRCs of one file, fed its bytes in order, one buffer at a time (on the CRC worker thread).
+
+    crc32c and crc64nvme run straight through each block with awscrt's continuation. crc32 does the
+    same unless zip members are being checked: then each piece between block and member boundaries
+    is CRC'd once and the CRC serves both its block and its member, joined with ``crc_combine``, so
+    checking the members costs a few combinations per member instead of a second CRC of the file.
+    """
+
+    def __init__(self, size: int, members: list[_ZipMember] | None) -> None:
+        self.block = crc_block_size(size)
+        self.blocks32: list[int] = []
+        self.blocks32c: list[int] = []
+        self.cur32 = self.cur32c = self.crc64 = 0
+        self.filled = 0  # bytes of the current block fed so far
+        self.offset = 0
+        self.members = [m for m in members if not m.bad and m.end > m.start] if members else []
+        self.all_members = members
+        self.next_member = 0
+
+    def feed(self, view: memoryview) -> None:
+        n = len(view)
+        if _crt is not None:
+            self.crc64 = _crt.crc64nvme(view, self.crc64)
+        pos = 0
+        while pos < n:
+            take = min(n - pos, self.block - self.filled)
+            piece = view[pos : pos + take]
+            if _crt is not None:
+                self.cur32c = _crt.crc32c(piece, self.cur32c)
+            if self.members:
+                self._feed_members(piece, self.offset + pos)
+            else:
+                self.cur32 = zlib.crc32(piece, self.cur32)
+            self.filled += take
+            pos += take
+            if self.filled == self.block:
+                self._end_block()
+        self.offset += n
+
+    def _feed_members(self, piece: memoryview, start: int) -> None:
+        members, combine = self.members, _CRC_MATH["crc32"].combine
+        end = start + len(piece)
+        at = start
+        filled = self.filled
+        while at < end:
+            i = self.next_member
+            while i < len(members) and members[i].end <= at:
+                i += 1
+            self.next_member = i
+            member = members[i] if i < len(members) and members[i].start <= at else None
+            if member is not None:
+                stop = min(end, member.end)
+            else:
+                stop = min(end, members[i].start) if i < len(members) else end
+            part = piece[at - start : stop - start]
+            crc = zlib.crc32(part)
+            self.cur32 = crc if not filled else combine(self.cur32, crc, stop - at)
+            if member is not None:
+                member.feed(part, crc)
+            filled += stop - at
+            at = stop
+
+    def _end_block(self) -> None:
+        self.blocks32.append(self.cur32)
+        self.blocks32c.append(self.cur32c)
+        self.cur32 = self.cur32c = 0
+        self.filled = 0
+
+    def result(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The wire ``checksums`` object, and the members' verdict ({"checked", "bad"}) when checked."""
+        if self.filled:
+            self._end_block()
+        size = self.offset  # what was read: a file that grew or shrank meanwhile is dropped by the caller
+        math32 = _CRC_MATH["crc32"]
+        full32 = full32c = 0
+        for i, c32 in enumerate(self.blocks32):
+            length = min(self.block, size - i * self.block)
+            full32 = c32 if not i else math32.combine(full32, c32, length)
+            if _crt is not None:
+                c32c = self.blocks32c[i]
+                full32c = c32c if not i else _CRC_MATH["crc32c"].combine(full32c, c32c, length)
+        out: dict[str, Any] = {"crc32": _crc_hex("crc32", full32)}
+        if _crt is not None:
+            out["crc32c"] = _crc_hex("crc32c", full32c)
+            out["crc64nvme"] = _crc_hex("crc64nvme", self.crc64)
+        if size > self.block:
+            pack = struct.Struct(f">{len(self.blocks32)}I").pack
+            blocks = {"size": self.block, "crc32": base64.b64encode(pack(*self.blocks32)).decode("ascii")}
+            if _crt is not None:
+                blocks["crc32c"] = base64.b64encode(pack(*self.blocks32c)).decode("ascii")
+            out["blocks"] = blocks
+        verdict = None
+        if self.all_members is not None:
+            bad = [m.name for m in self.all_members if not m.verdict()]
+            verdict = {"checked": len(self.all_members), "bad": bad[:MEMBERS_BAD_MAX]}
+        return out, verdict
+
+
+@dataclasses.dataclass(frozen=True)
+class FileChecksums:
+    """What one read of a file gave: its sha256, the wire ``checksums`` object, the zip members' verdict
+    (``{"checked": n, "bad": [names]}``, None when not checked) and when it was read (epoch seconds)."""
+
+    sha256: str
+    checksums: dict[str, Any]
+    members: dict[str, Any] | None
+    at: float
+
+
+class _Throttle:
+    """Paces reads to ``rate`` bytes a second (scrubbing must not starve training I/O)."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.due = 0.0
+
+    def pace(self, n: int) -> None:
+        now = time.monotonic()
+        self.due = max(self.due, now) + n / self.rate
+        if self.due > now:
+            time.sleep(self.due - now)
+
+
+_local = threading.local()
+_crc_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _crc_worker() -> concurrent.futures.ThreadPoolExecutor:
+    global _crc_pool
+    if _crc_pool is None:
+        _crc_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ckptfleet-crc")
+    return _crc_pool
+
+
+def _buffers() -> list[bytearray]:
+    buffers = getattr(_local, "buffers", None)
+    if buffers is None:
+        buffers = _local.buffers = [bytearray(CHECKSUM_CHUNK) for _ in range(CHECKSUM_BUFFERS)]
+    return buffers
+
+
+def checksum_file(
+    f: BinaryIO, size: int, *, members: list[_ZipMember] | None = None, throttle: _Throttle | None = None
+) -> FileChecksums:
+    """sha256 and the CRCs of ``CRC_ALGORITHMS`` (per block and whole) of everything left in ``f``, in one read.
+
+    ``size`` is the file's size when listed (it sets the block size). hashlib and zlib release the
+    GIL on large buffers, so a worker thread CRCs one buffer while this thread reads the next and
+    feeds sha256: the pass costs about what sha256 alone does. Memory: three 1 MiB buffers.
+    ``members`` (from ``zip_members``) are checked from the same bytes.
+    """
+    crcs = _CrcPass(size, members)
+    sha = hashlib.sha256()
+    if size < CHECKSUM_INLINE_BYTES and throttle is None:
+        # A hand-off to the worker costs more than a small file's CRC.
+        data = f.read()
+        sha.update(data)
+        crcs.feed(memoryview(data))
+    else:
+        worker = _crc_worker()
+        free = list(_buffers())
+        pending: collections.deque[tuple[concurrent.futures.Future, bytearray]] = collections.deque()
+        try:
+            while True:
+                if not free:
+                    job, buffer = pending.popleft()
+                    job.result()
+                    free.append(buffer)
+                buffer = free.pop()
+                n = f.readinto(buffer)
+                if not n:
+                    break
+                view = memoryview(buffer)[:n]
+                pending.append((worker.submit(crcs.feed, view), buffer))
+                sha.update(view)
+                if throttle is not None:
+                    throttle.pace(n)
+            for job, _ in pending:
+                job.result()
+        finally:
+            # Never leave while the worker may still read a buffer the next file will fill.
+            concurrent.futures.wait([job for job, _ in pending])
+    checksums, verdict = crcs.result()
+    return FileChecksums(sha.hexdigest(), checksums, verdict, round(time.time(), 3))
+
+
+def sha256_file(f: BinaryIO) -> str:
+    """Lowercase hex sha256 of everything left in ``f``, read in 1 MiB blocks (the pass before CRCs,
+    kept as the baseline bench/agent_checksum_bench.py measures the new one against)."""
+    digest = hashlib.sha256()
+    buffer = bytearray(HASH_BLOCK)
+    view = memoryview(buffer)
+    while True:
+        n = f.readinto(buffer)
+        if not n:
+            return digest.hexdigest()
+        digest.update(view[:n])
+
 
 def _signed64(value: int) -> int:
     # SQLite integers are signed 64-bit; st_dev and st_ino are unsigned on some file systems.
@@ -731,16 +1245,56 @@ def _signed64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-class ChecksumCache:
-    """sha256 digests of file contents in SQLite, keyed by (st_dev, st_ino, size, mtime_ns).
+@dataclasses.dataclass(frozen=True)
+class CachedChecksums:
+    """A checksum cache row: the sha256, and what newer agents add (None in a row an older agent wrote)."""
 
-    Rows not looked up for 90 days are dropped on close, so the cache follows the files on disk
-    instead of growing with every checkpoint ever written.
+    sha256: str
+    checksums: dict[str, Any] | None
+    members: dict[str, Any] | None  # {} when the zip's directory could not be read, None when not tried
+    hashed_at: float | None
+
+    def covers(self, *, zip_check: bool) -> bool:
+        """Whether the row holds everything this agent would compute, so the file need not be read."""
+        if self.checksums is None or self.hashed_at is None or (zip_check and self.members is None):
+            return False
+        return all(algo in self.checksums for algo in CRC_ALGORITHMS)
+
+
+class _ScrubPlan:
+    """Which files of a root are re-read this run: the oldest-hashed, up to a share of the root's bytes."""
+
+    def __init__(self, oldest: float, budget: int, rate: float) -> None:
+        self.oldest = oldest  # files hashed at or before this are due
+        self.left = budget
+        self.throttle = _Throttle(rate)
+
+    def due(self, hashed_at: float | None, size: int) -> bool:
+        if self.left <= 0 or hashed_at is None or hashed_at > self.oldest:
+            return False
+        self.left -= size
+        return True
+
+
+class ChecksumCache:
+    """Checksums of file contents in SQLite, keyed by (st_dev, st_ino, size, mtime_ns).
+
+    A row holds the sha256, the JSON of the ``checksums`` object (CRCs), the JSON of a torch zip's
+    member check, when the file was read (``hashed_at``) and the root it was seen below. Rows not
+    looked up for 90 days are dropped on close, so the cache follows the files on disk instead of
+    growing with every checkpoint ever written. A cache file of an older agent is migrated in place:
+    its rows lack the CRCs, so each file is read once more.
+
+    ``scrub_share`` > 0 re-reads, in each root, the files whose checksums are oldest, up to that share
+    of the root's bytes (as the root's last complete walk found them), at most ``scrub_rate`` bytes a
+    second: bit rot does not change a file's mtime, so a cached checksum otherwise never goes stale.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, scrub_share: float = 0.0, scrub_rate: float = DEFAULT_SCRUB_RATE * MIB) -> None:
         self.path = os.path.expanduser(path)
-        self._seen: list[tuple[int, ...]] = []
+        self.scrub_share = scrub_share
+        self.scrub_rate = scrub_rate
+        self._seen: list[tuple[str | None, tuple[int, ...]]] = []
         try:
             parent = os.path.dirname(self.path)
             if parent:
@@ -749,8 +1303,15 @@ class ChecksumCache:
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS checksums (dev INTEGER NOT NULL, ino INTEGER NOT NULL, "
                 "size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL, "
-                "last_seen INTEGER NOT NULL, PRIMARY KEY (dev, ino, size, mtime_ns)) WITHOUT ROWID"
+                "last_seen INTEGER NOT NULL, checksums TEXT, members TEXT, hashed_at REAL, root TEXT, "
+                "PRIMARY KEY (dev, ino, size, mtime_ns)) WITHOUT ROWID"
             )
+            have = {row[1] for row in self._db.execute("PRAGMA table_info(checksums)")}
+            for column, kind in (("checksums", "TEXT"), ("members", "TEXT"), ("hashed_at", "REAL"), ("root", "TEXT")):
+                if column not in have:  # a cache written by an agent before CRCs
+                    self._db.execute(f"ALTER TABLE checksums ADD COLUMN {column} {kind}")
+            # When each root's last complete walk began: rows of that root not seen since are gone files.
+            self._db.execute("CREATE TABLE IF NOT EXISTS roots (root TEXT PRIMARY KEY, walked_at INTEGER NOT NULL)")
             self._db.commit()
         except (OSError, sqlite3.Error) as exc:
             raise AgentError(f"cannot use checksum cache {_printable(self.path)}: {exc}", fatal=True) from None
@@ -767,35 +1328,74 @@ class ChecksumCache:
             # A locked or full cache is not worth silently re-hashing petabytes: stop and say so.
             raise AgentError(f"checksum cache {_printable(self.path)}: {exc}", fatal=True) from None
 
-    def get(self, st: os.stat_result) -> str | None:
+    def get(self, st: os.stat_result, *, root: str | None = None) -> CachedChecksums | None:
         key = self._key(st)
         with self._failing():
             row = self._db.execute(
-                "SELECT sha256 FROM checksums WHERE dev = ? AND ino = ? AND size = ? AND mtime_ns = ?", key
+                "SELECT sha256, checksums, members, hashed_at FROM checksums "
+                "WHERE dev = ? AND ino = ? AND size = ? AND mtime_ns = ?",
+                key,
             ).fetchone()
         if row is None:
             return None
-        self._seen.append(key)
+        self._seen.append((root, key))
         if len(self._seen) >= 10_000:
             self._flush_seen()
-        return row[0]
+        return CachedChecksums(row[0], _json_or_none(row[1]), _json_or_none(row[2]), row[3])
 
-    def put(self, st: os.stat_result, digest: str) -> None:
+    def put(self, st: os.stat_result, sums: FileChecksums, *, root: str | None = None) -> None:
+        members = None if sums.members is None else json.dumps(sums.members)
         with self._failing():
             self._db.execute(
-                "INSERT OR REPLACE INTO checksums (dev, ino, size, mtime_ns, sha256, last_seen) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (*self._key(st), digest, int(time.time())),
+                "INSERT OR REPLACE INTO checksums (dev, ino, size, mtime_ns, sha256, last_seen, checksums, members, "
+                "hashed_at, root) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*self._key(st), sums.sha256, int(time.time()), json.dumps(sums.checksums), members, sums.at, root),
             )
             # Committed at once: hashing a shard takes seconds, and an interrupted run keeps its work.
+            self._db.commit()
+
+    def scrub_plan(self, root: str) -> _ScrubPlan | None:
+        """Which of ``root``'s files to re-read this walk, or None when not scrubbing (or nothing is known)."""
+        if self.scrub_share <= 0:
+            return None
+        with self._failing():
+            walked = self._db.execute("SELECT walked_at FROM roots WHERE root = ?", (root,)).fetchone()
+            if walked is None:
+                return None  # a first walk reads every file anyway
+            # The root's files as its last complete walk saw them (older rows are files since gone).
+            (total,) = self._db.execute(
+                "SELECT SUM(size) FROM checksums WHERE root = ? AND last_seen >= ? AND checksums IS NOT NULL "
+                "AND hashed_at IS NOT NULL",
+                (root, walked[0]),
+            ).fetchone()
+            budget = int((total or 0) * min(self.scrub_share, 1.0))
+            oldest, acc = None, 0
+            for size, hashed_at in self._db.execute(
+                "SELECT size, hashed_at FROM checksums WHERE root = ? AND last_seen >= ? AND checksums IS NOT NULL "
+                "AND hashed_at IS NOT NULL ORDER BY hashed_at",
+                (root, walked[0]),
+            ):
+                oldest, acc = hashed_at, acc + size
+                if acc >= budget:
+                    break
+        if oldest is None or budget <= 0:
+            return None
+        return _ScrubPlan(oldest, budget, self.scrub_rate)
+
+    def root_walked(self, root: str, started: int) -> None:
+        """Record that a walk of ``root`` that began at ``started`` (epoch seconds) saw all its files."""
+        self._flush_seen()
+        with self._failing():
+            self._db.execute("INSERT OR REPLACE INTO roots (root, walked_at) VALUES (?, ?)", (root, started))
             self._db.commit()
 
     def _flush_seen(self) -> None:
         now = int(time.time())
         with self._failing():
             self._db.executemany(
-                "UPDATE checksums SET last_seen = ? WHERE dev = ? AND ino = ? AND size = ? AND mtime_ns = ?",
-                [(now, *key) for key in self._seen],
+                "UPDATE checksums SET last_seen = ?, root = COALESCE(?, root) "
+                "WHERE dev = ? AND ino = ? AND size = ? AND mtime_ns = ?",
+                [(now, root, *key) for root, key in self._seen],
             )
             self._db.commit()
         self._seen.clear()
@@ -817,27 +1417,44 @@ class ChecksumCache:
         self.close()
 
 
-def sha256_file(f: BinaryIO) -> str:
-    """Lowercase hex sha256 of everything left in ``f``, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    buffer = bytearray(HASH_BLOCK)
-    view = memoryview(buffer)
-    while True:
-        n = f.readinto(buffer)
-        if not n:
-            return digest.hexdigest()
-        digest.update(view[:n])
+def _json_or_none(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None  # a damaged row is as good as none: the file is read again
+    return value if isinstance(value, dict) else None
 
 
-def _checksum(path: str, st: os.stat_result, cache: ChecksumCache | None, warn: Warn) -> str | None:
-    if cache is not None:
-        known = cache.get(st)
-        if known is not None:
-            return known
+def _checksum(
+    path: str,
+    st: os.stat_result,
+    cache: ChecksumCache | None,
+    warn: Warn,
+    *,
+    zip_check: bool = False,
+    root: str | None = None,
+    scrub: _ScrubPlan | None = None,
+) -> FileChecksums | None:
+    """The checksums of the file at ``path`` as listed (``st``): from the cache when it holds them all
+    (unless the file is due for a scrub), else read once. None when it cannot be read or changed meanwhile."""
+    cached = cache.get(st, root=root) if cache is not None else None
+    usable = cached is not None and cached.covers(zip_check=zip_check)
+    scrubbing = usable and scrub is not None and scrub.due(cached.hashed_at if cached else None, st.st_size)
+    if cached is not None and usable and not scrubbing:
+        return FileChecksums(cached.sha256, cached.checksums or {}, cached.members, cached.hashed_at or 0.0)
     try:
         with _open_regular(path) as f:
             before = os.fstat(f.fileno())
-            digest = sha256_file(f)
+            members = None
+            if zip_check:
+                try:
+                    members = zip_members(f, before.st_size)
+                except (struct.error, ValueError, OverflowError):
+                    members = None
+                f.seek(0)
+            sums = checksum_file(f, st.st_size, members=members, throttle=scrub.throttle if scrubbing else None)
             after = os.fstat(f.fileno())
     except (OSError, _FactsError) as exc:
         warn(f"{_printable(path)}: no checksum sent: {_os_reason(exc)}")
@@ -846,9 +1463,23 @@ def _checksum(path: str, st: os.stat_result, cache: ChecksumCache | None, warn: 
     if any((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) != listed for s in (before, after)):
         warn(f"{_printable(path)}: no checksum sent: the file changed while it was read")
         return None
+    if zip_check and members is None:
+        sums = dataclasses.replace(sums, members={})  # tried: the central directory cannot be read
+    if cached is not None and _content_differs(cached, sums):
+        warn(
+            f"{_printable(path)}: content changed without a new mtime: bit rot or an in-place write "
+            f"(sha256 was {cached.sha256}, is {sums.sha256}); the new checksums are sent"
+        )
     if cache is not None:
-        cache.put(st, digest)
-    return digest
+        cache.put(st, sums, root=root)
+    return sums
+
+
+def _content_differs(cached: CachedChecksums, sums: FileChecksums) -> bool:
+    if cached.sha256 != sums.sha256:
+        return True
+    old = cached.checksums or {}
+    return any(old.get(algo) not in (None, sums.checksums.get(algo)) for algo in _CRC_PARAMS)
 
 
 # --- talking to the server ------------------------------------------------------------------------

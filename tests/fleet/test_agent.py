@@ -707,13 +707,13 @@ def test_a_hostile_dcp_metadata_is_refused_without_running_anything(tmp_path, ma
 def counted_hashing(monkeypatch):
     """Every call of the hash function, with the inode it hashed."""
     hashed: list[int] = []
-    real = agent.sha256_file
+    real = agent.checksum_file
 
-    def sha256_file(f):
+    def checksum_file(f, size, **kwargs):
         hashed.append(os.fstat(f.fileno()).st_ino)
-        return real(f)
+        return real(f, size, **kwargs)
 
-    monkeypatch.setattr(agent, "sha256_file", sha256_file)
+    monkeypatch.setattr(agent, "checksum_file", checksum_file)
     return hashed
 
 
@@ -756,20 +756,22 @@ def test_an_unchanged_file_is_never_hashed_twice(tmp_path, counted_hashing):
 def test_a_file_that_changes_while_it_is_hashed_gets_no_checksum(tmp_path, monkeypatch):
     root = tmp_path / "root"
     path = write(root / "growing.distcp", "abc")
-    real = agent.sha256_file
+    real = agent.checksum_file
 
-    def sha256_file(f):
-        digest = real(f)
+    def checksum_file(f, size, **kwargs):
+        sums = real(f, size, **kwargs)
         with open(path, "ab") as out:
             out.write(b"more")
-        return digest
+        return sums
 
-    monkeypatch.setattr(agent, "sha256_file", sha256_file)
+    monkeypatch.setattr(agent, "checksum_file", checksum_file)
     warnings = Warnings()
     cache = agent.ChecksumCache(str(tmp_path / "c.sqlite3"))
     (line,) = agent.scan_root(str(root), checksums=True, cache=cache, warn=warnings)
     cache.close()
     assert "sha256" not in line
+    assert "checksums" not in line
+    assert "checksummed_at" not in line
     assert "changed while it was read" in warnings[0]
 
 
