@@ -16,6 +16,7 @@ Usage::
     export CKPTFLEET_SERVER=https://fleet.example.com
     export CKPTFLEET_TOKEN_FILE=/etc/ckptfleet/token        # or CKPTFLEET_TOKEN=cfh_...
     ckptfleet-agent --root /mnt/nvme0/checkpoints --root /mnt/nvme1/checkpoints [--checksums] [--wait]
+    ckptfleet-agent --root /mnt/nvme0/checkpoints --checksums --scrub-share 0.05  # and re-verify 5% of the bytes
     ckptfleet-agent --root /mnt/nvme0/checkpoints --dry-run   # print the NDJSON, contact nobody
     ckptfleet-agent --root /mnt/nvme0/checkpoints --deletions # delete what the server scheduled, report back
     ckptfleet-agent --root /mnt/nvme0/checkpoints --pulls     # fetch what promotions asked for, report back
@@ -43,9 +44,26 @@ counts as pulled). Paths must be plain relative paths below the root with no sym
 file is reported back; a root that received files is then reported (an inventory) as usual. Trouble
 that may pass (the network, the store's 5xx, an expired URL) leaves the file for the next run.
 
-With ``--checksums`` every file is hashed with sha256 once; the digest is cached in SQLite keyed by
-(device, inode, size, mtime_ns), so an unchanged file is never read again. A file that changes while
-it is hashed is sent without a checksum.
+With ``--checksums`` every file is read once for its sha256 and, in the same pass, its CRCs: crc32
+(zlib) always, crc32c and crc64nvme when the optional module ``awscrt`` imports (``pip install
+awscrt``; the agent says on stderr which it computes). Beside the whole-file CRCs it sends the CRC32
+(and CRC32C) of every 1 MiB block (2, 4, ... MiB for files over 10,000 MiB), which the server
+combines into the composite checksum S3 keeps for a multipart upload (boto3, the aws CLI, s5cmd,
+rclone): so a host copy can be compared with a bucket copy. The CRCs run on a worker thread while
+sha256 runs on the reading one. For a ``torch.save`` zip the CRC32 of every member is checked against
+the one its zip headers record, from the same bytes (``members_checked``, ``members_bad`` in its
+facts). Results are cached in SQLite keyed by (device, inode, size, mtime_ns), so an unchanged file
+is never read again; a file that changes while it is read is sent without checksums. Each line says
+when its checksums were taken (``checksummed_at``).
+
+Bit rot does not change a file's mtime, so cached checksums go stale. ``--scrub-share 0.05`` re-reads,
+in each root, the files whose checksums are oldest, about 5% of the root's bytes per run, at most
+``--scrub-rate`` MiB/s (default 200, so training I/O does not suffer; first-time hashing is not
+throttled), and sends what it finds; a file whose content changed without a new mtime is named on
+stderr ("content changed without a new mtime: bit rot or an in-place write"). Run daily, every file
+is verified again within about 20 days, e.g. from cron::
+
+    17 3 * * * ckptfleet ckptfleet-agent --root /mnt/nvme0/checkpoints --checksums --scrub-share 0.05 --scrub-rate 200
 """
 
 from __future__ import annotations
@@ -2267,7 +2285,30 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="a registered root to report; repeat for more (one inventory each)",
     )
-    parser.add_argument("--checksums", action="store_true", help="send the sha256 of every file (cached)")
+    parser.add_argument(
+        "--checksums",
+        action="store_true",
+        help="send the sha256 and CRCs of every file (crc32; crc32c and crc64nvme with the optional module awscrt), "
+        "whole and per block, and check the CRC32 of every member of torch.save zips; cached, so an unchanged "
+        "file is read once",
+    )
+    parser.add_argument(
+        "--scrub-share",
+        type=_fraction,
+        default=0.0,
+        metavar="FRACTION",
+        help="with --checksums, also re-read about this share of each root's bytes (the files whose checksums "
+        "are oldest), ignoring the cache, to find bit rot: e.g. 0.05 daily verifies every file every ~20 days "
+        "(default: %(default)g, off)",
+    )
+    parser.add_argument(
+        "--scrub-rate",
+        type=_positive,
+        default=DEFAULT_SCRUB_RATE,
+        metavar="MIB_PER_S",
+        help="read scrubbed files at most this fast, so training I/O does not suffer; first-time hashing "
+        "is not throttled (default: %(default)g)",
+    )
     parser.add_argument(
         "--cache", default=DEFAULT_CACHE, metavar="PATH", help="checksum cache, SQLite (default: %(default)s)"
     )
@@ -2315,6 +2356,46 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, not {text}")
+    return value
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
+
+
+def checksums_note() -> str:
+    """The one line a run with --checksums prints on stderr: which algorithms it computes."""
+    note = f"checksums: sha256, {', '.join(CRC_ALGORITHMS)}"
+    if _crt is None:
+        note += " (crc32c and crc64nvme need the optional module awscrt: pip install awscrt)"
+    return note
+
+
+def _open_cache(args: argparse.Namespace) -> ChecksumCache:
+    print(f"{PROG}: {checksums_note()}", file=sys.stderr, flush=True)
+    if args.scrub_share:
+        print(
+            f"{PROG}: scrubbing: re-reading the {args.scrub_share:.1%} of each root's bytes checksummed longest ago, "
+            f"at most {args.scrub_rate:g} MiB/s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return ChecksumCache(args.cache, scrub_share=args.scrub_share, scrub_rate=args.scrub_rate * MIB)
+
+
 def _read_token(args: argparse.Namespace) -> str:
     path = args.token_file
     token = None
@@ -2352,7 +2433,10 @@ def _check_server(server: str | None) -> str:
 
 
 def _run(argv: list[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.scrub_share and not args.checksums:
+        parser.error("--scrub-share needs --checksums: scrubbing re-reads files to renew their checksums")
     if args.token is not None:
         raise AgentError("--token is not accepted: put the token in CKPTFLEET_TOKEN or a --token-file")
     if not args.host or _REFUSED_CHARS.search(args.host):
@@ -2373,7 +2457,7 @@ def _run(argv: list[str] | None) -> int:
             raise AgentError("--deletions and --dry-run do not go together")
         failed = _for_each_root(roots, lambda root: _delete_root(args, root, server or "", token or ""))
         return 1 if failed else 0
-    cache = ChecksumCache(args.cache) if args.checksums else None
+    cache = _open_cache(args) if args.checksums else None
     try:
         if args.dry_run:
             out = getattr(sys.stdout, "buffer", None)
@@ -2415,7 +2499,7 @@ def _for_each_root(roots: list[str], work: Callable[[str], bool | None]) -> bool
 
 
 def _pulls(args: argparse.Namespace, roots: list[str], server: str, token: str) -> int:
-    cache = ChecksumCache(args.cache) if args.checksums and not args.dry_run else None
+    cache = _open_cache(args) if args.checksums and not args.dry_run else None
     try:
         failed = _for_each_root(roots, lambda root: _pull_root(args, root, server, token, cache))
     finally:
