@@ -393,6 +393,14 @@ def ds_save(root: str = "speech/ds", steps=(100, 200), latest: int = 200, dp: in
     return entries
 
 
+def with_world(entry: FileEntry, dp: int, mp: int = 1) -> FileEntry:
+    """The entry with the world size the agent reads from a model states file's saved dict."""
+    if not entry.name.endswith("model_states.pt"):
+        return entry
+    facts = {**(entry.facts or ZIP_OK), "deepspeed": {"dp_world_size": dp, "mp_world_size": mp}}
+    return f(entry.path, entry.size, facts, entry.mtime)
+
+
 class TestDeepSpeed:
     def test_whole_tags_are_complete_and_the_tracker_is_no_ones(self):
         found = recognize(ds_save())
@@ -460,6 +468,90 @@ class TestDeepSpeed:
     def test_bf16_optimizer_files_and_custom_tags(self):
         found = only(ds_tag("s/r/my_tag", prefix="bf16_"))
         assert (found.format, found.step, found.state) == ("deepspeed", None, COMPLETE)
+
+    # The world size the model states record (engine.py _common_checkpoint_state: dp_world_size, mp_world_size).
+
+    def test_a_missing_highest_rank_is_partial_when_the_model_states_record_the_world_size(self):
+        entries = [
+            with_world(e, dp=4)
+            for e in ds_save(dp=4)
+            if e.path != "speech/ds/global_step200/zero_pp_rank_3_mp_rank_00_optim_states.pt"
+        ]
+        found = by_path(entries)["speech/ds/global_step200"]
+        # `latest` names this very tag: the tracker does not make a missing rank whole.
+        assert found.state == PARTIAL
+        assert has_reason(
+            found,
+            "zero_pp_rank_3_mp_rank_00_optim_states.pt is missing",
+            "mp_rank_00_model_states.pt records dp_world_size 4",
+        )
+        assert by_path(entries)["speech/ds/global_step100"].state == COMPLETE
+
+    def test_without_the_recorded_world_size_a_missing_highest_rank_is_still_only_noted(self):
+        entries = [
+            e for e in ds_save(dp=4) if e.path != "speech/ds/global_step200/zero_pp_rank_3_mp_rank_00_optim_states.pt"
+        ]
+        found = by_path(entries)["speech/ds/global_step200"]
+        assert found.state == COMPLETE and has_reason(found, "global_step100 beside it has 4")
+
+    def test_the_recorded_world_size_never_hides_a_gap(self):
+        # Files of ranks 0..3 but the model states say 2: rank 2's gap still counts.
+        entries = [
+            with_world(e, dp=2)
+            for e in ds_tag("s/r/global_step1", dp=4)
+            if not e.path.endswith("zero_pp_rank_2_mp_rank_00_optim_states.pt")
+        ]
+        found = only(entries)
+        assert found.state == PARTIAL and has_reason(found, "zero_pp_rank_2_mp_rank_00_optim_states.pt is missing")
+
+    def test_several_missing_ranks_are_named_in_one_reason(self):
+        entries = [
+            with_world(e, dp=8)
+            for e in ds_tag("s/r/global_step1", dp=8)
+            if not any(f"zero_pp_rank_{r}_" in e.path for r in (5, 6, 7))
+        ]
+        found = only(entries)
+        assert found.state == PARTIAL
+        assert has_reason(found, "data-parallel ranks 5, 6 and 7 are missing for mp rank 00", "dp_world_size 8")
+
+    def test_a_whole_model_parallel_rank_missing_is_partial_from_the_recorded_mp_world_size(self):
+        entries = [
+            with_world(e, dp=2, mp=2) for e in ds_tag("s/r/global_step1", dp=2, mp=2) if "mp_rank_01" not in e.path
+        ]
+        found = only(entries)
+        assert found.state == PARTIAL
+        assert has_reason(found, "mp_rank_01_model_states.pt is missing", "records mp_world_size 2")
+        assert has_reason(found, "data-parallel ranks 0 and 1 are missing for mp rank 01")
+
+    def test_model_states_that_record_different_world_sizes_are_corrupt(self):
+        entries = ds_tag("s/r/global_step1", dp=2, mp=2)
+        entries = [with_world(e, dp=2 if "mp_rank_00" in e.path else 4, mp=2) for e in entries]
+        found = only(entries)
+        assert found.state == CORRUPT and has_reason(found, "different world sizes", "dp 2 x mp 2", "dp 4 x mp 2")
+
+    def test_stage_0_without_optimizer_files_needs_only_the_model_states(self):
+        # fp16/fp32 without ZeRO keeps the optimizer in the model states and writes no optimizer file.
+        d = "s/r/global_step1"
+        entries = [with_world(f(f"{d}/mp_rank_{m:02d}_model_states.pt", 3000, ZIP_OK), dp=4, mp=2) for m in (0, 1)]
+        assert only(entries).state == COMPLETE
+
+    def test_bf16_files_and_the_old_name_without_an_underscore_count_too(self):
+        entries = [with_world(e, dp=3) for e in ds_tag("s/r/global_step1", dp=3, prefix="bf16_")]
+        assert only(entries).state == COMPLETE
+        entries = [f(e.path.replace("_optim_states", "optim_states"), e.size, e.facts) for e in entries]
+        assert only(entries).state == COMPLETE
+        missing = only([e for e in entries if "zero_pp_rank_2_" not in e.path])
+        assert missing.state == PARTIAL and has_reason(missing, "bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt")
+
+    def test_zero3_model_states_may_carry_the_world_size(self):
+        d = "s/r/global_step1"
+        entries = [
+            with_world(f(f"{d}/zero_pp_rank_{r}_mp_rank_00_{k}_states.pt", 10, ZIP_OK), dp=3)
+            for r in (0, 1)
+            for k in ("model", "optim")
+        ]
+        found = only(entries)
+        assert found.state == PARTIAL and has_reason(found, "zero_pp_rank_2_mp_rank_00_optim_states.pt is missing")
 
 
 # --- Megatron ---------------------------------------------------------------------------------------
@@ -641,6 +733,14 @@ class TestSingleFile:
     def test_a_broken_torch_file_is_corrupt(self, facts, words):
         found = only([f("v/r/model.pt", 10, facts)])
         assert found.state == CORRUPT and has_reason(found, "model.pt", words)
+
+    def test_a_zip_member_whose_crc32_the_agent_found_wrong_is_corrupt(self):
+        bad = {**ZIP_OK, "members_checked": 5, "members_bad": ["archive/data/0", "archive/data/3"]}
+        found = only([f("r/epoch=0-step=100.ckpt", 5000, bad)])
+        assert found.state == CORRUPT
+        assert has_reason(found, "zip member archive/data/0", "differs from the one the zip records", "1 more")
+        good = {**ZIP_OK, "members_checked": 5, "members_bad": []}
+        assert only([f("r/epoch=0-step=100.ckpt", 5000, good)]).state == COMPLETE
 
     def test_a_safetensors_file_must_match_its_header(self):
         assert only([f("v/r/w.safetensors", 90, st(100))]).state == CORRUPT
