@@ -113,6 +113,11 @@ def check_torch_file(found: Found, entry: FileEntry, label: str) -> None:
             found.fail(CORRUPT, f"{label} is truncated: its zip end-of-central-directory record is missing")
         else:
             found.fail(CORRUPT, f"{label} is truncated: the pickle stream does not end")
+    bad = facts.get("members_bad")
+    if isinstance(bad, list) and bad:
+        # The zip records each member's CRC32 at save time; the agent's checksum pass computes them again.
+        more = f" (and {len(bad) - 1:,} more)" if len(bad) > 1 else ""
+        found.fail(CORRUPT, f"{label}: the CRC32 of zip member {bad[0]} differs from the one the zip records{more}")
 
 
 def check_safetensors(found: Found, entry: FileEntry, label: str) -> int | None:
