@@ -291,8 +291,7 @@ def scan_root(
         top = _list_dir(root, "", root, warn)
     except OSError as exc:
         raise AgentError(f"cannot read root {_printable(root)}: {_os_reason(exc)}") from None
-    started = int(time.time())
-    scrub = cache.scrub_plan(root) if checksums and cache is not None else None
+    scrub = cache.begin_walk(root) if checksums and cache is not None else None
     # An explicit stack rather than recursion: trees may nest deeper than Python's recursion limit.
     stack: list[Iterator[tuple[str, os.DirEntry, bool]]] = [iter(top)]
     while stack:
@@ -314,7 +313,7 @@ def scan_root(
         if line is not None:
             yield line
     if checksums and cache is not None:
-        cache.root_walked(root, started)
+        cache.end_walk(root)
 
 
 def _file_line(
@@ -1298,7 +1297,8 @@ class ChecksumCache:
     """Checksums of file contents in SQLite, keyed by (st_dev, st_ino, size, mtime_ns).
 
     A row holds the sha256, the JSON of the ``checksums`` object (CRCs), the JSON of a torch zip's
-    member check, when the file was read (``hashed_at``) and the root it was seen below. Rows not
+    member check, when the file was read (``hashed_at``), and the root it was seen below with the
+    number of the walk of that root that last saw it (``walk``). Rows not
     looked up for 90 days are dropped on close, so the cache follows the files on disk instead of
     growing with every checkpoint ever written. A cache file of an older agent is migrated in place:
     its rows lack the CRCs, so each file is read once more.
@@ -1306,6 +1306,7 @@ class ChecksumCache:
     ``scrub_share`` > 0 re-reads, in each root, the files whose checksums are oldest, up to that share
     of the root's bytes (as the root's last complete walk found them), at most ``scrub_rate`` bytes a
     second: bit rot does not change a file's mtime, so a cached checksum otherwise never goes stale.
+    A walk of a root begins with ``begin_walk`` and, when it saw every file, ends with ``end_walk``.
     """
 
     def __init__(self, path: str, *, scrub_share: float = 0.0, scrub_rate: float = DEFAULT_SCRUB_RATE * MIB) -> None:
@@ -1313,6 +1314,7 @@ class ChecksumCache:
         self.scrub_share = scrub_share
         self.scrub_rate = scrub_rate
         self._seen: list[tuple[str | None, tuple[int, ...]]] = []
+        self._walks: dict[str, int] = {}  # the number of the walk under way, by root
         try:
             parent = os.path.dirname(self.path)
             if parent:
@@ -1321,15 +1323,22 @@ class ChecksumCache:
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS checksums (dev INTEGER NOT NULL, ino INTEGER NOT NULL, "
                 "size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL, "
-                "last_seen INTEGER NOT NULL, checksums TEXT, members TEXT, hashed_at REAL, root TEXT, "
+                "last_seen INTEGER NOT NULL, checksums TEXT, members TEXT, hashed_at REAL, root TEXT, walk INTEGER, "
                 "PRIMARY KEY (dev, ino, size, mtime_ns)) WITHOUT ROWID"
             )
             have = {row[1] for row in self._db.execute("PRAGMA table_info(checksums)")}
-            for column, kind in (("checksums", "TEXT"), ("members", "TEXT"), ("hashed_at", "REAL"), ("root", "TEXT")):
+            new_columns = {
+                "checksums": "TEXT",
+                "members": "TEXT",
+                "hashed_at": "REAL",
+                "root": "TEXT",
+                "walk": "INTEGER",
+            }
+            for column, kind in new_columns.items():
                 if column not in have:  # a cache written by an agent before CRCs
                     self._db.execute(f"ALTER TABLE checksums ADD COLUMN {column} {kind}")
-            # When each root's last complete walk began: rows of that root not seen since are gone files.
-            self._db.execute("CREATE TABLE IF NOT EXISTS roots (root TEXT PRIMARY KEY, walked_at INTEGER NOT NULL)")
+            # The number of each root's last complete walk: rows of that root seen by none since are gone files.
+            self._db.execute("CREATE TABLE IF NOT EXISTS roots (root TEXT PRIMARY KEY, walk INTEGER NOT NULL)")
             self._db.commit()
         except (OSError, sqlite3.Error) as exc:
             raise AgentError(f"cannot use checksum cache {_printable(self.path)}: {exc}", fatal=True) from None
@@ -1366,32 +1375,42 @@ class ChecksumCache:
         with self._failing():
             self._db.execute(
                 "INSERT OR REPLACE INTO checksums (dev, ino, size, mtime_ns, sha256, last_seen, checksums, members, "
-                "hashed_at, root) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*self._key(st), sums.sha256, int(time.time()), json.dumps(sums.checksums), members, sums.at, root),
+                "hashed_at, root, walk) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    *self._key(st),
+                    sums.sha256,
+                    int(time.time()),
+                    json.dumps(sums.checksums),
+                    members,
+                    sums.at,
+                    root,
+                    self._walks.get(root or ""),
+                ),
             )
             # Committed at once: hashing a shard takes seconds, and an interrupted run keeps its work.
             self._db.commit()
 
-    def scrub_plan(self, root: str) -> _ScrubPlan | None:
-        """Which of ``root``'s files to re-read this walk, or None when not scrubbing (or nothing is known)."""
-        if self.scrub_share <= 0:
-            return None
+    def begin_walk(self, root: str) -> _ScrubPlan | None:
+        """Start a walk of ``root``; return which of its files to re-read, or None when not scrubbing."""
         with self._failing():
-            walked = self._db.execute("SELECT walked_at FROM roots WHERE root = ?", (root,)).fetchone()
-            if walked is None:
-                return None  # a first walk reads every file anyway
-            # The root's files as its last complete walk saw them (older rows are files since gone).
+            row = self._db.execute("SELECT walk FROM roots WHERE root = ?", (root,)).fetchone()
+        last = row[0] if row else None
+        self._walks[root] = (last or 0) + 1
+        if self.scrub_share <= 0 or last is None:
+            return None  # on a root's first walk every file is read anyway
+        with self._failing():
+            # The root's files as its last complete walk saw them (or an interrupted one since).
             (total,) = self._db.execute(
-                "SELECT SUM(size) FROM checksums WHERE root = ? AND last_seen >= ? AND checksums IS NOT NULL "
+                "SELECT SUM(size) FROM checksums WHERE root = ? AND walk >= ? AND checksums IS NOT NULL "
                 "AND hashed_at IS NOT NULL",
-                (root, walked[0]),
+                (root, last),
             ).fetchone()
             budget = int((total or 0) * min(self.scrub_share, 1.0))
             oldest, acc = None, 0
             for size, hashed_at in self._db.execute(
-                "SELECT size, hashed_at FROM checksums WHERE root = ? AND last_seen >= ? AND checksums IS NOT NULL "
+                "SELECT size, hashed_at FROM checksums WHERE root = ? AND walk >= ? AND checksums IS NOT NULL "
                 "AND hashed_at IS NOT NULL ORDER BY hashed_at",
-                (root, walked[0]),
+                (root, last),
             ):
                 oldest, acc = hashed_at, acc + size
                 if acc >= budget:
@@ -1400,20 +1419,22 @@ class ChecksumCache:
             return None
         return _ScrubPlan(oldest, budget, self.scrub_rate)
 
-    def root_walked(self, root: str, started: int) -> None:
-        """Record that a walk of ``root`` that began at ``started`` (epoch seconds) saw all its files."""
+    def end_walk(self, root: str) -> None:
+        """Record that the walk of ``root`` under way saw every file below it."""
         self._flush_seen()
         with self._failing():
-            self._db.execute("INSERT OR REPLACE INTO roots (root, walked_at) VALUES (?, ?)", (root, started))
+            self._db.execute(
+                "INSERT OR REPLACE INTO roots (root, walk) VALUES (?, ?)", (root, self._walks.pop(root, 1))
+            )
             self._db.commit()
 
     def _flush_seen(self) -> None:
         now = int(time.time())
         with self._failing():
             self._db.executemany(
-                "UPDATE checksums SET last_seen = ?, root = COALESCE(?, root) "
+                "UPDATE checksums SET last_seen = ?, root = COALESCE(?, root), walk = COALESCE(?, walk) "
                 "WHERE dev = ? AND ino = ? AND size = ? AND mtime_ns = ?",
-                [(now, root, *key) for root, key in self._seen],
+                [(now, root, self._walks.get(root or ""), *key) for root, key in self._seen],
             )
             self._db.commit()
         self._seen.clear()
