@@ -250,6 +250,7 @@ class _FileResult:
     incomparable: tuple[str, str] | None = None  # (its algorithm, the references' algorithms)
     no_reference: bool = False
     dispute: str = ""  # copies disagree and nothing independent says which is right
+    miscopied: tuple[str, ...] = ()  # copies made from this one after its checksum was taken, which differ
     basis: str = ""  # what decided ``agree`` or ``corrupt`` (VerificationBasis)
 
 
@@ -434,6 +435,7 @@ def _settle(
         if not (mine_taken is not None and d.files[rel].mtime and mine_taken < d.files[rel].mtime)
     ]
     if not accusers:
+        result.miscopied = tuple(sorted(d.where for d, _ in differing))
         if agreeing:
             result.agree.update(f"the copy at {d.where}" for d, _ in agreeing)
             result.basis = VerificationBasis.PEERS
@@ -608,6 +610,13 @@ def _verdict(c: CopyEvidence, results: dict[str, _FileResult], *, alone: bool) -
                 f"no reference for {unreferenced:,} of {_plural(total, 'file')}: "
                 "no other copy or writer's manifest has a comparable checksum"
             )
+    miscopied = [r for r in required.values() if r.miscopied and not r.agree]
+    if miscopied:
+        wheres = {w for r in miscopied for w in r.miscopied}
+        reasons.append(
+            f"{_of(len(miscopied), total, 'differ')} in the copy at {_names(wheres)}, written after this copy's "
+            "checksums were taken: that copy is the wrong one, and nothing else verifies this one"
+        )
     agreed = sum(1 for r in required.values() if r.agree)
     if agreed:
         reasons.append(f"{_of(agreed, total, 'agree')} with a reference")

@@ -228,6 +228,65 @@ class TestJudge:
         assert judge(copies) == judge(list(reversed(copies)))
 
 
+class TestSettling:
+    """Copies that disagree are settled by what is independent of either side, in order, or disputed."""
+
+    @staticmethod
+    def at(when: float, mtime: float, **overrides: str) -> dict[str, FileFacts]:
+        values = {**SHARDS, **overrides}
+        return {name: FileFacts(4096, "sha256", sha(value), {"at": when}, mtime) for name, value in values.items()}
+
+    def test_a_copy_written_after_the_sources_checksum_was_taken_is_the_wrong_one(self):
+        # gpu-a's checksums were taken at t=100; the bucket copy was written at t=200 and differs.
+        verdicts = judge(
+            [
+                copy(1, "gpu-a", self.at(100, 50)),
+                copy(2, "s3-eu", self.at(210, 200, **{"__1_0.distcp": "flipped in transit"})),
+            ]
+        )
+        assert verdicts[2].verification == Verification.MISMATCH
+        assert verdicts[2].basis == "source"
+        assert verdicts[2].corrupt == [
+            "__1_0.distcp: sha256 differs from the copy at gpu-a, whose checksum was taken before this copy was "
+            "written (a copy cannot be more right than its source was)"
+        ]
+        # The source is not accused by a copy made from it, and not verified by it either.
+        assert verdicts[1].verification == Verification.UNVERIFIED
+        assert verdicts[1].corrupt == []
+        assert verdicts[1].reasons == [
+            "1 of 2 files differs in the copy at s3-eu, written after this copy's checksums were taken: that copy "
+            "is the wrong one, and nothing else verifies this one",
+            "1 of 2 files agrees with a reference",
+        ]
+
+    def test_checksums_taken_after_both_were_written_settle_nothing(self):
+        verdicts = judge(
+            [copy(1, "gpu-a", self.at(300, 50)), copy(2, "s3-eu", self.at(310, 200, **{"__1_0.distcp": "x"}))]
+        )
+        assert verdicts[1].verification == verdicts[2].verification == Verification.DISPUTED
+
+    def test_a_torch_zip_whose_member_crcs_all_check_outranks_a_copy_that_differs(self):
+        good = {"kind": "torch_file", "container": "zip", "complete": True, "members_checked": 4, "members_bad": []}
+        host = {"model.pt": FileFacts(4096, "sha256", sha("good"), None, 0.0, good)}
+        bucket = {"model.pt": FileFacts(4096, "sha256", sha("bad"))}
+        verdicts = judge([copy(1, "gpu-a", host), copy(2, "s3-eu", bucket)])
+        assert verdicts[2].verification == Verification.MISMATCH and verdicts[2].basis == "format"
+        assert verdicts[2].corrupt == [
+            "model.pt: sha256 differs from the copy at gpu-a, whose every zip member's CRC32 checks"
+        ]
+        assert verdicts[1].verification == Verification.VERIFIED and verdicts[1].basis == "format"
+
+    def test_three_copies_all_different_are_disputed_not_settled_by_a_false_majority(self):
+        verdicts = judge(
+            [
+                copy(1, "a", shards()),
+                copy(2, "b", shards(**{"__0_0.distcp": "x"})),
+                copy(3, "c", shards(**{"__0_0.distcp": "y"})),
+            ]
+        )
+        assert {v.verification for v in verdicts.values()} == {Verification.DISPUTED}
+
+
 class TestChecksums:
     def test_s3_base64_checksums_become_hex(self):
         digest = hashlib.sha256(b"x").digest()
@@ -332,6 +391,28 @@ def test_a_flipped_checksum_makes_the_copies_disagree_and_a_fix_makes_them_agree
     for kit in (a, b):
         copy = copy_at(kit)
         assert (copy.state, copy.verification, copy.reasons) == (CopyState.COMPLETE, Verification.VERIFIED, [])
+
+
+def test_a_host_checksum_taken_before_the_other_copy_was_written_settles_a_flip_and_records_when(two_hosts, push):
+    a, b = two_hosts
+    source = dcp(100)
+    for line in source:
+        line["checksummed_at"] = 1763700100.0  # hashed by a's agent before b's copy was written
+    push(a, source)
+    copied = dcp(100, **{"__1_0.distcp": "one flipped byte"})
+    for line in copied:
+        line["mtime"], line["checksummed_at"] = 1763700500.0, 1763700600.0
+    push(b, copied)
+    flipped, good = copy_at(b), copy_at(a)
+    assert (flipped.state, flipped.verification, flipped.verification_basis) == ("corrupt", "mismatch", "source")
+    assert good.state == CopyState.COMPLETE and good.verification != Verification.DISPUTED
+    stored = ShardFile.objects.get(location=a.location, path="llm/llama-7b/step-100/__0_0.distcp")
+    assert stored.digests == {"at": 1763700100.0}
+
+    push(b, dcp(100))  # b copied again, correctly: both verified; the time is the oldest checksum's
+    for kit in (a, b):
+        assert copy_at(kit).verification == Verification.VERIFIED
+    assert copy_at(a).verified_at.timestamp() == 1763700100.0
 
 
 def test_when_the_only_other_copy_goes_the_remaining_one_is_no_longer_verified(two_hosts, push):

@@ -518,6 +518,14 @@ def odd_files() -> list[dict]:
         {"path": "llm/llama-7b/odd/c.pt", "size": 7, "mtime": -1.5},
         {"path": "llm/llama-7b/odd/d.pt", "size": 7, "mtime": 13_000_000_000.123457},
         {"path": "llm/llama-7b/odd/e.pt", "size": 7, "mtime": 1763700001},
+        {
+            "path": "llm/llama-7b/odd/f.pt",
+            "size": 3 * 2**20 + 5,
+            "mtime": 1763700002.5,
+            "sha256": "cd" * 32,
+            "checksums": {"crc32": "0a0b0c0d", "blocks": {"size": 2**20, "crc32": "AAAAAQAAAAIAAAADAAAABA=="}},
+            "checksummed_at": 1763700100.125,
+        },
         {"path": "llm/llama-7b/odd/ü ☃.pt", "size": 9, "mtime": 1763700000.1, "sha256": "ab" * 32},
         {
             "path": "llm/llama-7b/odd/ckptfleet.json",
@@ -537,7 +545,7 @@ def rows_of(location) -> list[tuple]:
         .order_by("path")
         .values_list(
             "path", "size", "mtime", "checksum", "checksum_algo", "facts", "storage_class", "tier", "etag",
-            "version_id", "legal_hold", "retain_until", "gone_at", "last_seen_at",
+            "version_id", "legal_hold", "retain_until", "gone_at", "last_seen_at", "digests",
         )
     )  # fmt: skip
 
@@ -641,6 +649,14 @@ def test_an_unusual_but_valid_line_is_applied(make_host, push, line):
         (b"\\.\n", "not valid JSON"),
         (b"\n", "not valid JSON"),
         (b'{"type": "header", "format": "ckptfleet-inventory/1"}\n', "second header"),
+        (b'{"type": "file", "path": "a/b", "size": 1, "mtime": 1, "checksums": {"crc32": "XYZ"}}\n', "crc32 must"),
+        (b'{"type": "file", "path": "a/b", "size": 1, "mtime": 1, "checksums": {"blake3": "00"}}\n', "unknown key"),
+        (b'{"type": "file", "path": "a/b", "size": 1, "mtime": 1, "checksummed_at": "now"}\n', "checksummed_at"),
+        (
+            b'{"type": "file", "path": "a/b", "size": 3145728, "mtime": 1, '
+            b'"checksums": {"blocks": {"size": 1048576, "crc32": "AAAAAQ=="}}}\n',
+            "base64 of 3 big-endian crc32 values",
+        ),
     ],
 )
 def test_a_first_inventory_with_a_bad_line_fails_with_its_line_number_and_reason(make_host, push, bad_line, why):
