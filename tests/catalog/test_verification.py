@@ -78,7 +78,8 @@ class TestJudge:
         )
         assert verdicts[2].verification == Verification.MISMATCH
         assert verdicts[2].corrupt == [
-            "__0_0.distcp: sha256 differs from the copies at gpu-a and s3-eu, which agree with each other (2 of 3 copies)"
+            "__0_0.distcp: sha256 differs from the copies at gpu-a and s3-eu, which agree with each other "
+            "(2 of 3 copies)"
         ]
         assert verdicts[2].basis == "majority"
         assert verdicts[1].verification == verdicts[3].verification == Verification.VERIFIED
