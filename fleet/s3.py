@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -55,6 +56,7 @@ USER_AGENT_APPID = "ckptfleet"
 
 _CREDENTIALS_REF = re.compile(r"^(?:default|profile:[A-Za-z0-9._@+=,-]{1,64}|file:[A-Za-z0-9][A-Za-z0-9._-]{0,127})$")
 _MULTIPART_ETAG = re.compile(r"-\d+$")
+_MD5 = re.compile(r"^[0-9a-fA-F]{32}$")  # a single-part ETag; a multipart one ends in -N
 # Codes that say "try again later" rather than "this will never work".
 _TRANSIENT_CODES = frozenset(
     {
@@ -562,13 +564,19 @@ def multipart_uploads(client: Any, bucket: str, prefix: str) -> list[UploadInfo]
 
 @dataclass(slots=True)
 class HeadInfo:
-    """What HEAD says about one object: its stored checksum, version and Object Lock state."""
+    """What HEAD says about one object: its stored checksum, version and Object Lock state.
+
+    ``checksum``/``checksum_algo`` is the one main checksum (``stored_checksum``); ``digests`` every
+    checksum the store keeps, in the shape of ``catalog.digests`` (``stored_digests``), empty when it
+    keeps none.
+    """
 
     checksum: str = ""
     checksum_algo: str = ""
     version_id: str = ""
     legal_hold: bool | None = None
     retain_until: datetime | None = None
+    digests: dict[str, Any] = field(default_factory=dict)
 
 
 def stored_checksum(answer: dict[str, Any]) -> tuple[str, str]:
@@ -601,10 +609,86 @@ def stored_checksum(answer: dict[str, Any]) -> tuple[str, str]:
     return "", ""
 
 
+def stored_digests(answer: dict[str, Any], *, now: float) -> dict[str, Any]:
+    """Every checksum a HEAD answer carries, as ``catalog.digests`` stores them; {} when it carries none.
+
+    Full-object checksums become lowercase hex under their algorithm's name. A composite one (a
+    multipart object's checksum of its parts' checksums) becomes ``{"composite": {"algo", "value",
+    "parts", "part_size"}}``, ``value`` the hex of the checksum without S3's ``-N`` and ``part_size``
+    0 (``head`` asks for it). Composite: S3 says so (``ChecksumType``), or the value ends in ``-N``,
+    or, from a store that says neither (moto), the ETag ends in ``-N`` and the algorithm is not
+    CRC64NVME (which S3 keeps only whole: "Checking object integrity", AWS S3 user guide). The ETag is
+    kept as ``md5`` only where it is the content's MD5: a single-part upload not encrypted with KMS
+    (SSE-KMS, DSSE-KMS) or a customer key (SSE-C), whose ETags are not MD5s. ``at`` is ``now``, the
+    time of the HEAD; ``taken`` the object's LastModified, when the store computed its checksums.
+    """
+    out: dict[str, Any] = {}
+    kind = str(answer.get("ChecksumType") or "").upper()
+    etag = _etag(answer.get("ETag"))
+    etag_parts = etag.rpartition("-")[2] if _MULTIPART_ETAG.search(etag) else ""
+    for name, algo, length in _CHECKSUM_FIELDS:
+        value = answer.get(name)
+        if not isinstance(value, str) or not value:
+            continue
+        encoded, dash, parts = value.partition("-")
+        try:
+            digest = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        if len(digest) != length:
+            continue
+        if kind == "COMPOSITE" or dash or (kind != "FULL_OBJECT" and etag_parts and algo != "crc64nvme"):
+            count = parts if parts.isdigit() else etag_parts
+            composite = {"algo": algo, "value": digest.hex(), "parts": int(count or 0), "part_size": 0}
+            out.setdefault("composite", composite)  # S3 keeps one checksum: a second would be a store's oddity
+        else:
+            out[algo] = digest.hex()
+    encryption = str(answer.get("ServerSideEncryption") or "").lower()
+    if _MD5.match(etag) and not encryption.startswith("aws:kms") and not answer.get("SSECustomerAlgorithm"):
+        out["md5"] = etag.lower()
+    if not out:
+        return out
+    out["at"] = round(now, 3)
+    modified = answer.get("LastModified")
+    if isinstance(modified, datetime):
+        out["taken"] = round(_utc(modified).timestamp(), 3)
+    return out
+
+
+def _part_size(client: Any, bucket: str, key: str, etag: str, size: int, composite: dict[str, Any]) -> None:
+    """Fill a composite's ``part_size`` (and ``parts`` when unknown) from a HEAD of part 1; left 0 when refused.
+
+    Every part but the last has the size of part 1, as boto3, the aws CLI, s5cmd and rclone upload; a
+    part 1 that cannot be such a layout's (too small or too big for the part count) is no part size.
+    S3's GetObjectAttributes(ObjectParts) would list every part's size, but moto does not implement
+    it; HEAD with PartNumber works on both.
+    """
+    parts = composite["parts"]
+    if parts == 1:
+        composite["part_size"] = size
+        return
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "PartNumber": 1}
+    if etag:
+        kwargs["IfMatch"] = f'"{_etag(etag)}"'
+    try:
+        answer = client.head_object(**kwargs)
+    except (ClientError, BotoCoreError) as exc:
+        log.info("the part size of %s is unknown: %s", key, describe(exc, f"HeadObject of part 1 of {key}"))
+        return
+    count = answer.get("PartsCount")
+    if not parts and isinstance(count, int) and count > 0:
+        composite["parts"] = parts = count
+    first = int(answer.get("ContentLength") or 0)
+    if parts > 0 and first > 0 and -(-size // first) == parts:
+        composite["part_size"] = first
+
+
 def head(client: Any, bucket: str, key: str, *, etag: str = "") -> HeadInfo | None:
     """HEAD one object with ChecksumMode ENABLED. None when it is gone or changed since it was listed.
 
     ``etag`` makes the request conditional, so a checksum is never paired with another version's size.
+    An object with a composite checksum costs a second HEAD, of its part 1, for the part size the
+    composite was computed over (``_part_size``).
     """
     kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "ChecksumMode": "ENABLED"}
     if etag:
@@ -617,6 +701,10 @@ def head(client: Any, bucket: str, key: str, *, etag: str = "") -> HeadInfo | No
             return None
         raise error from None
     checksum, algo = stored_checksum(answer)
+    digests = stored_digests(answer, now=time.time())
+    composite = digests.get("composite")
+    if composite is not None:
+        _part_size(client, bucket, key, etag, int(answer.get("ContentLength") or 0), composite)
     hold = answer.get("ObjectLockLegalHoldStatus")
     until = answer.get("ObjectLockRetainUntilDate")
     return HeadInfo(
@@ -625,6 +713,7 @@ def head(client: Any, bucket: str, key: str, *, etag: str = "") -> HeadInfo | No
         version_id=str(answer.get("VersionId") or ""),
         legal_hold=None if hold is None else str(hold).upper() == "ON",
         retain_until=_utc(until) if isinstance(until, datetime) else None,
+        digests=digests,
     )
 
 
