@@ -1211,8 +1211,9 @@ def checksum_file(
     crcs = _CrcPass(size, members)
     sha = hashlib.sha256()
     if size < CHECKSUM_INLINE_BYTES and throttle is None:
-        # A hand-off to the worker costs more than a small file's CRC.
-        data = f.read()
+        # A hand-off to the worker costs more than a small file's CRC. One byte more than listed shows
+        # a file that grew (the caller drops it), without reading all of what it grew to.
+        data = _read_exact(f, size + 1)
         sha.update(data)
         crcs.feed(memoryview(data))
     else:
