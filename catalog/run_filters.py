@@ -29,7 +29,7 @@ from django.db.models.functions import Coalesce
 
 from catalog import placement, selectors
 from catalog.choices import CopyState, RunStatus
-from catalog.models import CheckpointCopy, CopyTierUsage, Run
+from catalog.models import CopyTierUsage, Run
 from ckptfleet.errors import DomainError
 from fleet.choices import Tier
 
@@ -44,7 +44,7 @@ SORTS = {
     "checkpoints": ("Most checkpoints first", ("-checkpoint_count", "team__name", "name", "pk")),
 }
 
-_PRESENT = Q(checkpoints__copies__gone_at__isnull=True)
+_PRESENT = selectors.RUN_KEPT  # present copies, left-overs of interrupted saves not counted
 _INT = BigIntegerField()
 _TEAM = ("k_team", F("team__name"), False)
 _NAME = ("k_name", F("name"), False)
@@ -190,14 +190,15 @@ class RunFilters:
         if self.status:
             runs = runs.filter(status=self.status)
         if self.tier:
-            on_tier = CopyTierUsage.objects.filter(tier=self.tier, copy__gone_at__isnull=True, bytes__gt=0)
+            on_tier = CopyTierUsage.objects.filter(
+                tier=self.tier, copy__gone_at__isnull=True, copy__temporary=False, bytes__gt=0
+            )
             runs = runs.filter(pk__in=on_tier.values("copy__checkpoint__run_id"))
         if self.flag:
             runs = runs.filter(pk__in=placement.flagged(self.flag).values("run_id"))
         if self.attention:
-            bad = CheckpointCopy.objects.filter(checkpoint__run_id=OuterRef("pk"), gone_at__isnull=True).exclude(
-                state=CopyState.COMPLETE
-            )
+            bad = selectors.present_copies(temporary=False).filter(checkpoint__run_id=OuterRef("pk"))
+            bad = bad.exclude(state=CopyState.COMPLETE)
             runs = runs.filter(Exists(bad))
         return runs
 

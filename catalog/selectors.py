@@ -37,13 +37,28 @@ from fleet.models import MultipartUpload, StorageLocation
 NEWEST_STEP_FIRST = F("step").desc(nulls_last=True)
 
 
-def present_copies() -> QuerySet[CheckpointCopy]:
-    return CheckpointCopy.objects.filter(gone_at__isnull=True)
+# A left-over of an interrupted save (an Orbax ``*.orbax-checkpoint-tmp-*`` folder, a Lightning ``.ckpt.XXXX.tmp``,
+# a DCP ``.metadata.tmp``) is recognised as a temporary copy of the step it was saving. It is an orphan, not a
+# checkpoint: every list and count of checkpoints and their copies leaves it out (the orphans page lists it), so a
+# checkpoint that has nothing but left-overs is not one of the run's checkpoints at all.
+KEPT = Q(gone_at__isnull=True, temporary=False)
+RUN_KEPT = Q(checkpoints__copies__gone_at__isnull=True, checkpoints__copies__temporary=False)
+
+
+def present_copies(*, temporary: bool = True) -> QuerySet[CheckpointCopy]:
+    """Copies the newest inventory of their location still holds; ``temporary=False`` leaves out left-overs."""
+    return CheckpointCopy.objects.filter(Q(gone_at__isnull=True) if temporary else KEPT)
+
+
+def with_kept_copy(checkpoints: QuerySet[Checkpoint]) -> QuerySet[Checkpoint]:
+    """``checkpoints`` that have a present copy other than a left-over of an interrupted save."""
+    return checkpoints.filter(Exists(present_copies(temporary=False).filter(checkpoint=OuterRef("pk"))))
 
 
 def run_list() -> QuerySet[Run]:
-    """Runs with their checkpoint counts, bytes and newest step, in one query."""
-    present = Q(checkpoints__copies__gone_at__isnull=True)
+    """Runs with their checkpoint counts, bytes and newest step, in one query; left-overs of interrupted
+    saves are not counted."""
+    present = RUN_KEPT
     return Run.objects.select_related("team").annotate(
         checkpoint_count=Count("checkpoints", filter=present, distinct=True),
         copy_count=Count("checkpoints__copies", filter=present),
@@ -57,11 +72,11 @@ def run_list() -> QuerySet[Run]:
 
 
 def run_checkpoints(run: Run) -> QuerySet[Checkpoint]:
-    """A run's checkpoints, newest step first (step-less exports last), each with its present copies."""
-    copies = present_copies().select_related("location", "location__host").order_by("location__name")
+    """A run's checkpoints, newest step first (step-less exports last), each with its present copies
+    (``present``); left-overs of interrupted saves are neither checkpoints nor copies here."""
+    copies = present_copies(temporary=False).select_related("location", "location__host").order_by("location__name")
     return (
-        Checkpoint.objects.filter(run=run, copies__gone_at__isnull=True)
-        .distinct()
+        with_kept_copy(Checkpoint.objects.filter(run=run))
         .order_by(NEWEST_STEP_FIRST, "tag")
         .prefetch_related(Prefetch("copies", queryset=copies, to_attr="present"))
     )
@@ -74,7 +89,9 @@ def newest_complete(run: Run) -> Checkpoint | None:
     complete: the same on every database, which sort NULL steps differently by default.
     """
     return (
-        Checkpoint.objects.filter(run=run, copies__gone_at__isnull=True, copies__state=CopyState.COMPLETE)
+        Checkpoint.objects.filter(
+            run=run, copies__gone_at__isnull=True, copies__temporary=False, copies__state=CopyState.COMPLETE
+        )
         .order_by(NEWEST_STEP_FIRST, "tag")
         .first()
     )
@@ -89,7 +106,7 @@ def newest_restorable(run: Run) -> tuple[Checkpoint | None, bool]:
     the recovery view both mean this checkpoint.
     """
     # One filter() call per query, so that both conditions apply to the same copy.
-    complete = dict(run=run, copies__gone_at__isnull=True, copies__state=CopyState.COMPLETE)
+    complete = dict(run=run, copies__gone_at__isnull=True, copies__temporary=False, copies__state=CopyState.COMPLETE)
     # Among step-less checkpoints the greatest tag wins, as in newest_restorable_ids and the placement flags.
     order = (NEWEST_STEP_FIRST, "-tag")
     verified = (
@@ -103,9 +120,8 @@ def newest_restorable(run: Run) -> tuple[Checkpoint | None, bool]:
 def newest_restorable_ids(run_ids: Iterable[int]) -> dict[int, tuple[int, bool]]:
     """{run id: (checkpoint id, verified)} for many runs in one query, by the rule of ``newest_restorable``."""
     rows = (
-        CheckpointCopy.objects.filter(
-            gone_at__isnull=True, state=CopyState.COMPLETE, checkpoint__run_id__in=list(run_ids)
-        )
+        present_copies(temporary=False)
+        .filter(state=CopyState.COMPLETE, checkpoint__run_id__in=list(run_ids))
         .values_list("checkpoint__run_id", "checkpoint_id", "checkpoint__step", "checkpoint__tag", "verification")
         .distinct()
     )

@@ -95,7 +95,7 @@ def run_detail(request, pk: int):
     newest_copies = []
     if newest is not None:
         newest_copies = list(
-            selectors.present_copies()
+            selectors.present_copies(temporary=False)
             .filter(checkpoint=newest, state=CopyState.COMPLETE)
             .select_related("location", "location__host")
             .order_by("location__name")
@@ -161,7 +161,7 @@ def _copy_reasons(copy: CheckpointCopy) -> list[str]:
 def _timeline(run: Run, run_placement: placement.RunPlacement, newest: Checkpoint | None) -> dict:
     """The run page's timeline of a page of checkpoints; four queries (the step range, holds, pins and open
     deletions), whatever the number of checkpoints."""
-    present = Checkpoint.objects.filter(run=run, copies__gone_at__isnull=True, step__isnull=False)
+    present = selectors.with_kept_copy(Checkpoint.objects.filter(run=run, step__isnull=False))
     low = present.aggregate(low=Min("step"))["low"]
     high = run.newest_step
     rows = run_placement.rows

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Prefetch
+from django.db.models import Exists, OuterRef, Prefetch
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import generics, viewsets
@@ -22,7 +22,7 @@ from catalog.api.serializers import (
     RunPlacementSerializer,
     RunSerializer,
 )
-from catalog.models import Checkpoint, Run, Team
+from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from catalog.run_filters import SORTS, BadCursor, RunFilters
 from ckptfleet.errors import DomainError
 from fleet.choices import Tier
@@ -174,6 +174,10 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             )
         except ValueError:
             raise DomainError("after must be a cursor from `next`: a step, or tag:<tag>", code="bad_cursor") from None
+        # As on the run page: left-overs of interrupted saves are neither checkpoints nor copies here.
+        for checkpoint in checkpoints:
+            checkpoint.present = [c for c in checkpoint.present if not c.temporary]
+        checkpoints = [c for c in checkpoints if c.present]
         columns = placement.run_columns(run.pk)
         summaries, flags = placement.run_flags(run.pk, shown=0)
         rows = placement.matrix_rows(checkpoints, columns, flags=flags)
@@ -198,8 +202,13 @@ class CheckpointViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_fields = ["run", "importance", "step"]
 
     def get_queryset(self):
-        copies = selectors.present_copies().select_related("location", "location__host")
+        # Left-overs of interrupted saves are orphans (/api/v1/orphans/), not copies, and a checkpoint that has
+        # nothing else is not listed.
+        copies = selectors.present_copies(temporary=False).select_related("location", "location__host")
         checkpoints = restrict_runs(Checkpoint.objects.all(), self.request.user, run_path="run__")
+        checkpoints = checkpoints.filter(
+            Exists(CheckpointCopy.objects.filter(checkpoint=OuterRef("pk"), temporary=False))
+        )
         return checkpoints.select_related("run__team").prefetch_related(
             Prefetch("copies", queryset=copies, to_attr="present")
         )
