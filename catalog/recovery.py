@@ -1,10 +1,17 @@
 """The on-call recovery view's reasoning: what to restore a run from, from where, how long it takes, and how.
 
-For a run it finds the checkpoint to restore (``newest_restorable``: complete and verified, failing
-that the newest complete one, with the reason it is not verified), ranks every copy of it by the
-estimated time to get its bytes back, writes the commands that do it with the real paths, and lists
-the next-best checkpoints as fallbacks. Everything is read from copies and ``CopyTierUsage`` in a
-fixed number of queries, whatever the size of the run.
+The rule of what may be restored lives here, once (``restorable_copies``): a present, complete copy that
+is not a left-over of an interrupted save and that nothing says is wrong, i.e. verified or unverified;
+never a disputed copy (copies disagree and nothing independent says which is right, PRODUCT.md promise
+10) nor one whose checksums disagree. The run's newest restorable checkpoint (``newest_restorable``) is
+the newest with a verified such copy; failing that the newest with an unverified one, with the reason it
+is not verified. Promise 5, retention, the deletion preview and the placement flags all mean this one.
+
+For a run it finds that checkpoint, ranks every copy of it by the estimated time to get its bytes back
+(verified first), writes the commands that do it with the real paths, says which newer checkpoints were
+skipped and why (a disputed one with what would settle it), and lists the next-best checkpoints as
+fallbacks. Everything is read from copies and ``CopyTierUsage`` in a fixed number of queries, whatever
+the size of the run.
 
 Restore time of one copy = the longest first-byte delay among the storage classes its bytes sit in
 (an archive restore) + the sum over those classes of bytes / the class's throughput. The
@@ -14,22 +21,106 @@ assumptions are shown on the page; ``CKPTFLEET_RESTORE_ASSUMPTIONS`` overrides t
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run
-from catalog.selectors import NEWEST_STEP_FIRST, newest_restorable
+from catalog.selectors import NEWEST_STEP_FIRST
 from fleet.choices import LocationKind, Tier
 from fleet.models import Bucket
 from fleet.restore_assumptions import DEFAULT_ASSUMPTIONS
 
 MIB = 1024 * 1024
 FALLBACKS = 3
+SKIPPED_SHOWN = 5  # newer checkpoints named with why they were passed over
 
 ARCHIVE_TIERS = {Tier.ARCHIVE, Tier.DEEP_ARCHIVE}
+
+# What a copy's verification may be for it to be restored from: nothing says its content is wrong.
+TRUSTED = (Verification.VERIFIED, Verification.UNVERIFIED)
+
+
+# --- the rule ---------------------------------------------------------------------------------------
+
+
+def restorable_copies(prefix: str = "") -> Q:
+    """The copies a run may be restored from, as a filter on copies (``prefix``: the path to them, e.g.
+    ``"copies__"`` from checkpoints; pass it in one ``filter()`` so every condition holds for one copy)."""
+    return Q(
+        **{
+            f"{prefix}gone_at__isnull": True,
+            f"{prefix}state": CopyState.COMPLETE,
+            f"{prefix}temporary": False,
+            f"{prefix}verification__in": TRUSTED,
+        }
+    )
+
+
+def is_restorable(copy: CheckpointCopy) -> bool:
+    """``restorable_copies`` for one loaded copy."""
+    return (
+        copy.gone_at is None
+        and copy.state == CopyState.COMPLETE
+        and not copy.temporary
+        and copy.verification in TRUSTED
+    )
+
+
+def restorable_key(step: int | None, tag: str, verification: str) -> tuple:
+    """How restorable copies rank their checkpoints, best first when sorted in reverse: verified first, then
+    the higher step, then a stepped checkpoint before a step-less export, then the greater tag."""
+    return (verification == Verification.VERIFIED, step is not None, step or 0, tag)
+
+
+def newest_restorable(run: Run) -> tuple[Checkpoint | None, bool]:
+    """The checkpoint to restore ``run`` from and whether a copy of it is verified; ``(None, False)`` when
+    no copy of the run is restorable. Two queries at most, each stopping at its first hit."""
+    order = (NEWEST_STEP_FIRST, "-tag")
+    checkpoints = Checkpoint.objects.filter(run=run)
+    verified = restorable_copies("copies__") & Q(copies__verification=Verification.VERIFIED)
+    found = checkpoints.filter(verified).order_by(*order).first()
+    if found is not None:
+        return found, True
+    return checkpoints.filter(restorable_copies("copies__")).order_by(*order).first(), False
+
+
+def newest_restorable_ids(run_ids: Iterable[int], *, excluding: Iterable[int] = ()) -> dict[int, tuple[int, bool]]:
+    """{run id: (checkpoint id, verified)} for many runs in one query, by the rule of ``newest_restorable``;
+    ``excluding`` copies are left out (what a deletion would leave)."""
+    rows = (
+        CheckpointCopy.objects.filter(restorable_copies(), checkpoint__run_id__in=list(run_ids))
+        .exclude(pk__in=list(excluding))
+        .values_list("checkpoint__run_id", "checkpoint_id", "checkpoint__step", "checkpoint__tag", "verification")
+        .distinct()
+    )
+    best: dict[int, tuple] = {}
+    for run_id, checkpoint_id, step, tag, verification in rows:
+        key = restorable_key(step, tag, verification)
+        if run_id not in best or key > best[run_id][0]:
+            best[run_id] = (key, checkpoint_id)
+    return {run_id: (checkpoint_id, key[0]) for run_id, (key, checkpoint_id) in best.items()}
+
+
+def disputed_checkpoints() -> Q:
+    """Checkpoints with a present disputed copy (a filter on checkpoints): no policy deletes or demotes them
+    (promise 12), and recovery skips them when no other copy is restorable."""
+    return Q(
+        Exists(
+            CheckpointCopy.objects.filter(
+                checkpoint=OuterRef("pk"), gone_at__isnull=True, verification=Verification.DISPUTED
+            )
+        )
+    )
+
+
+def settle_hint(copy: CheckpointCopy) -> str:
+    """What would settle a disputed copy: the last of its verification reasons (``catalog.verification``)."""
+    reasons = copy.verification_reasons or []
+    return reasons[-1] if reasons else ""
 
 
 @dataclass(frozen=True)
@@ -90,6 +181,14 @@ class RankedCopy:
     def verified(self) -> bool:
         return self.copy.verification == Verification.VERIFIED
 
+    @property
+    def why(self) -> list[str]:
+        """Why it cannot be restored from: its reasons, then its verification's, each once."""
+        seen: dict[str, None] = {}
+        for reason in [*(self.copy.reasons or []), *(self.copy.verification_reasons or [])]:
+            seen.setdefault(reason, None)
+        return list(seen)
+
 
 @dataclass
 class Fallback:
@@ -109,6 +208,7 @@ class Recovery:
     newer_broken: list[Checkpoint]
     warnings: list[str]
     assumptions: dict[str, Assumption]
+    skipped: list[Skipped] = field(default_factory=list)
 
     @property
     def best(self) -> RankedCopy | None:
@@ -172,25 +272,42 @@ def restore_commands(copy: CheckpointCopy, parts: list[Part], bucket: Bucket | N
     return commands
 
 
+DISPUTED_NOTE = (
+    "Disputed: its checksums differ from another copy's and nothing independent says which is right, so it is "
+    "not offered for restore."
+)
+MISMATCH_NOTE = "Checksums disagree with another copy or the writer's record: not offered for restore."
+
+
+def _note(copy: CheckpointCopy) -> str:
+    """Why a copy is not verified, in one line for the on-call engineer; '' for a verified copy."""
+    if copy.verification == Verification.VERIFIED:
+        return ""
+    if copy.verification == Verification.DISPUTED:
+        hint = settle_hint(copy)
+        return f"{DISPUTED_NOTE} {hint[:1].upper()}{hint[1:]}." if hint else DISPUTED_NOTE
+    if copy.verification == Verification.MISMATCH:
+        return MISMATCH_NOTE
+    why = "; ".join(copy.verification_reasons or [])
+    return f"Unverified: {why}." if why else "Unverified: complete by its manifest, content not confirmed by checksums."
+
+
 def _rank(copies, parts, buckets, table) -> list[RankedCopy]:
     ranked = []
     for copy in copies:
         own = parts[copy.pk]
-        item = RankedCopy(copy=copy, parts=own, usable=copy.state == CopyState.COMPLETE)
+        item = RankedCopy(copy=copy, parts=own, usable=is_restorable(copy))
         for part in own:
             assumption = table.get(part.tier) or table[Tier.OBJECT_STANDARD]
             item.delay_s = max(item.delay_s, assumption.delay_s)
             item.transfer_s += part.bytes / (assumption.mib_per_s * MIB)
         single = copy.file_count <= 1 and "." in copy.path.rsplit("/", 1)[-1]
-        item.commands = restore_commands(copy, own, buckets.get(copy.location_id), single_file=single)
+        if item.usable:  # a copy not offered for restore gets no command to restore it with
+            item.commands = restore_commands(copy, own, buckets.get(copy.location_id), single_file=single)
         if item.archived:
             item.notes.append("Archived: request the restore first, then copy once it is available.")
-        if not item.verified:
-            item.notes.append(
-                "Checksums disagree with another copy or the writer's record."
-                if copy.verification == Verification.MISMATCH
-                else "No checksum evidence: complete by its manifest, content not confirmed."
-            )
+        if note := _note(copy):
+            item.notes.append(note)
         ranked.append(item)
     # Usable first, then verified, then the fastest; the location name keeps the order stable.
     ranked.sort(key=lambda r: (not r.usable, not r.verified, r.seconds, r.copy.location.name))
@@ -205,40 +322,88 @@ def _present(checkpoint_ids) -> list[CheckpointCopy]:
     )
 
 
+@dataclass
+class Skipped:
+    """A checkpoint newer than the one to restore, and why it is not the one: ``kind`` is ``unverified``
+    (restorable, but an older one is verified), ``disputed`` or ``broken`` (no complete copy to trust)."""
+
+    checkpoint: Checkpoint
+    kind: str
+    why: str
+
+
+def _skipped(checkpoints: list[Checkpoint], copies: list[CheckpointCopy]) -> list[Skipped]:
+    by_checkpoint: dict[int, list[CheckpointCopy]] = {c.pk: [] for c in checkpoints}
+    for copy in copies:
+        if copy.checkpoint_id in by_checkpoint:
+            by_checkpoint[copy.checkpoint_id].append(copy)
+    out = []
+    for checkpoint in checkpoints:
+        own = by_checkpoint[checkpoint.pk]
+        disputed = [c for c in own if c.verification == Verification.DISPUTED and c.state == CopyState.COMPLETE]
+        if any(is_restorable(c) for c in own):
+            why = (
+                f"{checkpoint.label} is newer and complete, but no copy of it is verified: the checkpoint above is "
+                "the newest whose content checksums confirm it."
+            )
+            out.append(Skipped(checkpoint, "unverified", why))
+        elif disputed:
+            first = disputed[0]
+            dispute = (first.verification_reasons or ["its copies disagree"])[0]
+            hint = settle_hint(first)
+            why = (
+                f"{checkpoint.label} is skipped: it is disputed ({dispute}). Its copies are neither trusted nor "
+                f"condemned until something independent decides" + (f"; {hint}." if hint and hint != dispute else ".")
+            )
+            out.append(Skipped(checkpoint, "disputed", why))
+        else:
+            out.append(Skipped(checkpoint, "broken", "none of its present copies is complete"))
+    return out
+
+
+def _skipped_lines(skipped: list[Skipped]) -> list[str]:
+    lines = [s.why for s in skipped if s.kind != "broken"]
+    broken = [s.checkpoint.label for s in skipped if s.kind == "broken"]
+    if broken:
+        lines.append(f"Newer checkpoints exist ({', '.join(broken)}), but none of their present copies is restorable.")
+    return lines
+
+
 def recovery_for(run: Run) -> Recovery:
     """Everything the recovery page shows for ``run``, in a fixed number of queries."""
     table = assumptions()
     checkpoint, verified = newest_restorable(run)
     warnings: list[str] = []
-    newer_broken: list[Checkpoint] = []
+    present = Checkpoint.objects.filter(run=run, copies__gone_at__isnull=True).distinct()
     if checkpoint is None:
-        return Recovery(
-            run, None, False, [], [], [], [], ["No present copy of any checkpoint of this run is complete."], table
-        )
+        newer = list(present.order_by(NEWEST_STEP_FIRST, "-tag")[:SKIPPED_SHOWN])
+        skipped = _skipped(newer, _present([c.pk for c in newer]))
+        warnings = ["No present copy of any checkpoint of this run is restorable."] + [
+            s.why for s in skipped if s.kind == "disputed"
+        ]
+        return Recovery(run, None, False, [], [], [], [s.checkpoint for s in skipped], warnings, table, skipped)
     # Older checkpoints that are restorable, newest first: the fallbacks.
-    complete = Q(copies__gone_at__isnull=True, copies__state=CopyState.COMPLETE)
-    older = Checkpoint.objects.filter(complete, run=run).exclude(pk=checkpoint.pk)
+    older = Checkpoint.objects.filter(restorable_copies("copies__"), run=run).exclude(pk=checkpoint.pk)
+    newer: list[Checkpoint] = []
     if checkpoint.step is not None:
         older = older.filter(Q(step__lt=checkpoint.step) | Q(step__isnull=True))
-        newer_broken = list(
-            Checkpoint.objects.filter(run=run, step__gt=checkpoint.step, copies__gone_at__isnull=True)
-            .distinct()
-            .order_by(NEWEST_STEP_FIRST)[:5]
-        )
+        newer = list(present.filter(step__gt=checkpoint.step).order_by(NEWEST_STEP_FIRST)[:SKIPPED_SHOWN])
     fallbacks = list(older.distinct().order_by(NEWEST_STEP_FIRST, "tag")[:FALLBACKS])
-    copies = _present([checkpoint.pk] + [f.pk for f in fallbacks])
+    copies = _present([checkpoint.pk] + [f.pk for f in fallbacks] + [n.pk for n in newer])
     parts = _parts(copies)
     buckets = _buckets(copies)
-    ranked = _rank(copies, parts, buckets, table)
+    ranked = _rank([c for c in copies if c.checkpoint_id not in {n.pk for n in newer}], parts, buckets, table)
     mine = [r for r in ranked if r.copy.checkpoint_id == checkpoint.pk]
+    skipped = _skipped(newer, copies)
     if not verified:
+        best = next((r.copy for r in mine if r.usable), None)
+        why = "; ".join(best.verification_reasons or []) if best is not None else ""
         warnings.append(
-            f"{checkpoint.label} is the newest checkpoint with a complete copy, but no copy of it is verified: its "
-            "files match its manifest, their content has not been confirmed by checksums."
+            f"{checkpoint.label} is the newest checkpoint with a complete copy that nothing says is wrong, but no "
+            "copy of it is verified: its files match its manifest, their content has not been confirmed by "
+            "checksums" + (f" ({why})." if why else ".")
         )
-    if newer_broken:
-        labels = ", ".join(c.label for c in newer_broken)
-        warnings.append(f"Newer checkpoints exist ({labels}), but none of their present copies is restorable.")
+    warnings += _skipped_lines(skipped)
     result_fallbacks = []
     for f in fallbacks:
         theirs = [r for r in ranked if r.copy.checkpoint_id == f.pk and r.usable]
@@ -250,9 +415,10 @@ def recovery_for(run: Run) -> Recovery:
         copies=[r for r in mine if r.usable],
         unusable=[r for r in mine if not r.usable],
         fallbacks=result_fallbacks,
-        newer_broken=newer_broken,
+        newer_broken=[s.checkpoint for s in skipped if s.kind != "unverified"],
         warnings=warnings,
         assumptions=table,
+        skipped=skipped,
     )
 
 
