@@ -9,7 +9,8 @@ Two reads, shared by the run page, the checkpoint page, the fleet-wide placement
   hottest tier first, so they stay the same from page to page.
 - **Flags**, each a ``Checkpoint`` queryset computed in SQL from copies, ``CopyTierUsage``, holds and
   runs, never per checkpoint: a count or a page of flagged checkpoints is one query per flag, whatever
-  the size of the fleet.
+  the size of the fleet. They read the copies' current verdicts, so a verdict that changes shows at once.
+  Which copies restore is ``catalog.recovery.restorable_copies``: never a disputed copy nor a mismatch.
 
 A failure domain is what one failure takes down together, as ``catalog.verification.failure_domain``
 says: the host for a copy on a host, the region for a bucket (the location itself when it has no
@@ -46,8 +47,9 @@ from django.db.models.functions import Coalesce, Concat
 from django.utils import timezone
 
 from actions.models import Hold
-from catalog.choices import CopyState, Importance, RunStatus, Verification
+from catalog.choices import Importance, RunStatus, Verification
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run
+from catalog.recovery import is_restorable, restorable_copies
 from catalog.verification import failure_domain
 from fleet.choices import Tier
 from fleet.models import StorageLocation
@@ -64,10 +66,52 @@ class Flag(models.TextChoices):
     FINISHED_ON_NVME = "finished_on_nvme", "Finished run still on NVMe"
     ARCHIVE_ONLY = "archive_only", "Held or critical, only in archive classes"
     NEWEST_ON_ONE_HOST = "newest_on_one_host", "Newest restorable checkpoint on one host only"
+    VERIFICATION_STALE = "verification_stale", "Not verified recently"
 
 
 def nvme_days() -> int:
     return settings.NVME_FINISHED_DAYS
+
+
+def stale_days() -> int:
+    return settings.VERIFY_STALE_DAYS
+
+
+def stale_cutoff(now: datetime | None = None) -> datetime:
+    """Copies verified before this are flagged: checksums go stale (bit rot, a rewrite the store did not show)."""
+    return (now or timezone.now()) - timedelta(days=stale_days())
+
+
+def stale_verified_copies(now: datetime | None = None) -> Q:
+    """Present verified copies whose oldest checksum behind the verdict was taken before ``stale_cutoff``.
+
+    A copy verified before verification recorded its time (``verified_at`` empty) is not flagged: when it
+    was verified is unknown, and its next verification records it.
+    """
+    return Q(
+        gone_at__isnull=True,
+        temporary=False,
+        verification=Verification.VERIFIED,
+        verified_at__lt=stale_cutoff(now),
+    )
+
+
+def is_verification_stale(copy: CheckpointCopy, now: datetime | None = None) -> bool:
+    """``stale_verified_copies`` for one loaded copy."""
+    return (
+        copy.gone_at is None
+        and not copy.temporary
+        and copy.verification == Verification.VERIFIED
+        and copy.verified_at is not None
+        and copy.verified_at < stale_cutoff(now)
+    )
+
+
+def flag_label(flag: str) -> str:
+    """A flag's label with its numbers ("Not verified for 30 days"), for pages."""
+    if Flag(flag) == Flag.VERIFICATION_STALE:
+        return f"Not verified for {stale_days():,} days"
+    return Flag(flag).label
 
 
 def flag_help(flag: str) -> str:
@@ -94,6 +138,11 @@ def flag_help(flag: str) -> str:
             "run restarts from an older checkpoint, or from nothing. Copy it off the host, to a bucket or "
             "another host."
         ),
+        Flag.VERIFICATION_STALE: (
+            f"A verified copy of it was last verified more than {stale_days():,} days ago "
+            "(CKPTFLEET_VERIFY_STALE_DAYS): its checksums may no longer describe what is stored. Run the agent "
+            "with --checksums on its host, or scan its bucket again, to verify it anew."
+        ),
     }[Flag(flag)]
 
 
@@ -116,7 +165,7 @@ def _present(**filters) -> QuerySet[CheckpointCopy]:
 
 
 def _restorable(**filters) -> QuerySet[CheckpointCopy]:
-    return _present(state=CopyState.COMPLETE, temporary=False, **filters)
+    return CheckpointCopy.objects.filter(restorable_copies(), checkpoint=OuterRef("pk"), **filters)
 
 
 def _scoped(run_id: int | None) -> QuerySet[Checkpoint]:
@@ -218,16 +267,15 @@ def archive_only(run_id: int | None = None) -> QuerySet[Checkpoint]:
 
 def newest_restorable_subquery() -> Coalesce:
     """Per run (``OuterRef("pk")`` a run): the id of its newest restorable checkpoint, as
-    ``catalog.selectors.newest_restorable_ids`` picks it: a verified complete copy first, then any
-    complete copy; a higher step first; a stepped checkpoint before a step-less one, then by tag.
+    ``catalog.recovery.newest_restorable_ids`` picks it: a verified restorable copy first, then any
+    restorable copy (never a disputed one); a higher step first; a stepped checkpoint before a step-less
+    one, then by tag.
 
     Four ordered subqueries, each stopping at its first hit: the stepped ones walk the (run, step)
     unique index from the newest step down, so a run of thousands of checkpoints costs a few probes."""
 
     def newest(*, stepped: bool, **copy_filters):
-        complete = CheckpointCopy.objects.filter(
-            checkpoint=OuterRef("pk"), gone_at__isnull=True, state=CopyState.COMPLETE, **copy_filters
-        )
+        complete = CheckpointCopy.objects.filter(restorable_copies(), checkpoint=OuterRef("pk"), **copy_filters)
         candidates = Checkpoint.objects.filter(run=OuterRef("pk"), step__isnull=not stepped).filter(Exists(complete))
         return Subquery(candidates.order_by("-step" if stepped else "-tag").values("pk")[:1])
 
@@ -256,7 +304,7 @@ def newest_restorable_ids(run_id: int | None = None) -> list[int]:
 def newest_on_one_host(run_id: int | None = None) -> QuerySet[Checkpoint]:
     """Two queries: the newest restorable checkpoints (at most one a run) are found first, so that the
     check of their copies runs on those few checkpoints only."""
-    complete = CheckpointCopy.objects.filter(checkpoint=OuterRef("pk"), gone_at__isnull=True, state=CopyState.COMPLETE)
+    complete = CheckpointCopy.objects.filter(restorable_copies(), checkpoint=OuterRef("pk"))
     hosts = complete.order_by().values("checkpoint").annotate(n=Count("location__host_id", distinct=True)).values("n")
     return (
         _scoped(run_id)
@@ -267,10 +315,18 @@ def newest_on_one_host(run_id: int | None = None) -> QuerySet[Checkpoint]:
     )
 
 
+def verification_stale(run_id: int | None = None, *, now: datetime | None = None) -> QuerySet[Checkpoint]:
+    """Checkpoints with a verified copy not verified for ``VERIFY_STALE_DAYS``."""
+    stale = CheckpointCopy.objects.filter(stale_verified_copies(now), checkpoint=OuterRef("pk"))
+    return _scoped(run_id).exclude(run__status=RunStatus.DELETED).filter(Exists(stale))
+
+
 def flagged(flag: str, *, run_id: int | None = None, now: datetime | None = None) -> QuerySet[Checkpoint]:
     """The checkpoints that raise ``flag`` (fleet-wide, or of one run): one query (two for the newest on one
     host and for archive only, the first run here), whatever the fleet's size."""
     flag = Flag(flag)
+    if flag == Flag.VERIFICATION_STALE:
+        return verification_stale(run_id, now=now)
     if flag == Flag.UNDER_REPLICATED:
         return under_replicated(run_id)
     if flag == Flag.FINISHED_ON_NVME:
@@ -351,6 +407,10 @@ class PlacedCopy:
         return any(t.archived for t in self.tiers)
 
     @property
+    def verification_stale(self) -> bool:
+        return is_verification_stale(self.copy)
+
+    @property
     def tier_summary(self) -> str:
         """The tiers and classes of its bytes when they differ from the location's own tier, else ''."""
         if not self.tiers or (len(self.tiers) == 1 and self.tiers[0].tier == self.copy.location.tier):
@@ -388,7 +448,7 @@ class Row:
 
     @property
     def flag_labels(self) -> list[str]:
-        return [Flag(f).label for f in self.flags]
+        return [flag_label(f) for f in self.flags]
 
 
 @dataclass
@@ -399,7 +459,7 @@ class FlagSummary:
 
     @property
     def label(self) -> str:
-        return Flag(self.flag).label
+        return flag_label(self.flag)
 
     @property
     def help(self) -> str:
@@ -527,7 +587,7 @@ class CheckpointPlacement:
 
     @property
     def flag_details(self) -> list[tuple[str, str]]:
-        return [(Flag(f).label, flag_help(f)) for f in self.flags]
+        return [(flag_label(f), flag_help(f)) for f in self.flags]
 
 
 def checkpoint_placement(
@@ -570,7 +630,18 @@ def why(flag: str, copies: Sequence[PlacedCopy]) -> str:
     if flag == Flag.ARCHIVE_ONLY:
         classes = sorted({t.storage_class or t.tier_label for c in copies for t in c.tiers if t.archived})
         return "complete copies only in " + (", ".join(classes) or "archive classes")
-    hosts = sorted({c.host_name for c in copies if c.copy.state == CopyState.COMPLETE and c.host_name})
+    if flag == Flag.VERIFICATION_STALE:
+        cutoff = stale_cutoff()
+        stale = sorted(
+            (c.copy.verified_at, c.location.name)
+            for c in copies
+            if c.copy.verification == Verification.VERIFIED and c.copy.verified_at and c.copy.verified_at < cutoff
+        )
+        if not stale:
+            return "no verified copy is stale now"
+        at, where = stale[0]
+        return f"last verified {at:%Y-%m-%d} at {where}" + (f" and {len(stale) - 1} more" if len(stale) > 1 else "")
+    hosts = sorted({c.host_name for c in copies if is_restorable(c.copy) and c.host_name})
     return "complete copies only on host " + ", ".join(hosts)
 
 

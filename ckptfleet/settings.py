@@ -207,6 +207,9 @@ if PROMOTION_PRESIGN_SECONDS > 7 * 24 * 3600:
     )
 # Placement: a finished run's checkpoints still on NVMe this many days after its last checkpoint are flagged.
 NVME_FINISHED_DAYS = env_int("CKPTFLEET_NVME_FINISHED_DAYS", 14, minimum=0)
+# Verification: a verified copy whose checksums were taken more than this many days ago is flagged "not
+# verified for N days" (checksums go stale: bit rot, a rewrite the store did not show); at least 1.
+VERIFY_STALE_DAYS = env_int("CKPTFLEET_VERIFY_STALE_DAYS", 30, minimum=1)
 # Recovery view: per-tier restore throughput and first-byte delay overriding the defaults in
 # fleet/restore_assumptions.py, as JSON, e.g. {"archive": {"mib_per_s": 200, "delay_s": 10800}}.
 RESTORE_ASSUMPTIONS = _restore_assumptions()

@@ -10,6 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from catalog.placement import is_verification_stale, stale_days
+
 register = template.Library()
 
 _IEC_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
@@ -148,6 +150,8 @@ _BADGES = {
     "verified": ("ok", "✓", "Verified"),
     "unverified": ("neutral", "?", "Unverified"),
     "mismatch": ("bad", "✗", "Checksums disagree"),
+    # Copies disagree and nothing independent says which is right (promise 10): not trusted, not condemned.
+    "disputed": ("warn", "⚖", "Disputed"),
     "applied": ("ok", "✓", "Applied"),
     "failed": ("bad", "✗", "Failed"),
     "processing": ("info", "…", "Processing"),
@@ -193,3 +197,39 @@ def ckpt_label(checkpoint, word: str = "step") -> str:
     if step is not None:
         return f"{word} {step:,}"
     return getattr(checkpoint, "tag", "") or "untagged"
+
+
+@register.filter
+def once(values) -> list:
+    """The items of a list, each once, in their first order."""
+    return list(dict.fromkeys(values or []))
+
+
+@register.filter
+def reasons_once(copy) -> list[str]:
+    """A copy's reasons and then its verification's, each text once, in order.
+
+    A checksum mismatch that made a copy corrupt is recorded in both lists (``catalog.verification``),
+    so a page that printed both would say it twice.
+    """
+    seen: dict[str, None] = {}
+    for reason in [*(getattr(copy, "reasons", None) or []), *(getattr(copy, "verification_reasons", None) or [])]:
+        seen.setdefault(str(reason), None)
+    return list(seen)
+
+
+@register.filter
+def days_ago(value) -> str:
+    """Whole days since ``value``: "today", "1 day ago", "12 days ago"; "—" for no time."""
+    if not isinstance(value, datetime):
+        return "—"
+    days = (timezone.now() - _as_utc(value)).days
+    if days <= 0:
+        return "today"
+    return f"{days:,} day{'s' if days != 1 else ''} ago"
+
+
+@register.filter
+def verification_stale(copy) -> str:
+    """ "not verified for 30 days" when a verified copy's checksums are older than ``VERIFY_STALE_DAYS``, else ''."""
+    return f"not verified for {stale_days():,} days" if is_verification_stale(copy) else ""

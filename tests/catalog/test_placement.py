@@ -354,6 +354,7 @@ def test_the_checkpoint_placement_api_and_the_flagged_list(signed_in):
         Flag.FINISHED_ON_NVME: 0,
         Flag.ARCHIVE_ONLY: 0,
         Flag.NEWEST_ON_ONE_HOST: 1,
+        Flag.VERIFICATION_STALE: 0,
     }
     listed = signed_in.get("/api/v1/checkpoints/flagged/?flag=under_replicated").json()["results"]
     assert listed == [
