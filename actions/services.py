@@ -34,7 +34,7 @@ from actions.protection import OPEN_DELETION_STATES, active_holds
 from catalog.audit import audit_record
 from catalog.choices import ActorKind, CopyState, Importance, Verification
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, ShardFile
-from catalog.selectors import newest_restorable
+from catalog.recovery import newest_restorable, newest_restorable_ids
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet.models import Bucket
 from fleet.pricebook import GIB, PriceBook, utc_today
@@ -405,24 +405,10 @@ class DeletionPreview:
         return self.newest_before != self.newest_after
 
 
-def _restorable_key(step, tag, verification) -> tuple:
-    # The order of ``catalog.selectors.newest_restorable``: verified first, then the higher step,
-    # then a stepped checkpoint before a step-less export.
-    return (verification == Verification.VERIFIED, step is not None, step or 0, tag)
-
-
 def newest_excluding(run_id: int, exclude_copy_ids: set[int]) -> tuple[int | None, bool]:
-    rows = (
-        CheckpointCopy.objects.filter(gone_at__isnull=True, state=CopyState.COMPLETE, checkpoint__run_id=run_id)
-        .exclude(pk__in=exclude_copy_ids)
-        .values_list("checkpoint_id", "checkpoint__step", "checkpoint__tag", "verification")
-    )
-    best = None
-    for ckpt_id, step, tag, verification in rows:
-        key = _restorable_key(step, tag, verification)
-        if best is None or key > best[0]:
-            best = (key, ckpt_id)
-    return (best[1], best[0][0]) if best else (None, False)
+    """The run's newest restorable checkpoint once these copies are gone (``catalog.recovery``'s rule), and
+    whether it is verified."""
+    return newest_restorable_ids([run_id], excluding=exclude_copy_ids).get(run_id, (None, False))
 
 
 def grace_days() -> int:
@@ -546,6 +532,23 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
         )
     if not going:
         return refuse(f"{checkpoint} has no present copy, so there is nothing to delete", "nothing_to_delete")
+    disputed = [c for c in present if c.verification == Verification.DISPUTED]
+    if copy is not None and copy.verification == Verification.DISPUTED:
+        return refuse(
+            f"the copy at {copy.location} is disputed: its checksums differ from another copy's and nothing "
+            "independent says which is right, so it is not deleted as bad on the other copy's word (promise 10). "
+            "Settle it first (a checksum written at save time, a third copy, or the source's checksum from before "
+            "the copy), or delete the whole checkpoint",
+            "disputed",
+            10,
+        )
+    if origin.startswith("policy:") and disputed:
+        return refuse(
+            f"{checkpoint} has a disputed copy (at {disputed[0].location}): a policy never deletes what it cannot "
+            "positively identify as good or bad (promise 12)",
+            "disputed",
+            12,
+        )
     if preview.files == 0:
         return refuse("the copies to delete have no present files, so there is nothing to delete", "nothing_to_delete")
     if copy is not None and copy.state == CopyState.COMPLETE and not copy.temporary:

@@ -30,29 +30,63 @@ RECENT_EVENTS = 8
 JOBS_ATTENTION_DAYS = 7
 QUEUE_PAGE = 100
 
-# The copy queues: what each one lists, and why it needs attention.
+# A disputed copy is in no queue of copies to delete as bad, whatever its state: its checksums differ from
+# another copy's and nothing independent says which is right (PRODUCT.md, promise 10). It has its own queue.
+NOT_DISPUTED = ~Q(verification=Verification.DISPUTED)
+DISPUTED = "disputed"
+STALE = "stale"
+
+# The copy queues: what each one lists, and why it needs attention. The stale queue's filter depends on
+# the time and the setting, so it is made per request (``queue_filter``).
 QUEUES = {
     "partial": (
         "Partial copies",
         "Files the checkpoint's own manifest expects are missing: the copy restores nothing.",
-        Q(state=CopyState.PARTIAL),
+        Q(state=CopyState.PARTIAL) & NOT_DISPUTED,
     ),
     "corrupt": (
         "Corrupt copies",
         "Sizes or headers disagree with the manifest: the copy restores nothing.",
-        Q(state=CopyState.CORRUPT),
+        Q(state=CopyState.CORRUPT) & NOT_DISPUTED,
     ),
     "mismatch": (
         "Copies whose checksums disagree",
-        "Content checksums disagree with the writer's record or another copy: one of them is damaged.",
+        "Content checksums disagree with the writer's record or another copy, and something independent (a "
+        "checksum written at save time, the source's checksum, the format's checks, a majority) says this one "
+        "is wrong.",
         Q(verification=Verification.MISMATCH),
+    ),
+    DISPUTED: (
+        "Disputed copies",
+        "Their checksums differ from another copy's and nothing independent says which is right: neither is "
+        "offered for restore nor for deletion as bad until it is settled. Each row says what would settle it.",
+        Q(verification=Verification.DISPUTED),
     ),
     "unverified": (
         "Complete but unverified copies",
         "Complete by their manifest, but no checksum evidence confirms the content.",
         Q(state=CopyState.COMPLETE, verification=Verification.UNVERIFIED),
     ),
+    STALE: (
+        "Verified copies not verified recently",
+        "Verified, but the checksums behind the verdict are older than CKPTFLEET_VERIFY_STALE_DAYS: they may no "
+        "longer describe what is stored. Check them again (the agent's --checksums, a bucket scan).",
+        None,
+    ),
 }
+
+
+def queue_filter(kind: str) -> Q:
+    """The copies of a queue, as a filter on present copies."""
+    if kind == STALE:
+        return placement.stale_verified_copies()
+    return QUEUES[kind][2]
+
+
+def queue_label(kind: str) -> str:
+    if kind == STALE:
+        return f"Verified copies not verified for {placement.stale_days():,} days"
+    return QUEUES[kind][0]
 
 
 # What the queue's bulk bar offers (``actions.views_bulk``): a row is one copy of a checkpoint.
@@ -62,6 +96,8 @@ BULK_OPTIONS = [
     ("delete-copy", "Schedule deletion of the listed copies"),
     ("delete-checkpoint", "Schedule deletion of their whole checkpoints"),
 ]
+# A disputed copy is not deleted alone (promise 10): its queue offers only what keeps or takes the whole.
+DISPUTED_BULK_OPTIONS = [option for option in BULK_OPTIONS if option[0] != "delete-copy"]
 
 
 def _present_copies(user):
@@ -87,7 +123,7 @@ def overview_basis(user=None) -> tuple[spend.Basis, spend.Summary]:
 
 def attention_items(user, basis: spend.Basis, *, locations=None) -> list[dict]:
     """Every queue that may need attention: its count (and bytes), what it means and where it is listed."""
-    copies = _present_copies(user).aggregate(**{key: Count("pk", filter=q) for key, (_, _, q) in QUEUES.items()})
+    copies = _present_copies(user).aggregate(**{key: Count("pk", filter=queue_filter(key)) for key in QUEUES})
     orphaned = {}
     if basis.as_of is not None:
         orphaned = (
@@ -105,13 +141,13 @@ def attention_items(user, basis: spend.Basis, *, locations=None) -> list[dict]:
         *(
             {
                 "key": key,
-                "label": label,
+                "label": queue_label(key),
                 "count": copies[key],
                 "help": help_text,
                 "url": f"{queue_url}?kind={key}",
                 "noun": "copy,copies",
             }
-            for key, (label, help_text, _) in QUEUES.items()
+            for key, (_, help_text, _) in QUEUES.items()
         ),
         {
             "key": "orphaned",
@@ -125,7 +161,7 @@ def attention_items(user, basis: spend.Basis, *, locations=None) -> list[dict]:
         *(
             {
                 "key": flag,
-                "label": placement.Flag(flag).label,
+                "label": placement.flag_label(flag),
                 "count": n,
                 "noun": "checkpoint",
                 "help": placement.flag_help(flag),
@@ -190,7 +226,8 @@ def copy_queue(request):
     kind = request.GET.get("kind", "partial")
     if kind not in QUEUES:
         kind = "partial"
-    label, help_text, q = QUEUES[kind]
+    _, help_text, _ = QUEUES[kind]
+    label, q = queue_label(kind), queue_filter(kind)
     after = positive_int_param(request, "after")
     rows = (
         _present_copies(request.user)
@@ -211,12 +248,12 @@ def copy_queue(request):
             "kind": kind,
             "label": label,
             "help": help_text,
-            "queues": [(key, value[0]) for key, value in QUEUES.items()],
+            "queues": [(key, queue_label(key)) for key in QUEUES],
             "copies": page,
             "next_after": page[-1].pk if more and page else None,
             "total": totals["n"],
             "total_bytes": totals["bytes"] or 0,
             "can_act": has_role(request.user, Role.OPERATOR),
-            "bulk_options": BULK_OPTIONS,
+            "bulk_options": DISPUTED_BULK_OPTIONS if kind == DISPUTED else BULK_OPTIONS,
         },
     )
