@@ -172,6 +172,8 @@ def _sums(s: Sums) -> dict:
         "unpriced_bytes": s.unpriced,
         "held_checkpoints_left": s.held_checkpoints,
         "held_bytes_left": s.held_bytes,
+        "disputed_checkpoints_left": s.disputed_checkpoints,
+        "disputed_bytes_left": s.disputed_bytes,
     }
 
 

@@ -7,8 +7,12 @@ proposes.
 Rules, each optional except the promises:
 
 - **pinned** and **held** checkpoints are always kept (PRODUCT.md promises 1 and 2);
-- the run's **newest restorable** checkpoint is always kept (promise 5; ``catalog.selectors.
-  newest_restorable_ids``: the newest complete and verified one, or failing that the newest complete);
+- the run's **newest restorable** checkpoint is always kept (promise 5; ``catalog.recovery.
+  newest_restorable_ids``: the newest complete and verified one, or failing that the newest complete
+  one that nothing says is wrong);
+- a **disputed** checkpoint (a present copy's checksums differ from another's and nothing independent
+  says which is right) is always kept: a policy never deletes or demotes what it cannot positively
+  identify (promise 12);
 - **keep last N**: the N stepped checkpoints with the highest steps;
 - **keep every Mth step**: checkpoints whose step is a multiple of M (Orbax's ``keep_period``);
 - **keep milestones**, **keep critical**: by the importance the training job wrote;
@@ -33,6 +37,7 @@ class Reason(StrEnum):
     HELD = "held"
     PINNED = "pinned"
     NEWEST_RESTORABLE = "newest_restorable"
+    DISPUTED = "disputed"
     CRITICAL = "critical"
     MILESTONE = "milestone"
     LAST_N = "last_n"
@@ -52,13 +57,14 @@ REASON_LABELS = {
     Reason.HELD: "held (legal or compliance hold)",
     Reason.PINNED: "pinned",
     Reason.NEWEST_RESTORABLE: "the run's newest restorable checkpoint",
+    Reason.DISPUTED: "disputed: its copies disagree and nothing independent says which is right",
     Reason.CRITICAL: "critical",
     Reason.MILESTONE: "milestone",
     Reason.LAST_N: "among the last N",
     Reason.EVERY_MTH: "step is a multiple of M",
     Reason.STEPLESS: "saved without a step (an export)",
 }
-PROMISES = frozenset({Reason.HELD, Reason.PINNED, Reason.NEWEST_RESTORABLE})
+PROMISES = frozenset({Reason.HELD, Reason.PINNED, Reason.NEWEST_RESTORABLE, Reason.DISPUTED})
 _IMPORTANCE_LABELS = {value: label.lower() for value, label in Importance.choices}
 
 
@@ -86,6 +92,7 @@ class CheckpointFacts:
     pinned: bool = False
     held: bool = False
     newest_restorable: bool = False
+    disputed: bool = False  # a present copy is disputed: never proposed for deletion or demotion (promise 12)
     scheduled: bool = False  # an open deletion job exists: dropped already, never proposed again
     copies: tuple[CopyFacts, ...] = ()
 
@@ -126,7 +133,7 @@ class KeepRules:
             parts.append("critical checkpoints")
         if self.keep_stepless:
             parts.append("step-less exports")
-        parts.append("pinned and held checkpoints and the newest restorable one (always)")
+        parts.append("pinned, held and disputed checkpoints and the newest restorable one (always)")
         return "Keep " + ", ".join(parts)
 
 
@@ -209,6 +216,8 @@ def apply_rules(checkpoints: Iterable[CheckpointFacts], rules: KeepRules) -> Pla
             reasons.append(Reason.PINNED)
         if c.newest_restorable:
             reasons.append(Reason.NEWEST_RESTORABLE)
+        if c.disputed:
+            reasons.append(Reason.DISPUTED)
         if rules.keep_critical and c.importance == Importance.CRITICAL:
             reasons.append(Reason.CRITICAL)
         if rules.keep_milestones and c.importance == Importance.MILESTONE:

@@ -4,7 +4,7 @@ Nothing here writes. Bytes come from ``CopyTierUsage`` (what each present copy h
 and storage class now), never from shard files; money from the price book in force today, as a
 month at today's prices (GiB x price per GiB-month). The number of queries is fixed, whatever the
 number of runs and checkpoints: the runs, their checkpoints, their copies' usage, the newest
-restorable checkpoints, holds and pins, open deletions, the price book and the locations.
+restorable checkpoints, the disputed ones, holds and pins, open deletions, the price book and the locations.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from django.db.models.functions import Coalesce
 from actions.models import DeletionJob
 from actions.protection import OPEN_DELETION_STATES, protected_ids
 from catalog.models import Checkpoint, CopyTierUsage, Run
-from catalog.selectors import newest_restorable_ids
+from catalog.recovery import disputed_checkpoints, newest_restorable_ids
 from fleet.models import StorageLocation
 from fleet.pricebook import GIB, PriceBook, book_currency, utc_today
 from retention.rules import CheckpointFacts, CopyFacts, Decision, KeepRules, Plan, apply_rules
@@ -145,6 +145,11 @@ class Simulation:
     def runs_without_restorable(self) -> list[RunResult]:
         return [r for r in self.runs if r.newest_restorable is None and r.plan.decisions]
 
+    @property
+    def disputed(self) -> list[Decision]:
+        """Checkpoints kept because a copy is disputed (promise 12): the rules alone would not keep them all."""
+        return [d for r in self.runs for d in r.plan.decisions if d.checkpoint.disputed]
+
 
 def _days_since(moment: datetime | None, day: date) -> int:
     if moment is None:
@@ -161,6 +166,7 @@ def load_facts(run_ids: list[int], *, day: date) -> tuple[dict[int, list[Checkpo
         return {}, {}
     restorable = newest_restorable_ids(run_ids)
     newest = {ckpt for ckpt, _ in restorable.values()}
+    disputed = set(Checkpoint.objects.filter(disputed_checkpoints(), run_id__in=run_ids).values_list("pk", flat=True))
     held, pinned = protected_ids(run_ids)
     scheduled = set(
         DeletionJob.objects.filter(state__in=OPEN_DELETION_STATES, checkpoint__run_id__in=run_ids).values_list(
@@ -202,6 +208,7 @@ def load_facts(run_ids: list[int], *, day: date) -> tuple[dict[int, list[Checkpo
                 pinned=pk in pinned,
                 held=pk in held,
                 newest_restorable=pk in newest,
+                disputed=pk in disputed,
                 scheduled=pk in scheduled,
                 copies=tuple(copies.get(pk, ())),
             )

@@ -17,7 +17,7 @@ from access.roles import Role, require_role
 from catalog.audit import audit_record
 from catalog.choices import ActorKind, EventSource, Importance
 from catalog.models import Checkpoint, Run, Team
-from catalog.selectors import newest_restorable_ids
+from catalog.recovery import disputed_checkpoints, newest_restorable_ids
 from ckptfleet.errors import DomainError
 from fleet.services import Actor
 from retention.models import RetentionPolicy
@@ -192,7 +192,7 @@ def policy_actor(policy: RetentionPolicy) -> Actor:
     return Actor(kind=ActorKind.SYSTEM, label=f"retention policy {policy.pk}", source=EventSource.TASK)
 
 
-def _refusal(decision, rules: KeepRules, newest: set[int]) -> str:
+def _refusal(decision, rules: KeepRules, newest: set[int], disputed: set[int]) -> str:
     """Why a dropped checkpoint must still not be proposed; '' when it may be. The engine already keeps
     these; this is the second check, on fresh facts, right before scheduling."""
     c = decision.checkpoint
@@ -204,6 +204,8 @@ def _refusal(decision, rules: KeepRules, newest: set[int]) -> str:
         return "already scheduled for deletion"
     if c.newest_restorable or c.id in newest:
         return "the run's newest restorable checkpoint"
+    if c.disputed or c.id in disputed:
+        return "disputed: its copies disagree and nothing independent says which is right (promise 12)"
     if rules.keep_critical and c.importance == Importance.CRITICAL:
         return "critical"
     return ""
@@ -213,7 +215,7 @@ def policy_propose(*, policy_id: int, actor: Actor | None = None) -> Proposal:
     """Schedule the deletions a policy's rules call for, through the same path as a manual deletion.
 
     Never proposes a held, pinned or already scheduled checkpoint, a critical one under keep-critical,
-    or a run's newest restorable checkpoint; ``schedule_deletion`` checks again under its lock, and
+    a disputed one, or a run's newest restorable checkpoint; ``schedule_deletion`` checks again under its lock, and
     the deletion itself once more when it executes. Safe to run twice: what is scheduled is skipped.
     """
     from actions import services as actions_services  # built alongside; imported where it is used
@@ -228,11 +230,15 @@ def policy_propose(*, policy_id: int, actor: Actor | None = None) -> Proposal:
     if candidates:
         # Fresh, right before scheduling: a checkpoint that became the newest restorable since the
         # simulation started is not proposed.
-        newest = {ckpt for ckpt, _ in newest_restorable_ids({r.run.pk for r, _ in candidates}).values()}
+        run_ids = {r.run.pk for r, _ in candidates}
+        newest = {ckpt for ckpt, _ in newest_restorable_ids(run_ids).values()}
+        disputed = set(
+            Checkpoint.objects.filter(disputed_checkpoints(), run_id__in=run_ids).values_list("pk", flat=True)
+        )
         checkpoints = Checkpoint.objects.select_related("run__team").in_bulk([d.checkpoint.id for _, d in candidates])
     for _, decision in candidates:
         pk = decision.checkpoint.id
-        refusal = _refusal(decision, policy.rules, newest)
+        refusal = _refusal(decision, policy.rules, newest, disputed)
         if refusal:
             proposal.skipped[pk] = refusal
             continue

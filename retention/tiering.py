@@ -20,7 +20,8 @@ between regions or clouds is not), the 40 KiB of index and metadata that S3 Glac
 Retrieval and Deep Archive bill per object, multipart part requests, and retrieval fees for
 bytes restored later.
 
-Held checkpoints are never demoted (PRODUCT.md promise 1): they are left out, and counted.
+Held checkpoints are never demoted (PRODUCT.md promise 1), nor disputed ones (promise 12: copies that
+disagree with nothing independent to say which is right): they are left out, and counted.
 
 Sources of the defaults (list prices, us-east-1, as published by the providers):
 AWS S3 pricing, https://aws.amazon.com/s3/pricing/ ("Requests & data retrievals": PUT, COPY, POST
@@ -115,6 +116,8 @@ class Sums:
     unpriced: int = 0
     held_bytes: int = 0
     held_checkpoints: int = 0
+    disputed_bytes: int = 0
+    disputed_checkpoints: int = 0
     checkpoints: int = 0
 
     @property
@@ -144,6 +147,8 @@ class Sums:
             "unpriced",
             "held_bytes",
             "held_checkpoints",
+            "disputed_bytes",
+            "disputed_checkpoints",
             "checkpoints",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
@@ -180,7 +185,8 @@ class WhatIf:
             "sooner are billed for the rest (the minimum commitment column).",
             "Not included: data transfer between regions or clouds, the per-object index overhead of Glacier "
             "Flexible Retrieval and Deep Archive (40 KiB each), multipart part requests, and restore fees.",
-            "Held checkpoints are never demoted, so they are left out of the move.",
+            "Held checkpoints are never demoted, nor disputed ones (copies that disagree with nothing "
+            "independent to say which is right), so they are left out of the move.",
         ]
 
 
@@ -241,6 +247,10 @@ def tiering_whatif(*, move: Move, day: date | None = None, pricer: Pricer | None
                 sums.held_checkpoints += 1
                 sums.held_bytes += sum(c.bytes for c in chosen)
                 continue
+            if checkpoint.disputed:
+                sums.disputed_checkpoints += 1
+                sums.disputed_bytes += sum(c.bytes for c in chosen)
+                continue
             sums.checkpoints += 1
             for copy in chosen:
                 source = pricer.location(copy.location_id)
@@ -259,7 +269,7 @@ def tiering_whatif(*, move: Move, day: date | None = None, pricer: Pricer | None
                     left = min_days.get((copy.storage_class or "STANDARD").upper(), 0) - copy.days_stored
                     if left > 0:
                         sums.early_deletion += gib * price * left / DAYS_PER_BILLING_MONTH
-        if sums.bytes or sums.held_bytes:
+        if sums.bytes or sums.held_bytes or sums.disputed_bytes:
             result.runs.append(RunMove(run, sums))
             result.total += sums
     return result
