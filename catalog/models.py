@@ -151,6 +151,12 @@ class ShardFile(models.Model):
         blank=True,
         help_text="Every other checksum known (catalog.digests): CRCs, block CRCs, S3 composites; 'at' when taken.",
     )
+    # Set by the merge when a file's content checksum changes while its size and mtime do not (a scrub
+    # found other bytes: bit rot or an in-place write), and kept while they stay the same: the
+    # checksum the file had when it was first taken, which verification holds its content against.
+    first_checksum = models.JSONField(
+        null=True, blank=True, help_text='{"algo", "digest", "at"}: the content checksum first taken, if it changed.'
+    )
     copy = models.ForeignKey(
         CheckpointCopy,
         on_delete=models.SET_NULL,

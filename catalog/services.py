@@ -101,17 +101,17 @@ def _group_files(
     if connection.vendor == "postgresql":
         columns = (
             "id, copy_id, path, size, extract(epoch FROM mtime)::float8, facts::text, checksum, checksum_algo, "
-            "digests::text"
+            "digests::text, first_checksum::text"
         )
     else:
-        columns = "id, copy_id, path, size, mtime, facts, checksum, checksum_algo, digests"
+        columns = "id, copy_id, path, size, mtime, facts, checksum, checksum_algo, digests, first_checksum"
     table = ShardFile._meta.db_table
     sql = f"SELECT {columns} FROM {table} WHERE {' AND '.join(where)}"  # noqa: S608 - fixed names
     epoch = _sqlite_epoch if connection.vendor != "postgresql" else float
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         while rows := cursor.fetchmany(5000):
-            for pk, copy_id, path, size, mtime, facts, checksum, algo, digests in rows:
+            for pk, copy_id, path, size, mtime, facts, checksum, algo, digests, first in rows:
                 # A group shallower than a run directory holds only its own direct files.
                 if shallow and template.group_of(path) != group:
                     continue
@@ -123,6 +123,7 @@ def _group_files(
                     checksum=checksum or None,
                     checksum_algo=algo or None,
                     digests=digests or None,
+                    first=first or None,
                 )
                 yield pk, copy_id, entry
 
@@ -362,7 +363,9 @@ class Judge:
                     targets[m.path] = pk
                     known[m.path] = (
                         m.path,
-                        FileFacts(m.size, m.checksum_algo or "", m.checksum or "", m.digests, m.mtime, m.facts),
+                        FileFacts(
+                            m.size, m.checksum_algo or "", m.checksum or "", m.digests, m.mtime, m.facts, m.first
+                        ),
                     )
                 self.found += 1
             vanished = [c for p, c in existing.items() if p not in seen_paths and c.gone_at is None]

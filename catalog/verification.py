@@ -174,6 +174,7 @@ class FileFacts:
     digests: Any = None
     mtime: float = 0.0
     facts: Any = None
+    first: Any = None  # ShardFile.first_checksum: {"algo", "digest", "at"} when its content changed under it
 
     @property
     def has_checksum(self) -> bool:
@@ -190,6 +191,9 @@ class FileFacts:
         other = self.other()
         at = other.get("taken", other.get("at"))
         return float(at) if isinstance(at, (int, float)) else None
+
+    def first_checksum(self) -> dict[str, Any]:
+        return digests_loads(self.first)
 
     def zip_intact(self) -> bool | None:
         """True when the agent read the whole torch zip and every member's CRC32 held; False when one did not."""
@@ -327,6 +331,18 @@ def _judge_file(
             result.incomparable = (mine.name, ", ".join(sorted(algos)))
         return result
 
+    # 0. Its own first checksum: content that changed while the size and mtime did not is damaged.
+    first = facts.first_checksum()
+    if first.get("algo") in my_full and first.get("digest") != my_full[first["algo"]]:
+        taken = first.get("at")
+        when = f" at {datetime.fromtimestamp(taken, UTC):%Y-%m-%d %H:%M} UTC" if isinstance(taken, (int, float)) else ""
+        result.corrupt = (
+            f"{rel}: its {first['algo']} is not the one first taken{when}, though its size and mtime are the same "
+            "(bit rot or an in-place write)"
+        )
+        result.basis = VerificationBasis.SOURCE
+        return result
+
     # 1. A checksum written at save time: the copy's own writer's manifest, then another copy's.
     own = manifests[c.id].get(rel)
     if own is not None and own.content and own.algo in my_full:
@@ -356,6 +372,18 @@ def _judge_file(
             )
         result.basis = VerificationBasis.MANIFEST
         return result
+
+    # The first checksum of a copy whose content has changed since, taken before this copy was written:
+    # what that copy held when this one could have been made from it.
+    for d in others:
+        theirs = d.files.get(rel)
+        their_first = theirs.first_checksum() if theirs is not None else {}
+        algo, taken = their_first.get("algo"), their_first.get("at")
+        if algo in my_full and isinstance(taken, (int, float)) and facts.mtime and taken < facts.mtime:
+            if their_first.get("digest") == my_full[algo]:
+                result.agree.add(f"the checksum first taken of the copy at {d.where}")
+                result.basis = VerificationBasis.SOURCE
+                return result
 
     # 2. The other copies' own checksums, by the strongest algorithm both sides have.
     peers = [d for d in others if d.speaks and rel in d.files and d.files[rel].has_checksum]
@@ -808,9 +836,9 @@ def _member_files(copy_ids: list[int]) -> dict[int, dict[str, tuple[str, FileFac
         else:
             where, params = f"copy_id IN ({', '.join(['%s'] * len(chunk))})", chunk
         if connection.vendor == "postgresql":
-            extra = "extract(epoch FROM mtime)::float8, digests::text, facts::text"
+            extra = "extract(epoch FROM mtime)::float8, digests::text, facts::text, first_checksum::text"
         else:
-            extra = "mtime, digests, facts"
+            extra = "mtime, digests, facts, first_checksum"
         epoch = float if connection.vendor == "postgresql" else _epoch
         with connection.cursor() as cursor:
             cursor.execute(
@@ -820,12 +848,12 @@ def _member_files(copy_ids: list[int]) -> dict[int, dict[str, tuple[str, FileFac
             )
             current_id, current = None, {}
             while rows := cursor.fetchmany(5000):
-                for copy_id, path, size, digest, algo, mtime, digests, facts in rows:
+                for copy_id, path, size, digest, algo, mtime, digests, facts, first in rows:
                     if copy_id != current_id:  # the index gives a copy's files together
                         current_id, current = copy_id, files[copy_id]
                     # Facts matter only for torch zips' member checks: other files' are not kept.
                     kept = facts if facts and '"members_bad"' in facts else None
-                    current[path] = (path, FileFacts(size, algo, digest, digests, epoch(mtime), kept))
+                    current[path] = (path, FileFacts(size, algo, digest, digests, epoch(mtime), kept, first))
     return files
 
 

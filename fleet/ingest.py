@@ -401,13 +401,15 @@ def merge(inventory: Inventory, location: StorageLocation, *, now: datetime) -> 
     adapt = connection.ops.adapt_datetimefield_value
     previous_seen = adapt(location.last_applied_at or now)
     now = adapt(now)
+    first = _first_checksum_sql(files)
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
             UPDATE {files} SET size = s.size, mtime = s.mtime, checksum = s.checksum,
                    checksum_algo = s.checksum_algo, facts = s.facts, storage_class = s.storage_class,
                    tier = s.tier, etag = s.etag, version_id = s.version_id, legal_hold = s.legal_hold,
-                   retain_until = s.retain_until, digests = s.digests, changed_at = %s,
+                   retain_until = s.retain_until, digests = s.digests, first_checksum = {first},
+                   changed_at = %s,
                    gone_at = NULL, last_seen_at = NULL, changed_by_id = %s
             FROM {staged} s
             WHERE s.inventory_id = %s AND {files}.location_id = %s AND {files}.path = s.path
@@ -434,6 +436,28 @@ def merge(inventory: Inventory, location: StorageLocation, *, now: datetime) -> 
         )
         gone = cursor.rowcount
     return MergeCounts(added=0, changed=changed, gone=gone)
+
+
+def _first_checksum_sql(files: str) -> str:
+    """The new ``first_checksum`` of a changed row (the old row's values are the table's, the new ones ``s``'s).
+
+    A content checksum that changes while the size and mtime stay the same is the file's content changing
+    under it: the checksum it had first is kept (an earlier one, if one is kept already), with when it was
+    taken, for as long as the size and mtime stay; a new size or mtime is a new file, and forgets it.
+    """
+    pg = connection.vendor == "postgresql"
+    build = (
+        f"jsonb_build_object('algo', {files}.checksum_algo, 'digest', {files}.checksum, 'at', {files}.digests->'at')"
+        if pg
+        else f"json_object('algo', {files}.checksum_algo, 'digest', {files}.checksum, 'at', "
+        f"json_extract({files}.digests, '$.at'))"
+    )
+    same = f"{files}.size = s.size AND {files}.mtime = s.mtime"
+    return f"""CASE
+        WHEN {same} AND {files}.checksum <> '' AND s.checksum <> '' AND {files}.checksum_algo = s.checksum_algo
+             AND {files}.checksum <> s.checksum THEN COALESCE({files}.first_checksum, {build})
+        WHEN {same} THEN {files}.first_checksum
+        ELSE NULL END"""
 
 
 SHARD_COLUMNS = (*STAGED_COLUMNS, "first_seen_at", "changed_at", "changed_by_id", "copy_id")
@@ -527,13 +551,13 @@ def _staged_group(inventory: Inventory, location: StorageLocation, template, gro
         where.append("s.path >= %s AND s.path < %s")
         params += [group + "/", group + "0"]  # '0' is the byte after '/': the subtree is one range
     pg = connection.vendor == "postgresql"
-    mtime, facts, digests = (
-        ("extract(epoch FROM s.mtime)::float8", "s.facts::text", "s.digests::text")
+    mtime, facts, digests, first = (
+        ("extract(epoch FROM s.mtime)::float8", "s.facts::text", "s.digests::text", "f.first_checksum::text")
         if pg
-        else ("s.mtime", "s.facts", "s.digests")
+        else ("s.mtime", "s.facts", "s.digests", "f.first_checksum")
     )
     sql = f"""
-        SELECT s.path, s.size, {mtime}, {facts}, s.checksum, s.checksum_algo, f.id, f.copy_id, {digests}
+        SELECT s.path, s.size, {mtime}, {facts}, s.checksum, s.checksum_algo, f.id, f.copy_id, {digests}, {first}
         FROM {IngestRow._meta.db_table} s
         LEFT JOIN {ShardFile._meta.db_table} f ON f.location_id = %s AND f.path = s.path
         WHERE {" AND ".join(where)}
@@ -543,7 +567,7 @@ def _staged_group(inventory: Inventory, location: StorageLocation, template, gro
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         while rows := cursor.fetchmany(5000):
-            for path, size, when, facts_text, checksum, algo, file_id, copy_id, digests_value in rows:
+            for path, size, when, facts_text, checksum, algo, file_id, copy_id, digests_value, first_value in rows:
                 if shallow and template.group_of(path) != group:
                     continue
                 entry = FileEntry(
@@ -554,6 +578,7 @@ def _staged_group(inventory: Inventory, location: StorageLocation, template, gro
                     checksum=checksum or None,
                     checksum_algo=algo or None,
                     digests=digests_value or None,
+                    first=first_value or None,
                 )
                 out.append(GroupFile(entry, file_id is not None, copy_id))
     return out

@@ -33,6 +33,7 @@ class FileEntry:
     checksum: str | None = None
     checksum_algo: str | None = None
     digests: str | None = None  # the stored text of its other checksums (catalog.digests), or None
+    first: str | None = None  # the stored text of ShardFile.first_checksum, or None
 
     @property
     def name(self) -> str:

@@ -387,8 +387,12 @@ def test_a_flipped_checksum_makes_the_copies_disagree_and_a_fix_makes_them_agree
         assert copy.verification_reasons[0].startswith(reason)
         assert copy.reasons == []
 
-    # Only b reports again: a, not re-judged, gets back what its formats said of it.
-    push(b, dcp(100))
+    # b's file is copied again (a new mtime: the same mtime with other bytes would be damage) and only b
+    # reports again: a, not re-judged, gets back what its formats said of it.
+    fixed = dcp(100)
+    for line in fixed:
+        line["mtime"] += 60
+    push(b, fixed)
     for kit in (a, b):
         copy = copy_at(kit)
         assert (copy.state, copy.verification, copy.reasons) == (CopyState.COMPLETE, Verification.VERIFIED, [])
@@ -414,6 +418,37 @@ def test_a_host_checksum_taken_before_the_other_copy_was_written_settles_a_flip_
     for kit in (a, b):
         assert copy_at(kit).verification == Verification.VERIFIED
     assert copy_at(a).verified_at.timestamp() == 1763700100.0
+
+
+def test_content_that_changes_under_an_unchanged_mtime_is_corrupt_and_its_first_checksum_vouches_for_a_copy(
+    two_hosts, push
+):
+    a, b = two_hosts
+    source = dcp(100)
+    for line in source:
+        line["checksummed_at"] = 1763700100.0
+    push(a, source)
+    copied = dcp(100)
+    for line in copied:
+        line["mtime"], line["checksummed_at"] = 1763700500.0, 1763700600.0
+    push(b, copied)
+    assert copy_at(a).verification == copy_at(b).verification == Verification.VERIFIED
+    # A scrub on a reads other bytes for __1_0.distcp, whose size and mtime have not changed: bit rot.
+    rotted = dcp(100, **{"__1_0.distcp": "rotted"})
+    for line in rotted:
+        line["checksummed_at"] = 1763790000.0
+    push(a, rotted)
+    damaged, copy = copy_at(a), copy_at(b)
+    assert (damaged.state, damaged.verification, damaged.verification_basis) == ("corrupt", "mismatch", "source")
+    assert any(
+        r.startswith("__1_0.distcp: its sha256 is not the one first taken at 2025-11-21 04:41 UTC")
+        for r in damaged.reasons
+    )
+    assert (copy.state, copy.verification) == (CopyState.COMPLETE, Verification.VERIFIED)
+    first = ShardFile.objects.get(location=a.location, path="llm/llama-7b/step-100/__1_0.distcp").first_checksum
+    assert first == {"algo": "sha256", "digest": sha("rank 1"), "at": 1763700100.0}
+    push(a, rotted)  # the same report again changes nothing and forgets nothing
+    assert copy_at(a).verification == Verification.MISMATCH
 
 
 def test_when_the_only_other_copy_goes_the_remaining_one_is_no_longer_verified(two_hosts, push):
