@@ -20,6 +20,10 @@ shard-file table. The rules, in one place:
 - **History survives deletions.** Past days are never refreshed again: deleting a checkpoint
   today changes today's rows, not last month's. Only a price point taking effect on a day already
   rolled up (allowed within the current month) prices those days again (``usage_reprice``).
+- **One verdict, every view.** When verification changes copies' state (a checksum mismatch makes a copy
+  corrupt, or takes that back), ``copies_restated`` moves those copies' bytes to their new state in
+  today's rows of every location holding them, in the same transaction, from ``CopyTierUsage`` (what
+  each copy holds, as the last refresh found it): no shard file is read again.
 - **Months.** ``UsageMonthly`` holds each month's daily rows summed. Every function here that writes
   daily rows then rewrites the months they fall in from the daily rows (``_rollup_months``), in the
   same transaction, so a month's row is always exactly the sum of its days.
@@ -28,13 +32,14 @@ shard-file table. The rules, in one place:
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection, transaction
 from django.utils import timezone
 
-from catalog.models import CopyTierUsage, UsageCursor, UsageDaily, UsageMonthly, UsageState
+from catalog.models import CheckpointCopy, CopyTierUsage, UsageCursor, UsageDaily, UsageMonthly, UsageState
 from fleet.choices import DEFAULT_STORAGE_CLASS_TIERS, LocationKind
 from fleet.models import Bucket, StorageLocation
 from fleet.pricebook import GIB, PriceBook, Rule, month_days, utc_today
@@ -321,6 +326,94 @@ def usage_refresh(
             location_id=location.pk, defaults={"day": day, "refreshed_day": day, "refreshed_at": now}
         )
     return day
+
+
+# The states of usage rows that come from a copy's own state (``_refresh_rows``): the ones a verdict moves.
+COPY_STATES = (UsageState.COMPLETE, UsageState.PARTIAL, UsageState.CORRUPT, UsageState.TEMPORARY)
+RESTATE_RUNS = 500  # runs per statement when today's rows of one location are rewritten
+
+
+def copies_restated(copy_ids: Iterable[int], *, today: date | None = None) -> int:
+    """Today's usage rows follow the state of these copies, just changed by a verdict; returns the rows written.
+
+    Call it in the transaction that wrote the verdicts (``catalog.verification.checkpoints_verify``), with
+    the ids of the copies whose ``state`` or ``temporary`` changed; copies at any location, several
+    locations at once. For every location holding one of them, the rows of today (UTC, or the location's
+    last rolled-up day if later) of the runs of those copies are rewritten, by state, from ``CopyTierUsage``
+    joined to the copies' current state, and that month's row is rolled up again. A location behind today
+    is first carried forward, so earlier days keep the state they had. A location never rolled up has no
+    rows to move: its first refresh writes them. Idempotent; a set-based statement or two per location,
+    never a read of shard files. Takes each location's ``UsageCursor`` row lock, in location order.
+    """
+    ids = sorted(set(copy_ids))
+    if not ids:
+        return 0
+    runs_at: dict[int, set[int]] = defaultdict(set)
+    for i in range(0, len(ids), 1000):
+        for location_id, run_id in (
+            CheckpointCopy.objects.filter(pk__in=ids[i : i + 1000])
+            .values_list("location_id", "checkpoint__run_id")
+            .distinct()
+            .order_by()
+        ):
+            runs_at[location_id].add(run_id)
+    today = today or utc_today()
+    written = 0
+    with transaction.atomic():
+        cursors = list(UsageCursor.objects.select_for_update().filter(location_id__in=list(runs_at)).order_by("pk"))
+        if not cursors:
+            return 0
+        locations = StorageLocation.objects.in_bulk([c.location_id for c in cursors])
+        book = PriceBook.load(until=max(today, *(c.day for c in cursors)))
+        for cursor in cursors:
+            location = locations[cursor.location_id]
+            day = max(today, cursor.day)
+            first = day
+            if cursor.day < day:
+                first = cursor.day + timedelta(days=1)
+                _carry(location, cursor.day, _days(first, day), book)
+                UsageCursor.objects.filter(pk=cursor.pk).update(day=day)
+            runs = sorted(runs_at[location.pk])
+            for i in range(0, len(runs), RESTATE_RUNS):
+                written += _restate_rows(
+                    location, day, book.rules(location, day), runs[i : i + RESTATE_RUNS], cursor.refreshed_day != day
+                )
+            _rollup_months([location.pk], first, day)
+    return written
+
+
+def _restate_rows(location: StorageLocation, day: date, rules: tuple[Rule, ...], runs: list[int], carried: bool) -> int:
+    """Rewrite the copy-state rows of ``runs`` at ``location`` on ``day`` from ``CopyTierUsage`` and the copies'
+    current state: the rows ``_refresh_rows`` would write from the files, as they were at the last refresh."""
+    cost, cost_params = cost_sql(rules, day, prefix="g.")
+    runs_in = ", ".join(["%s"] * len(runs))
+    states_in = ", ".join(["%s"] * len(COPY_STATES))
+    state = f"CASE WHEN c.temporary THEN '{UsageState.TEMPORARY}' ELSE c.state END"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {USAGE} WHERE location_id = %s AND day = %s AND run_id IN ({runs_in})"
+            f" AND state IN ({states_in})",
+            [location.pk, _adapt(day), *runs, *COPY_STATES],
+        )
+        cursor.execute(
+            f"""
+            INSERT INTO {USAGE} ({_COLUMNS})
+            SELECT %s, %s, r.team_id, g.run_id, COALESCE(r.status, ''), g.tier, g.storage_class, g.state,
+                   g.bytes, g.files, {cost}, %s
+            FROM (
+                SELECT k.run_id AS run_id, u.tier AS tier, u.storage_class AS storage_class, {state} AS state,
+                       SUM(u.bytes) AS bytes, SUM(u.files) AS files
+                FROM {COPY_USAGE} u
+                JOIN catalog_checkpointcopy c ON c.id = u.copy_id
+                JOIN catalog_checkpoint k ON k.id = c.checkpoint_id
+                WHERE u.location_id = %s AND k.run_id IN ({runs_in})
+                GROUP BY 1, 2, 3, 4
+            ) g
+            LEFT JOIN catalog_run r ON r.id = g.run_id
+            """,
+            [_adapt(day), location.pk, *cost_params, carried, location.pk, *runs],
+        )
+        return cursor.rowcount
 
 
 def usage_carry_forward(*, location_id: int, through: date) -> int:
