@@ -81,7 +81,15 @@ def test_the_demo_with_an_s3_endpoint_holds_bucket_copies_of_the_same_runs_good_
         (c.location.name, c.path): (c.state, c.verification, c.temporary)
         for c in CheckpointCopy.objects.filter(gone_at__isnull=True).select_related("location")
     }
+    # Written after the hosts' checksums were taken: the source's checksum says the bucket copy is wrong.
     assert found[("s3:ckpt-demo-eu", "llm/llama-tiny/step-100")] == ("corrupt", "mismatch", False)
+    settled = CheckpointCopy.objects.get(location__name="s3:ckpt-demo-eu", path="llm/llama-tiny/step-100")
+    assert settled.verification_basis == "source"
+    # Two host copies of gpt2-tiny's export, one with a flipped bit, and nothing to tell which: disputed.
+    for host in ("gpu-b07:nvme0", "lustre-gw1:lustre"):
+        assert found[(host, "nlp/gpt2-tiny")] == ("complete", "disputed", False)
+    # The bucket uploaded with boto3's default CRC32 is verified against the hosts' CRC32s.
+    assert found[("s3:ckpt-demo-us", "vision/vit-jax/500")] == ("complete", "verified", False)
     assert found[("gpu-a01:nvme0", "llm/llama-tiny/step-100")] == ("complete", "verified", False)
     assert found[("s3:ckpt-demo-us", "nlp/gpt2-tiny/checkpoint-100")] == ("complete", "verified", False)
     assert found[("s3:ckpt-demo-eu", "llm/llama-tiny/step-500")][2] is True  # an interrupted save's left-overs

@@ -7,13 +7,15 @@
 The checkpoint trees are copies of the fixtures under tests/fixtures/trees/, written by the real
 libraries (torch.distributed.checkpoint, huggingface_hub, ...), spread over several hosts and
 broken the way real ones break: a rank that never finished writing, a truncated safetensors shard,
-an interrupted save's temporary directory, a missing DeepSpeed data-parallel rank. Each host's
-roots are walked by the real agent code, with sha256 checksums, and ingested through the same
-service as an upload.
+an interrupted save's temporary directory, a missing DeepSpeed data-parallel rank, a flipped bit in
+one of the two host copies of an export (disputed: nothing says which copy is right). Each host's
+roots are walked by the real agent code, with checksums (sha256, CRC32 and block CRCs), and ingested
+through the same service as an upload.
 
 With an S3 endpoint (``make demo`` starts moto's server on 127.0.0.1), two buckets in two regions
-hold copies of the same runs, uploaded with SHA256 checksums the way a copy job would: copies that
-agree with the hosts' (verified), one with a flipped byte (checksums disagree: corrupt), objects in
+hold copies of the same runs, uploaded the way a copy job would (one with SHA256 checksums, one with
+boto3's default CRC32): copies that agree with the hosts' (verified), one with a flipped byte, written
+after the hosts' checksums were taken (so the source's checksum settles it: that copy is corrupt), objects in
 archive storage classes, files of no checkpoint, an interrupted save's temporary directory and an
 incomplete multipart upload. They are registered with ``fleet.scan.bucket_add`` and scanned
 through ``scan_start`` and ``scan_run``, as a worker would. An endpoint that forgets everything on
@@ -118,6 +120,13 @@ def _break_things(host: str, root: Path) -> None:
         tmp = run / "step-400"
         shutil.copytree(src, tmp)
         (tmp / ".metadata").rename(tmp / ".metadata.tmp")
+    if host == "gpu-b07":
+        # A bit flipped in tensor data of the final export on one of its two hosts: the header still reads
+        # right, both copies are complete, and nothing independent says which is right: disputed.
+        shard = root / "nlp" / "gpt2-tiny" / "model-00001-of-00002.safetensors"
+        if shard.exists():
+            data = shard.read_bytes()
+            shard.write_bytes(_flip(data))
     if host == "lustre-gw1":
         nlp = root / "nlp" / "gpt2-tiny"
         shards = sorted(nlp.glob("checkpoint-*/model-*.safetensors"))
@@ -153,6 +162,9 @@ class DemoBucket:
     extra: tuple[tuple[str, str], ...] = ()  # (path, fixture file) copies, e.g. an interrupted save
     orphans: tuple[tuple[str, int], ...] = ()  # (path, size) of files that belong to no checkpoint
     multipart: tuple[str, ...] = ()  # paths of uploads started and never completed
+    exclude: tuple[str, ...] = ()  # globs of fixture paths the copy job left out
+    # The checksum asked for on upload: "" is boto3's default (CRC32 since boto3 1.36), as most copy jobs get.
+    checksum: str = "SHA256"
 
 
 DEMO_BUCKETS = (
@@ -184,6 +196,9 @@ DEMO_BUCKETS = (
         prefix="",
         # The runs of lustre-gw1 and gpu-b07, older steps tiered down to archive classes.
         trees=(("pfs", ""), ("bucket", "")),
+        # gpt2-tiny's final export stays on the hosts only: two copies, one damaged, nothing to tell which.
+        exclude=("nlp/gpt2-tiny/model*", "nlp/gpt2-tiny/config.json"),
+        checksum="",
         classes=(
             ("speech/ds-tiny/global_step100/*", "DEEP_ARCHIVE"),
             ("llm/gpt-megatron/iter_0000200/*", "GLACIER"),
@@ -252,6 +267,8 @@ class DemoS3:
                     rel = (
                         (Path(dest) / file.relative_to(root)).as_posix() if dest else file.relative_to(root).as_posix()
                     )
+                    if any(fnmatch.fnmatch(rel, pattern) for pattern in demo.exclude):
+                        continue
                     body = file.read_bytes()
                     if rel in demo.flipped:
                         body = _flip(body)
@@ -287,9 +304,8 @@ class DemoS3:
         for key, body, storage_class in self.objects(demo):
             if key in present:
                 continue  # already there: rewriting it would change its LastModified and the next scan
-            client.put_object(
-                Bucket=demo.bucket, Key=key, Body=body, StorageClass=storage_class, ChecksumAlgorithm="SHA256"
-            )
+            extra = {"ChecksumAlgorithm": demo.checksum} if demo.checksum else {}
+            client.put_object(Bucket=demo.bucket, Key=key, Body=body, StorageClass=storage_class, **extra)
             written += 1
         started = 0
         for rel in demo.multipart:
