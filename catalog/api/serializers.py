@@ -6,12 +6,60 @@ from rest_framework import serializers
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from catalog.selectors import OrphanKind
 from catalog.verification import failure_domain, summarize
+from fleet.choices import Tier
+
+
+class TierShareSerializer(serializers.Serializer):
+    tier = serializers.CharField()
+    storage_class = serializers.CharField(help_text="Empty: the tier's default (a host's drives, a mount).")
+    bytes = serializers.IntegerField()
+    files = serializers.IntegerField()
+
+
+def copy_tiers(copy: CheckpointCopy) -> list[dict]:
+    """The copy's bytes per tier and storage class, coldest first.
+
+    From ``CopyTierUsage`` (prefetch ``tier_usage``), which holds each file's own tier: the storage class
+    a scan found mapped through the bucket's tier map (``Bucket.tier_of``), else the location's tier. A copy
+    not rolled up yet is the whole copy at its location's tier, as the recovery view takes it.
+    """
+    rows = [
+        {"tier": u.tier, "storage_class": u.storage_class, "bytes": u.bytes, "files": u.files}
+        for u in copy.tier_usage.all()
+    ]
+    if not rows:
+        rows = [{"tier": copy.location.tier, "storage_class": "", "bytes": copy.bytes, "files": copy.file_count}]
+    order = {tier: i for i, tier in enumerate(Tier.values)}
+    rows.sort(key=lambda r: (-order.get(r["tier"], len(order)), -r["bytes"], r["storage_class"]))
+    return rows
 
 
 class CopySerializer(serializers.ModelSerializer):
     location = serializers.CharField(source="location.name")
-    tier = serializers.CharField(source="location.tier")
+    location_tier = serializers.CharField(
+        source="location.tier", help_text="The location's tier: where a host's files or unmapped classes sit."
+    )
+    tier = serializers.SerializerMethodField(
+        help_text="The coldest tier holding any of the copy's bytes, from its files' storage classes: what a "
+        "restore waits for. `tiers` has every tier and storage class with its bytes."
+    )
+    storage_class = serializers.SerializerMethodField(
+        help_text="The storage class of those bytes (the one with the most bytes in that tier); empty on a host."
+    )
+    tiers = serializers.SerializerMethodField()
     failure_domain = serializers.SerializerMethodField()
+
+    @extend_schema_field(serializers.ChoiceField(choices=Tier.choices))
+    def get_tier(self, copy: CheckpointCopy) -> str:
+        return copy_tiers(copy)[0]["tier"]
+
+    @extend_schema_field(serializers.CharField())
+    def get_storage_class(self, copy: CheckpointCopy) -> str:
+        return copy_tiers(copy)[0]["storage_class"]
+
+    @extend_schema_field(TierShareSerializer(many=True))
+    def get_tiers(self, copy: CheckpointCopy) -> list[dict]:
+        return copy_tiers(copy)
 
     @extend_schema_field(serializers.CharField())
     def get_failure_domain(self, copy: CheckpointCopy) -> str:
@@ -22,7 +70,10 @@ class CopySerializer(serializers.ModelSerializer):
         fields = [
             "id",
             "location",
+            "location_tier",
             "tier",
+            "storage_class",
+            "tiers",
             "path",
             "format",
             "state",
@@ -30,6 +81,8 @@ class CopySerializer(serializers.ModelSerializer):
             "temporary",
             "verification",
             "verification_reasons",
+            "verification_basis",
+            "verified_at",
             "failure_domain",
             "file_count",
             "bytes",
@@ -38,6 +91,14 @@ class CopySerializer(serializers.ModelSerializer):
             "newest_mtime",
             "judged_at",
         ]
+        extra_kwargs = {
+            "verification": {"help_text": "disputed: copies disagree and nothing independent says which is right."},
+            "verification_basis": {
+                "help_text": "What decided the verification, strongest first: manifest (a checksum written at save "
+                "time), source (the source's checksum from before the copy), format (the format's own checks), "
+                "majority (of three or more copies), peers (the other copies agree); empty: nothing yet."
+            },
+        }
 
 
 class CheckpointSerializer(serializers.ModelSerializer):
@@ -113,13 +174,6 @@ class OrphanGroupSerializer(serializers.Serializer):
 
 
 # --- placement ------------------------------------------------------------------------------------
-
-
-class TierShareSerializer(serializers.Serializer):
-    tier = serializers.CharField()
-    storage_class = serializers.CharField(help_text="Empty: the tier's default (a host's drives, a mount).")
-    bytes = serializers.IntegerField()
-    files = serializers.IntegerField()
 
 
 class PlacedCopySerializer(serializers.Serializer):

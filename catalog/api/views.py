@@ -204,7 +204,11 @@ class CheckpointViewSet(viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         # Left-overs of interrupted saves are orphans (/api/v1/orphans/), not copies, and a checkpoint that has
         # nothing else is not listed.
-        copies = selectors.present_copies(temporary=False).select_related("location", "location__host")
+        copies = (
+            selectors.present_copies(temporary=False)
+            .select_related("location", "location__host")
+            .prefetch_related("tier_usage")
+        )
         checkpoints = restrict_runs(Checkpoint.objects.all(), self.request.user, run_path="run__")
         checkpoints = checkpoints.filter(
             Exists(CheckpointCopy.objects.filter(checkpoint=OuterRef("pk"), temporary=False))
