@@ -84,7 +84,6 @@ import argparse
 import base64
 import builtins
 import collections
-import concurrent.futures
 import contextlib
 import dataclasses
 import errno
@@ -95,6 +94,7 @@ import io
 import json
 import os
 import pickle
+import queue
 import re
 import socket
 import sqlite3
@@ -1181,14 +1181,32 @@ class _Throttle:
 
 
 _local = threading.local()
-_crc_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_crc_jobs: queue.SimpleQueue | None = None
+_crc_jobs_lock = threading.Lock()
 
 
-def _crc_worker() -> concurrent.futures.ThreadPoolExecutor:
-    global _crc_pool
-    if _crc_pool is None:
-        _crc_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ckptfleet-crc")
-    return _crc_pool
+def _crc_worker() -> queue.SimpleQueue:
+    """The queue of the CRC worker thread (started on first use): it runs ``(feed, view, done)`` jobs in
+    order and puts None, or the exception ``feed`` raised, on ``done``. Two C-level queue operations a
+    buffer, where an executor's futures cost several locks: the hand-off is paid every MiB."""
+    global _crc_jobs
+    with _crc_jobs_lock:
+        if _crc_jobs is None:
+            jobs: queue.SimpleQueue = queue.SimpleQueue()
+            threading.Thread(target=_run_crc_jobs, args=(jobs,), name="ckptfleet-crc", daemon=True).start()
+            _crc_jobs = jobs
+    return _crc_jobs
+
+
+def _run_crc_jobs(jobs: queue.SimpleQueue) -> None:
+    while True:
+        feed, view, done = jobs.get()
+        try:
+            feed(view)
+        except BaseException as exc:  # handed to the reading thread, which raises it
+            done.put(exc)
+        else:
+            done.put(None)
 
 
 def _buffers() -> list[bytearray]:
@@ -1217,29 +1235,36 @@ def checksum_file(
         sha.update(data)
         crcs.feed(memoryview(data))
     else:
-        worker = _crc_worker()
+        jobs = _crc_worker()
+        done: queue.SimpleQueue = queue.SimpleQueue()
         free = list(_buffers())
-        pending: collections.deque[tuple[concurrent.futures.Future, bytearray]] = collections.deque()
+        pending: collections.deque[bytearray] = collections.deque()  # handed to the worker, oldest first
+        failure: BaseException | None = None
         try:
             while True:
                 if not free:
-                    job, buffer = pending.popleft()
-                    job.result()
-                    free.append(buffer)
+                    failure = done.get()
+                    free.append(pending.popleft())
+                    if failure is not None:
+                        raise failure
                 buffer = free.pop()
                 n = f.readinto(buffer)
                 if not n:
                     break
                 view = memoryview(buffer)[:n]
-                pending.append((worker.submit(crcs.feed, view), buffer))
+                jobs.put((crcs.feed, view, done))
+                pending.append(buffer)
                 sha.update(view)
                 if throttle is not None:
                     throttle.pace(n)
-            for job, _ in pending:
-                job.result()
         finally:
             # Never leave while the worker may still read a buffer the next file will fill.
-            concurrent.futures.wait([job for job, _ in pending])
+            while pending:
+                outcome = done.get()
+                failure = failure or outcome
+                pending.popleft()
+        if failure is not None:
+            raise failure
     checksums, verdict = crcs.result()
     return FileChecksums(sha.hexdigest(), checksums, verdict, round(time.time(), 3))
 

@@ -220,6 +220,27 @@ def test_the_crcs_come_from_the_same_single_read_as_sha256(tmp_path, monkeypatch
     assert len(reads) == 1  # a .distcp has no facts: the one open is the checksum pass
 
 
+def test_a_failure_on_the_crc_worker_is_raised_by_the_reading_thread_which_then_goes_on(tmp_path, monkeypatch):
+    data = os.urandom(6 * MIB)
+    path = write(tmp_path / "a.distcp", data)
+    real = agent._CrcPass.feed
+    calls: list[int] = []
+
+    def feed(self, view):
+        calls.append(len(view))
+        if len(calls) == 2:
+            raise MemoryError("worker trouble")
+        return real(self, view)
+
+    monkeypatch.setattr(agent._CrcPass, "feed", feed)
+    with open(path, "rb", buffering=0) as f, pytest.raises(MemoryError, match="worker trouble"):
+        agent.checksum_file(f, len(data))
+    with open(path, "rb", buffering=0) as f:
+        sums = agent.checksum_file(f, len(data))
+    assert sums.checksums["crc32"] == be(zlib.crc32(data)).hex()
+    assert sums.sha256 == hashlib.sha256(data).hexdigest()
+
+
 def test_dry_run_with_checksums_says_once_which_algorithms_it_computes(tmp_path, capsys):
     for name in ("one", "two"):
         write(tmp_path / name / "x.bin", b"x" * 10)
