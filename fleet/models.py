@@ -131,6 +131,14 @@ class Bucket(models.Model):
     )
     versioning = models.CharField(max_length=16, blank=True, help_text="As the store last reported it.")
     object_lock = models.BooleanField(default=False, help_text="Object Lock enabled, as last reported.")
+    # Bit rot and a store's own repairs do not change an ETag: only a HEAD of every object now and then
+    # sees a checksum that changed or went, and refreshes when each one was last confirmed.
+    recheck_days = models.PositiveSmallIntegerField(
+        default=7, help_text="HEAD every object again when the last full pass is this many days old; 0: never."
+    )
+    rechecked_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the scan that HEADed every object (the last full pass) was applied."
+    )
 
     class Meta:
         ordering = ["location__name"]

@@ -37,6 +37,12 @@ bucket with Object Lock every object is HEADed on every listing, while listing, 
 can change without the object changing and belongs in the snapshot (S3 Inventory reports carry the
 lock state instead).
 
+A HEAD keeps every checksum the store has (``fleet.s3.stored_digests``: full CRCs and SHAs, a
+multipart object's composite with its part count and part size, a true content MD5) in
+``ShardFile.digests``, with when it was HEADed and when the store computed them. Bit rot and a
+store's own repairs change no ETag, so every ``Bucket.recheck_days`` a scan is a recheck: its
+checksum phase HEADs every present object, not only what it added or changed (``recheck_due``).
+
 In a versioned bucket the non-current versions and delete markers are listed too
 (``ListObjectVersions``) and recorded as ``ObjectVersion`` rows: bytes that are billed though no
 listing of objects shows them.
@@ -70,11 +76,13 @@ from urllib.parse import unquote_plus, urlsplit
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import F, OuterRef, Q, Subquery, Sum
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from catalog.audit import audit_record
 from catalog.choices import ActorKind, EventSource
+from catalog.digests import dumps as digests_dumps
 from catalog.formats.base import FileEntry
 from catalog.models import ShardFile, Team
 from ckptfleet.errors import DomainError
@@ -108,6 +116,7 @@ HEAD_STALLED = timedelta(minutes=30)  # a scan's chunks with no progress this lo
 PARALLEL_MIN_PREFIXES = 2  # top-level prefixes in the probe that make a big bucket worth listing in parallel
 SKIPPED_EXAMPLES = 5
 PREVIOUS_BATCH = 500
+MAX_RECHECK_DAYS = 3650
 # Files of a first scan recognised while the listing goes on, kept (with their verdicts) until the apply;
 # the run directories beyond this are recognised at the apply, from the staged rows. Bounds the memory.
 PREJUDGE_MAX_FILES = 250_000
@@ -185,6 +194,7 @@ def bucket_add(
     region: str = "",
     scan_every_minutes: int = 60,
     fetch_checksums: bool = True,
+    recheck_days: int = 7,
     inventory_report_uri: str = "",
     actor: Actor,
 ) -> Bucket:
@@ -192,7 +202,8 @@ def bucket_add(
 
     ``credentials`` is a reference resolved by the workers (see ``fleet.s3``), never a secret.
     ``tier`` is the location's tier for storage classes the mapping does not know; ``region``
-    (the failure domain) defaults to the bucket's region. Two registrations of one bucket whose
+    (the failure domain) defaults to the bucket's region. ``recheck_days``: every object is HEADed
+    again when the last full pass is that old (0: never). Two registrations of one bucket whose
     prefixes overlap are refused: their objects would be counted twice.
     """
     if not _BUCKET_NAME.match(bucket_name or "") or ".." in bucket_name:
@@ -212,6 +223,7 @@ def bucket_add(
     tiers = _check_tier_map(storage_class_tiers)
     if not isinstance(scan_every_minutes, int) or not (scan_every_minutes == 0 or scan_every_minutes >= 5):
         raise DomainError("scan every 0 minutes (only on demand) or every 5 minutes or more")
+    _check_recheck_days(recheck_days)
     if inventory_report_uri:
         try:
             report_bucket, report_prefix = s3.parse_uri(inventory_report_uri)
@@ -251,6 +263,7 @@ def bucket_add(
             storage_class_tiers=tiers,
             scan_every_minutes=scan_every_minutes,
             fetch_checksums=fetch_checksums,
+            recheck_days=recheck_days,
             inventory_report_uri=inventory_report_uri,
         )
         audit_record(
@@ -272,9 +285,44 @@ def bucket_add(
                 "storage_class_tiers": tiers,
                 "scan_every_minutes": scan_every_minutes,
                 "fetch_checksums": fetch_checksums,
+                "recheck_days": recheck_days,
                 "inventory_report_uri": inventory_report_uri,
             },
         )
+    return bucket
+
+
+def _check_recheck_days(days: object) -> None:
+    if isinstance(days, bool) or not isinstance(days, int) or not 0 <= days <= MAX_RECHECK_DAYS:
+        raise DomainError(f"recheck every 0 days (never) to {MAX_RECHECK_DAYS:,} days, not {days!r}")
+
+
+def bucket_set(*, location: StorageLocation, recheck_days: int, actor: Actor) -> Bucket:
+    """Change how often every object of a bucket is HEADed again for its checksums (0: never), audited.
+
+    The next scan is a recheck when the last full pass is older than the new setting.
+    """
+    _check_recheck_days(recheck_days)
+    with transaction.atomic():
+        bucket = Bucket.objects.select_for_update().filter(location_id=location.pk).first()
+        if bucket is None:
+            raise DomainError(f"{location.name} is not a bucket", code="not_a_bucket")
+        before = bucket.recheck_days
+        if before != recheck_days:
+            bucket.recheck_days = recheck_days
+            bucket.save(update_fields=["recheck_days"])
+            audit_record(
+                actor_kind=actor.kind,
+                actor=actor.user,
+                actor_label=actor.label,
+                source=actor.source,
+                action="bucket.set",
+                target_type="location",
+                target_id=location.pk,
+                target_label=location.name,
+                before={"recheck_days": before},
+                after={"recheck_days": recheck_days},
+            )
     return bucket
 
 
@@ -442,6 +490,7 @@ class _Previous:
     version_id: str
     legal_hold: bool | None
     retain_until: datetime | None
+    digests: dict | None
 
 
 @dataclass(slots=True)
@@ -534,7 +583,7 @@ class _Files:
     about half the memory of their ``FileEntry`` values, which are made again for the apply. A manifest's
     facts (a DCP ``.metadata`` names every rank's file) served recognition and are not kept."""
 
-    __slots__ = ("checksums", "mtimes", "paths", "sizes")
+    __slots__ = ("checksums", "digests", "mtimes", "paths", "sizes")
 
     def __init__(self, entries: list[FileEntry]) -> None:
         self.paths = [e.path for e in entries]
@@ -543,14 +592,15 @@ class _Files:
         self.checksums = {
             i: (e.checksum, e.checksum_algo) for i, e in enumerate(entries) if e.checksum or e.checksum_algo
         }
+        self.digests = {i: e.digests for i, e in enumerate(entries) if e.digests}
 
     def __len__(self) -> int:
         return len(self.paths)
 
     def entries(self) -> list[FileEntry]:
-        sums = self.checksums
+        sums, digests = self.checksums, self.digests
         return [
-            FileEntry(path, size, mtime, None, *sums.get(i, (None, None)))
+            FileEntry(path, size, mtime, None, *sums.get(i, (None, None)), digests.get(i))
             for i, (path, size, mtime) in enumerate(zip(self.paths, self.sizes, self.mtimes, strict=True))
         ]
 
@@ -635,6 +685,7 @@ class _PreJudge:
                 facts=json.loads(row.facts) if row.facts else None,
                 checksum=row.checksum or None,
                 checksum_algo=row.checksum_algo or None,
+                digests=row.digests,
             )
         )
 
@@ -832,6 +883,7 @@ class _Scanner:
         self.gets = 0
         self.heads = 0
         self.head_all = False  # an Object Lock bucket listed without lock state: HEAD every object
+        self.recheck = False  # a full pass: every object HEADed again, not only what this scan added or changed
         self.lock_listed = False  # the Object Lock state came with the objects (an S3 Inventory report)
         self.known_paths = False  # whether the location has any shard-file rows to reuse facts from
         self.versions: list[s3.VersionInfo] | None = None
@@ -856,6 +908,7 @@ class _Scanner:
             "Suspended",
         )
         self.lock_enabled = bool(self.object_lock if self.object_lock is not None else self.bucket.object_lock)
+        self.recheck = recheck_due(self.bucket, timezone.now())
         self.known_paths = ShardFile.objects.filter(location_id=self.location.pk).exists()
         if self.report:
             taken, pages = self._report_pages()
@@ -1062,6 +1115,7 @@ class _Scanner:
             "version_id",
             "legal_hold",
             "retain_until",
+            "digests",
         )
         here = ShardFile.objects.filter(location_id=self.location.pk)
         if all(a < b for a, b in itertools.pairwise(paths)):
@@ -1110,13 +1164,19 @@ class _Scanner:
         checksum = algo = version_id = ""
         legal_hold: bool | None = None
         retain_until: datetime | None = None
+        digests: dict | None = None
         if prev is not None:
             # Unchanged since the last scan: what was learnt then still holds.
             checksum, algo, version_id = prev.checksum, prev.checksum_algo, prev.version_id
             legal_hold, retain_until = prev.legal_hold, prev.retain_until
+            digests = prev.digests
         if info is not None:
             if info.checksum or prev is None:
                 checksum, algo = info.checksum, info.checksum_algo
+            if (info.digests or prev is None) and (self.recheck or not _same_digests(info.digests, digests)):
+                # An Object Lock bucket is HEADed on every listing: the time of the HEAD alone is news
+                # only on a recheck, so an unchanged object's row stays as it was in between.
+                digests = info.digests
             version_id = info.version_id or version_id
             legal_hold, retain_until = info.legal_hold, info.retain_until
         if obj.lock_known:
@@ -1136,6 +1196,7 @@ class _Scanner:
             version_id=version_id[:1024],
             legal_hold=legal_hold,
             retain_until=retain_until,
+            digests=digests_dumps(digests),
         )
 
     # -- after the snapshot is applied: stored checksums, versions and lock state
@@ -1335,6 +1396,8 @@ class _Scanner:
                     state["versioning"] = self.versioning
                 if self.object_lock is not None:
                     state["object_lock"] = self.object_lock
+                if self.recheck:
+                    state["rechecked_at"] = now
                 if state:
                     Bucket.objects.filter(pk=self.bucket.pk).update(**state)
                 notes = self.notes.text()
@@ -1349,18 +1412,18 @@ class _Scanner:
     def _plan_heads(self, inventory: Inventory) -> None:
         """Split what this scan added or changed into HEAD chunks, in the transaction that applies it.
 
-        The chunks are rows, so a worker lost between the commit and the queueing loses no work: the
-        sweep queues them again (``head_chunks_resend``). Keys go in path order, so a checkpoint's
-        files mostly share a chunk and are verified again together.
+        On a recheck (``recheck_due``) every present object goes into the chunks, so that a checksum
+        that changed or went without the ETag changing is seen and when each was last confirmed is
+        refreshed. The chunks are rows, so a worker lost between the commit and the queueing loses no
+        work: the sweep queues them again (``head_chunks_resend``). Keys go in path order, so a
+        checkpoint's files mostly share a chunk and are verified again together.
         """
         if self.head_all or not (self.bucket.fetch_checksums or self.versioned):
             return  # nothing to fetch, or everything was HEADed while listing (an Object Lock bucket)
-        rows = (
-            ShardFile.objects.filter(location_id=self.location.pk, gone_at__isnull=True, changed_by_id=inventory.pk)
-            .exclude(etag="")
-            .order_by("path")
-            .values_list("path", "etag")
-        )
+        rows = ShardFile.objects.filter(location_id=self.location.pk, gone_at__isnull=True)
+        if not self.recheck:
+            rows = rows.filter(changed_by_id=inventory.pk)
+        rows = rows.exclude(etag="").order_by("path").values_list("path", "etag")
         # A lock bucket's state came with the listing (HEADed) or its report, and belongs to the snapshot.
         write_lock_state = not (self.lock_enabled or self.lock_listed)
         chunks: list[HeadChunk] = []
@@ -1629,7 +1692,7 @@ def _chunk_end(
 
     state = HeadChunkState.FAILED if gave_up else HeadChunkState.DONE
     failed = chunk.size if gave_up else failed
-    fields = ["checksum", "checksum_algo", "version_id", "legal_hold", "retain_until"]
+    fields = ["checksum", "checksum_algo", "version_id", "legal_hold", "retain_until", "digests"]
     with transaction.atomic():
         # The ingest's lock: a scan or inventory applying at this location waits, and is waited for.
         location = StorageLocation.objects.select_for_update().filter(pk=chunk.location_id).first()
@@ -1660,11 +1723,15 @@ def _chunk_end(
                     "version_id": (info.version_id or row.version_id)[:1024],
                     "legal_hold": info.legal_hold if chunk.write_lock_state else row.legal_hold,
                     "retain_until": info.retain_until if chunk.write_lock_state else row.retain_until,
+                    # What the store says now, the time of this HEAD included (a recheck refreshes it).
+                    "digests": info.digests or row.digests,
                 }
                 if any(getattr(row, k) != v for k, v in values.items()):
                     for k, v in values.items():
                         setattr(row, k, v)
                     changed.append(row)
+        for row in changed:
+            row.digests = _json_text(row.digests)
         ShardFile.objects.bulk_update(changed, fields, batch_size=1000)
         copy_ids = {row.copy_id for row in changed if row.copy_id}
         copies = 0
@@ -1678,6 +1745,32 @@ def _chunk_end(
         if not HeadChunk.objects.filter(inventory_id=chunk.inventory_id, state=HeadChunkState.PENDING).exists():
             _checksums_finished(chunk.inventory_id, location, now)
     return state
+
+
+def _json_text(digests: dict | None) -> Any:
+    """Digests written as the canonical text the ingest stages (``catalog.digests.dumps``): on SQLite the
+    merge compares the stored text, which must not differ from an unchanged object's staged text."""
+    text = digests_dumps(digests)
+    if text is None:
+        return RawSQL("NULL", ())
+    cast = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
+    return RawSQL(cast, (text,))  # noqa: S611 - the text is a parameter
+
+
+def _same_digests(a: dict | None, b: dict | None) -> bool:
+    """The same checksums, whenever they were HEADed."""
+    return {k: v for k, v in (a or {}).items() if k != "at"} == {k: v for k, v in (b or {}).items() if k != "at"}
+
+
+def recheck_due(bucket: Bucket, now: datetime) -> bool:
+    """Whether a scan of this bucket now is a recheck: every object HEADed again (``Bucket.recheck_days``).
+
+    Only where checksums are fetched at all; the first scan of a bucket (or the first since this
+    setting came) is one, which for a new bucket is no more than it would HEAD anyway.
+    """
+    if not bucket.fetch_checksums or not bucket.recheck_days:
+        return False
+    return bucket.rechecked_at is None or bucket.rechecked_at <= now - timedelta(days=bucket.recheck_days)
 
 
 def _batches(values: list, size: int) -> Iterator[list]:

@@ -3,6 +3,7 @@
     manage.py fleet_bucket add ckpt-eu --bucket ckpt-eu --prefix fleet/ --region eu-west-1 \\
         --credentials file:ckpt-eu-ro --tier-map GLACIER_IR=archive_instant --site aws-euw1 --every 60
     manage.py fleet_bucket add minio-lab --bucket lab --endpoint-url http://minio:9000 --addressing-style path
+    manage.py fleet_bucket set ckpt-eu --recheck-days 30
     manage.py fleet_bucket scan ckpt-eu --wait
     manage.py fleet_bucket list
 
@@ -20,7 +21,7 @@ from catalog.models import Team
 from ckptfleet.errors import DomainError
 from fleet.choices import AddressingStyle, InventoryStatus, Tier
 from fleet.models import Bucket, Inventory, StorageLocation
-from fleet.scan import bucket_add, scan_start
+from fleet.scan import bucket_add, bucket_set, scan_start
 from fleet.services import Actor
 
 
@@ -29,6 +30,20 @@ def _tier_pair(text: str) -> tuple[str, str]:
     if not sep or not storage_class or not tier:
         raise CommandError(f"--tier-map takes CLASS=TIER (e.g. GLACIER_IR=archive_instant), not {text!r}")
     return storage_class.strip().upper(), tier.strip()
+
+
+RECHECK_HELP = "HEAD every object again for its checksums when the last full pass is this old; 0: never (default 7)"
+
+
+def _recheck(bucket: Bucket) -> str:
+    """How often every object is HEADed again, and when it last was."""
+    if not bucket.fetch_checksums:
+        return "no checksums fetched"
+    if not bucket.recheck_days:
+        return "never rechecked"
+    last = f"last {bucket.rechecked_at:%Y-%m-%d %H:%M}" if bucket.rechecked_at else "never yet"
+    days = "day" if bucket.recheck_days == 1 else f"{bucket.recheck_days} days"
+    return f"rechecked every {days} ({last})"
 
 
 class Command(BaseCommand):
@@ -60,7 +75,11 @@ class Command(BaseCommand):
         add.add_argument("--region-domain", default="", help="failure domain: region (default: --region)")
         add.add_argument("--every", type=int, default=60, metavar="MINUTES", help="scan interval; 0: on demand only")
         add.add_argument("--no-checksums", action="store_true", help="do not HEAD new objects for their checksums")
+        add.add_argument("--recheck-days", type=int, default=7, metavar="DAYS", help=RECHECK_HELP)
         add.add_argument("--inventory-report", default="", metavar="S3_URI", help="s3://bucket/prefix of S3 Inventory")
+        change = sub.add_parser("set", help="change a registered bucket's settings")
+        change.add_argument("name", help="the location's name")
+        change.add_argument("--recheck-days", type=int, required=True, metavar="DAYS", help=RECHECK_HELP)
         scan = sub.add_parser("scan", help="scan a bucket now")
         scan.add_argument("name")
         scan.add_argument("--wait", action="store_true", help="wait until the scan is applied or failed")
@@ -72,6 +91,8 @@ class Command(BaseCommand):
         try:
             if opts["action"] == "add":
                 self._add(opts, actor)
+            elif opts["action"] == "set":
+                self._set(opts, actor)
             elif opts["action"] == "scan":
                 self._scan(opts, actor)
             elif opts["action"] == "list":
@@ -99,11 +120,19 @@ class Command(BaseCommand):
             region=opts["region_domain"],
             scan_every_minutes=opts["every"],
             fetch_checksums=not opts["no_checksums"],
+            recheck_days=opts["recheck_days"],
             inventory_report_uri=opts["inventory_report"],
             actor=actor,
         )
         every = f"every {bucket.scan_every_minutes} min" if bucket.scan_every_minutes else "on demand only"
-        self.stdout.write(f"registered {bucket} as {bucket.location.name} ({every})")
+        self.stdout.write(f"registered {bucket} as {bucket.location.name} ({every}, {_recheck(bucket)})")
+
+    def _set(self, opts, actor: Actor) -> None:
+        location = StorageLocation.objects.filter(name=opts["name"]).first()
+        if location is None:
+            raise CommandError(f"no storage location named {opts['name']!r}; see `fleet_bucket list`")
+        bucket = bucket_set(location=location, recheck_days=opts["recheck_days"], actor=actor)
+        self.stdout.write(f"{location.name}: {_recheck(bucket)}")
 
     def _scan(self, opts, actor: Actor) -> None:
         location = StorageLocation.objects.filter(name=opts["name"]).first()
@@ -143,5 +172,6 @@ class Command(BaseCommand):
             every = f"every {bucket.scan_every_minutes} min" if bucket.scan_every_minutes else "on demand"
             where = f" at {bucket.endpoint_url}" if bucket.endpoint_url else ""
             self.stdout.write(
-                f"{loc.name}  {bucket}{where}  {every}  credentials {bucket.credentials}  {state or 'never scanned'}"
+                f"{loc.name}  {bucket}{where}  {every}  {_recheck(bucket)}  credentials {bucket.credentials}  "
+                f"{state or 'never scanned'}"
             )
