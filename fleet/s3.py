@@ -655,30 +655,37 @@ def stored_digests(answer: dict[str, Any], *, now: float) -> dict[str, Any]:
     return out
 
 
-def _part_size(client: Any, bucket: str, key: str, etag: str, size: int, composite: dict[str, Any]) -> None:
+def _part_size(client: Any, bucket: str, key: str, answer: dict[str, Any], composite: dict[str, Any]) -> None:
     """Fill a composite's ``part_size`` (and ``parts`` when unknown) from a HEAD of part 1; left 0 when refused.
 
     Every part but the last has the size of part 1, as boto3, the aws CLI, s5cmd and rclone upload; a
     part 1 that cannot be such a layout's (too small or too big for the part count) is no part size.
     S3's GetObjectAttributes(ObjectParts) would list every part's size, but moto does not implement
-    it; HEAD with PartNumber works on both.
+    it; HEAD with PartNumber works on both. Not conditional on the ETag: moto compares If-Match with
+    the part's own ETag, which it also answers with. The version HEADed is asked for where there is
+    one; elsewhere an answer with another multipart ETag (S3 answers with the object's) is another
+    object's, and a rewrite in between is seen by the next scan as a change, HEADed again.
     """
+    size = int(answer.get("ContentLength") or 0)
     parts = composite["parts"]
     if parts == 1:
         composite["part_size"] = size
         return
     kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "PartNumber": 1}
-    if etag:
-        kwargs["IfMatch"] = f'"{_etag(etag)}"'
+    if answer.get("VersionId") and answer.get("VersionId") != "null":
+        kwargs["VersionId"] = answer["VersionId"]
     try:
-        answer = client.head_object(**kwargs)
+        part = client.head_object(**kwargs)
     except (ClientError, BotoCoreError) as exc:
         log.info("the part size of %s is unknown: %s", key, describe(exc, f"HeadObject of part 1 of {key}"))
         return
-    count = answer.get("PartsCount")
+    etag = _etag(part.get("ETag"))
+    if _MULTIPART_ETAG.search(etag) and etag != _etag(answer.get("ETag")):
+        return
+    count = part.get("PartsCount")
     if not parts and isinstance(count, int) and count > 0:
         composite["parts"] = parts = count
-    first = int(answer.get("ContentLength") or 0)
+    first = int(part.get("ContentLength") or 0)
     if parts > 0 and first > 0 and -(-size // first) == parts:
         composite["part_size"] = first
 
@@ -704,7 +711,7 @@ def head(client: Any, bucket: str, key: str, *, etag: str = "") -> HeadInfo | No
     digests = stored_digests(answer, now=time.time())
     composite = digests.get("composite")
     if composite is not None:
-        _part_size(client, bucket, key, etag, int(answer.get("ContentLength") or 0), composite)
+        _part_size(client, bucket, key, answer, composite)
     hold = answer.get("ObjectLockLegalHoldStatus")
     until = answer.get("ObjectLockRetainUntilDate")
     return HeadInfo(
