@@ -56,6 +56,7 @@ from django.utils import timezone
 from catalog.choices import CopyState, Verification, VerificationBasis
 from catalog.digests import Comparison, compare, full_digests, why_not_comparable
 from catalog.digests import loads as digests_loads
+from catalog.usage import copies_restated
 
 # Content digests and the length of their hex form.
 DIGEST_HEX_LENGTH: dict[str, int] = {
@@ -745,6 +746,7 @@ def checkpoints_verify(
     judged = judged or {}
     known = known or {}
     written = 0
+    restated: list[int] = []
     for i in range(0, len(ids), 1000):
         by_checkpoint: dict[int, list[Any]] = defaultdict(list)
         for copy in (
@@ -765,6 +767,10 @@ def checkpoints_verify(
                 fields = sorted({f for _, changed in dirty for f in changed})
                 _write_verdicts([c for c, _ in dirty], fields)
                 written += len(dirty)
+                restated.extend(c.pk for c, changed in dirty if "state" in changed)
+    if restated:
+        # One verdict, every view: the spend and waste rows by state follow at once, at every location.
+        copies_restated(restated)
     return written
 
 

@@ -451,6 +451,28 @@ def test_content_that_changes_under_an_unchanged_mtime_is_corrupt_and_its_first_
     assert copy_at(a).verification == Verification.MISMATCH
 
 
+def test_a_verdict_changed_by_another_locations_inventory_moves_this_locations_spend_rows_at_once(two_hosts, push):
+    from catalog.models import UsageDaily
+
+    a, b = two_hosts
+    copied = dcp(100, **{"__1_0.distcp": "one flipped byte"})
+    for line in copied:
+        line["mtime"], line["checksummed_at"] = 1763700500.0, 1763700600.0
+    push(b, copied)  # alone: complete, and its bytes are counted complete
+
+    def states(kit):
+        return dict(UsageDaily.objects.filter(location=kit.location).values_list("state", "bytes"))
+
+    assert set(states(b)) == {"complete"}
+    source = dcp(100)
+    for line in source:
+        line["checksummed_at"] = 1763700100.0  # taken before b's copy was written
+    push(a, source)  # only a reports: b is found corrupt, and b's rows say so without b reporting again
+    assert copy_at(b).state == CopyState.CORRUPT
+    assert set(states(b)) == {"corrupt"}
+    assert states(b)["corrupt"] == 900 + 2 * 4096
+
+
 def test_when_the_only_other_copy_goes_the_remaining_one_is_no_longer_verified(two_hosts, push):
     a, b = two_hosts
     push(a, dcp(100))
