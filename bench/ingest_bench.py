@@ -25,6 +25,7 @@ a person to read. See bench/README.md.
 from __future__ import annotations
 
 import argparse
+import base64
 import gzip
 import hashlib
 import http.client
@@ -39,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -59,6 +61,7 @@ PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
 PG_BENCH = f"postgres://postgres@127.0.0.1:5432/{DB_NAME}"
 REDIS_URL = "redis://127.0.0.1:6379/14"
 HOST = "bench-host"
+SECOND_HOST = "bench-host-b"  # --second-copy: a replica host with the same root, as replicas are laid out
 ROOT = "/bench/nvme0"
 PROBE_ROOT = "/bench/nvme1"
 PROBE_COPY_ROOT = "/bench/nvme2"
@@ -137,8 +140,35 @@ def plan(files: int, checkpoints: int, seed: int) -> list[Ckpt]:
     return out
 
 
-def file_lines(ckpts: list[Ckpt], *, checksums: bool) -> Iterator[dict]:
-    """The ``file`` lines of the inventory, in path order, as the agent would send them."""
+def block_size(size: int) -> int:
+    """The agent's block size for a file: 1 MiB, doubled while the file would have more than 10,000 blocks."""
+    block = 1 << 20
+    while -(-size // block) > 10_000:
+        block *= 2
+    return block
+
+
+def crc_fields(path: str, size: int, mtime: float, *, blocks: bool) -> dict:
+    """What ``ckptfleet-agent --checksums`` sends besides the sha256 (docs/wire-format.md, Checksums): a
+    ``crc32``, ``checksummed_at`` and, with ``blocks``, one CRC32 per block of a file larger than one block.
+
+    Deterministic per path, so two copies of a file agree. The values are not the CRCs of any content (the
+    synthetic files have none), and the whole-file CRC is not the combination of the block CRCs: the
+    server compares like with like and never checks one against the other for two copies that both have
+    a sha256. The block CRCs are ``shake_128(path)`` bytes, one C call per file instead of one per block.
+    """
+    checksums: dict = {"crc32": f"{zlib.crc32(path.encode()):08x}"}
+    block = block_size(size)
+    if blocks and size > block:
+        raw = hashlib.shake_128(path.encode()).digest(4 * -(-size // block))
+        checksums["blocks"] = {"size": block, "crc32": base64.b64encode(raw).decode()}
+    # The agent hashes a file after it is written: its checksums are a little younger than its mtime.
+    return {"checksums": checksums, "checksummed_at": round(mtime + 30.0, 3)}
+
+
+def file_lines(ckpts: list[Ckpt], *, checksums: bool, crc: bool = False, blocks: bool = False) -> Iterator[dict]:
+    """The ``file`` lines of the inventory, in path order, as the agent would send them (``crc``: with the
+    CRCs and ``checksummed_at`` of ``--checksums`` since the agent computes CRCs; ``blocks``: and block CRCs)."""
     for c in ckpts:
         rng = random.Random(c.t0_ns)  # deterministic per checkpoint: the baseline rebuilds the same rows
         sizes = {}
@@ -163,12 +193,23 @@ def file_lines(ckpts: list[Ckpt], *, checksums: bool) -> Iterator[dict]:
                 line = {"type": "file", "path": path, "size": sizes[name], "mtime": mtimes[name] / 1e9}
             if checksums:
                 line["sha256"] = hashlib.sha256(path.encode()).hexdigest()
+                if crc:
+                    line.update(crc_fields(path, line["size"], line["mtime"], blocks=blocks))
             if name == ".metadata":
                 line["facts"] = meta["facts"]
             yield line
 
 
-def write_inventory(path: Path, ckpts: list[Ckpt], root: str, *, checksums: bool) -> dict:
+def write_inventory(
+    path: Path,
+    ckpts: list[Ckpt],
+    root: str,
+    *,
+    checksums: bool,
+    crc: bool = False,
+    blocks: bool = False,
+    host: str = HOST,
+) -> dict:
     """gzip NDJSON (level 6, like the agent), encoded with ``fleet.agent.encode_line``."""
     t0 = time.perf_counter()
     files = 0
@@ -176,7 +217,7 @@ def write_inventory(path: Path, ckpts: list[Ckpt], root: str, *, checksums: bool
     header = {
         "type": "header",
         "format": "ckptfleet-inventory/1",
-        "host": HOST,
+        "host": host,
         "root": root,
         "agent": f"ckptfleet-bench ({AGENT})",
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -187,7 +228,7 @@ def write_inventory(path: Path, ckpts: list[Ckpt], root: str, *, checksums: bool
     ):
         batch = [encode_line(header)]
         pending = 0
-        for line in file_lines(ckpts, checksums=checksums):
+        for line in file_lines(ckpts, checksums=checksums, crc=crc, blocks=blocks):
             data = encode_line(line)
             batch.append(data)
             pending += len(data)
@@ -572,6 +613,32 @@ def scalar(sql: str, params=()) -> object:
         return conn.execute(sql, params).fetchone()[0]
 
 
+def scalar_rows(sql: str, params=()) -> list[tuple]:
+    with psycopg.connect(PG_BENCH, autocommit=True) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def location_of(host: str, root: str) -> int:
+    return scalar(
+        "SELECT l.id FROM fleet_storagelocation l JOIN fleet_host h ON h.id = l.host_id"
+        " WHERE h.name = %s AND l.root_path = %s",
+        (host, root),
+    )
+
+
+def verification_counts(location_id: int) -> dict[str, dict[str, int]]:
+    """{state: {verification: copies}} of a location's present copies: a complete copy can be verified, a
+    partial one (a rank missing) never is."""
+    out: dict[str, dict[str, int]] = {}
+    for state, verification, n in scalar_rows(
+        "SELECT state, verification, count(*) FROM catalog_checkpointcopy WHERE location_id = %s"
+        " AND gone_at IS NULL GROUP BY state, verification ORDER BY 1, 2",
+        (location_id,),
+    ):
+        out.setdefault(state, {})[verification] = n
+    return out
+
+
 def extra_columns() -> tuple[list[str], tuple]:
     """NOT NULL columns of catalog_shardfile beyond BASELINE_COLS that have no database default (Django
     keeps defaults in Python), with the empty value the ingest writes for a host inventory's file."""
@@ -847,7 +914,68 @@ def report(r: dict) -> str:
     row(f"worker VmHWM after the first push ({n:,} files)", mib(mem["first"]), "peak since the worker started")
     row("worker VmHWM after the re-push", mib(mem["repush"]), "")
     row("gunicorn worker VmHWM", mib(mem["web"]), "")
+    if "second" in r:
+        lines += ["", *second_copy_report(r)]
     return "\n".join(lines)
+
+
+def apply_s(push_result: dict) -> float:
+    """The apply itself: the worker's log line (its four phases), else the inventory's started -> finished."""
+    p = push_result["phases"]
+    return sum(p[k] for k in ("stage_s", "merge_s", "judge_s", "commit_s")) if p else push_result["task_s"]
+
+
+def second_copy_report(r: dict) -> list[str]:
+    """The first copy's apply (nothing to compare with) beside the second copy's (every file compared)."""
+    a, b = r["first"], r["second"]
+    pa, pb = a["phases"] or {}, b["phases"] or {}
+    kinds = "sha256" + (" + checksums.crc32 + checksummed_at" if r.get("crc") else "")
+    kinds += " + checksums.blocks" if r.get("blocks") else ""
+    lines = [
+        f"| second copy ({kinds}) | A: {HOST}, alone | B: {SECOND_HOST}, compared with A | B / A |",
+        "|---|---|---|---|",
+    ]
+
+    def row(label: str, va: float, vb: float, unit: str = " s") -> None:
+        ratio = f"{vb / va:.2f}x" if va > 0 else "-"
+        lines.append(f"| {label} | {va:.2f}{unit} | {vb:.2f}{unit} | {ratio} |")
+
+    row("**apply** (worker log: the four phases)", apply_s(a), apply_s(b))
+    row("task (inventory started -> finished)", a["task_s"], b["task_s"])
+    row("end-to-end (POST start -> applied)", a["e2e_s"], b["e2e_s"])
+    row("CPU: worker + PostgreSQL", a["worker_cpu_s"] + a["pg_cpu_s"], b["worker_cpu_s"] + b["pg_cpu_s"])
+    row("  worker CPU", a["worker_cpu_s"], b["worker_cpu_s"])
+    row("  PostgreSQL CPU", a["pg_cpu_s"], b["pg_cpu_s"])
+    for key, label in (
+        ("stage_s", "one pass (verification of all batches but the last inside)"),
+        ("merge_s", "the last batch's verification"),
+        ("judge_s", "usage rollup, bookkeeping"),
+    ):
+        if key in pa and key in pb:
+            row(f"  {label}", pa[key], pb[key])
+    lines.append(f"| mode | {pa.get('mode')} | {pb.get('mode')} | |")
+    lines.append(f"| load (1 min) at POST | {a['load_1min']:.1f} | {b['load_1min']:.1f} | |")
+    lines.append(f"| inventory, gzip | {r['gz_bytes'] / 2**20:.1f} MiB | same files | |")
+
+    def verdicts(counts: dict) -> str:
+        return "; ".join(
+            f"{state}: " + ", ".join(f"{n} {v}" for v, n in sorted(by.items())) for state, by in sorted(counts.items())
+        )
+
+    lines.append(
+        f"| copies after B: state: verification | {verdicts(r['verification_a'])} | {verdicts(r['verification_b'])} | "
+        f"A before B: {verdicts(r['verification_a_alone'])} |"
+    )
+    ok = all(
+        set(counts.get("complete", {})) == {"verified"} and not set(counts) - {"complete", "partial"}
+        for counts in (r["verification_a"], r["verification_b"])
+    )
+    lines.append(
+        "| **every complete copy verified** | "
+        + ("yes: the comparison ran on every file" if ok else "**NO: the bench measured something else**")
+        + " | | |"
+    )
+    return lines
 
 
 # --- main -----------------------------------------------------------------------------------------
@@ -861,11 +989,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--probe-files",
         type=int,
-        default=100_000,
-        help="files of the memory probe inventory on a fresh location (0: skip)",
+        default=None,
+        help="files of the memory probe inventory on a fresh location (0: skip; default 100,000, 0 with --second-copy)",
     )
     parser.add_argument("--web-workers", type=int, default=2)
     parser.add_argument("--checksums", action="store_true", help="send a sha256 with every file")
+    parser.add_argument(
+        "--crc",
+        action="store_true",
+        help="with --checksums: also the agent's checksums {crc32} and checksummed_at, as it sends since CRCs",
+    )
+    parser.add_argument(
+        "--blocks",
+        action="store_true",
+        help="with --crc: also checksums.blocks (a CRC32 per MiB block; 300-4,000 per shard: large lines)",
+    )
+    parser.add_argument(
+        "--second-copy",
+        action="store_true",
+        help="after the re-push, push the same files as the first inventory of a second host: every file is "
+        "compared with the first copy's; reports the two applies side by side (implies --probe-files 0)",
+    )
     parser.add_argument("--seed", type=int, default=20251121)
     parser.add_argument("--keep", action="store_true", help="keep the database and the temp directory")
     parser.add_argument(
@@ -889,6 +1033,15 @@ def main(argv: list[str] | None = None) -> int:
         "--redis-url", default=REDIS_URL, help=f"Redis db for the worker's broker, flushed first (default {REDIS_URL})"
     )
     args = parser.parse_args(argv)
+    if args.crc and not args.checksums:
+        parser.error("--crc adds to --checksums (the agent sends CRCs only with a sha256)")
+    if args.blocks and not args.crc:
+        parser.error("--blocks adds to --crc")
+    if args.second_copy and args.probe_files:
+        # The probes are copies of the big push's first checkpoints: A would be verified against them.
+        parser.error("--second-copy needs --probe-files 0: the first copy must have nothing to compare with")
+    if args.probe_files is None:
+        args.probe_files = 0 if args.second_copy else 100_000
     if not re.fullmatch(r"[a-z_][a-z0-9_]*", args.database):
         parser.error("--database must be a plain lowercase identifier")
     DB_NAME = args.database
@@ -926,6 +1079,8 @@ def main(argv: list[str] | None = None) -> int:
         "checkpoints": args.checkpoints,
         "probe_files": args.probe_files,
         "checksums": args.checksums,
+        "crc": args.crc,
+        "blocks": args.blocks,
         "debug": not args.no_debug,
     }
     try:
@@ -949,7 +1104,11 @@ def main(argv: list[str] | None = None) -> int:
             "nvme",
         )
         token = next(line.strip() for line in out.splitlines() if line.startswith("cfh_"))
-        location_id = scalar("SELECT id FROM fleet_storagelocation WHERE root_path = %s", (ROOT,))
+        location_id = location_of(HOST, ROOT)
+        if args.second_copy:
+            out = run_manage(env, "fleet_host", "add", SECOND_HOST, "--root", ROOT, "--tier", "nvme")
+            token_b = next(line.strip() for line in out.splitlines() if line.startswith("cfh_"))
+            location_b = location_of(SECOND_HOST, ROOT)
         results["postgres"] = pg_facts()
         results["source"] = source_state()
 
@@ -961,7 +1120,10 @@ def main(argv: list[str] | None = None) -> int:
         results["partial_expected"] = sum(1 for c in ckpts if c.missing is not None)
         inventory = tmp / "inventory.ndjson.gz"
         say(f"generating {args.files:,} file lines with fleet.agent.encode_line")
-        gen = write_inventory(inventory, ckpts, ROOT, checksums=args.checksums)
+        if args.blocks:
+            say("--blocks: every shard line carries 300-4,000 block CRCs (~0.4-5 KiB each, base64): size the run")
+        kinds = {"checksums": args.checksums, "crc": args.crc, "blocks": args.blocks}
+        gen = write_inventory(inventory, ckpts, ROOT, **kinds)
         assert gen["files"] == args.files, gen
         results.update(generate_s=gen["seconds"], gz_bytes=gen["gz_bytes"], bytes=gen["bytes"])
         say(f"generated in {gen['seconds']:.2f} s: {gen['gz_bytes'] / 2**20:.1f} MiB gzip")
@@ -1029,6 +1191,26 @@ def main(argv: list[str] | None = None) -> int:
             "SELECT count(*) FROM catalog_shardfile WHERE changed_by_id = %s", (results["repush"]["id"],)
         )
         results["memory"] = memory
+        if args.second_copy:
+            results["verification_a_alone"] = verification_counts(location_id)
+            second = tmp / "second-copy.ndjson.gz"
+            write_inventory(second, ckpts, ROOT, host=SECOND_HOST, **kinds)
+            checkpoint()
+            results["second"] = push(
+                services, token_b, second, label=f"second copy on {SECOND_HOST} ({args.files:,} files)"
+            )
+            results["verification_a"] = verification_counts(location_id)
+            results["verification_b"] = verification_counts(location_b)
+            results["states_b"] = dict(
+                scalar_rows(
+                    "SELECT state, count(*) FROM catalog_checkpointcopy WHERE location_id = %s GROUP BY state",
+                    (location_b,),
+                )
+            )
+            say(
+                f"verification: {SECOND_HOST} {results['verification_b']}, {HOST} {results['verification_a']} "
+                f"(before the second copy: {results['verification_a_alone']})"
+            )
         ok = True
     finally:
         services.stop()
