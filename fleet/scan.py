@@ -75,14 +75,16 @@ from urllib.parse import unquote_plus, urlsplit
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
-from django.db.models import F, OuterRef, Q, Subquery, Sum
+from django.db.models import F, OuterRef, Q, Subquery, Sum, TextField
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from catalog.audit import audit_record
 from catalog.choices import ActorKind, EventSource
 from catalog.digests import dumps as digests_dumps
+from catalog.digests import loads as digests_loads
 from catalog.formats.base import FileEntry
 from catalog.models import ShardFile, Team
 from ckptfleet.errors import DomainError
@@ -490,7 +492,7 @@ class _Previous:
     version_id: str
     legal_hold: bool | None
     retain_until: datetime | None
-    digests: dict | None
+    digests: str | None  # the stored text, staged again as it is: not decoded for every unchanged object
 
 
 @dataclass(slots=True)
@@ -1115,9 +1117,11 @@ class _Scanner:
             "version_id",
             "legal_hold",
             "retain_until",
-            "digests",
+            "digests_text",
         )
-        here = ShardFile.objects.filter(location_id=self.location.pk)
+        here = ShardFile.objects.filter(location_id=self.location.pk).annotate(
+            digests_text=Cast("digests", TextField())
+        )
         if all(a < b for a, b in itertools.pairwise(paths)):
             wanted = set(paths)
             for path, *values in here.filter(path__gte=paths[0], path__lte=paths[-1]).values_list(*fields):
@@ -1164,7 +1168,7 @@ class _Scanner:
         checksum = algo = version_id = ""
         legal_hold: bool | None = None
         retain_until: datetime | None = None
-        digests: dict | None = None
+        digests: str | None = None
         if prev is not None:
             # Unchanged since the last scan: what was learnt then still holds.
             checksum, algo, version_id = prev.checksum, prev.checksum_algo, prev.version_id
@@ -1173,10 +1177,12 @@ class _Scanner:
         if info is not None:
             if info.checksum or prev is None:
                 checksum, algo = info.checksum, info.checksum_algo
-            if (info.digests or prev is None) and (self.recheck or not _same_digests(info.digests, digests)):
+            if (info.digests or prev is None) and (
+                self.recheck or not _same_digests(info.digests, digests_loads(digests))
+            ):
                 # An Object Lock bucket is HEADed on every listing: the time of the HEAD alone is news
                 # only on a recheck, so an unchanged object's row stays as it was in between.
-                digests = info.digests
+                digests = digests_dumps(info.digests)
             version_id = info.version_id or version_id
             legal_hold, retain_until = info.legal_hold, info.retain_until
         if obj.lock_known:
@@ -1196,7 +1202,7 @@ class _Scanner:
             version_id=version_id[:1024],
             legal_hold=legal_hold,
             retain_until=retain_until,
-            digests=digests_dumps(digests),
+            digests=digests,
         )
 
     # -- after the snapshot is applied: stored checksums, versions and lock state

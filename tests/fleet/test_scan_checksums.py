@@ -415,6 +415,35 @@ def test_unchanged_objects_keep_their_checksums_until_a_recheck_heads_every_obje
     assert inventory.files_changed == 0
 
 
+def test_an_object_lock_bucket_headed_on_every_listing_rewrites_a_row_for_the_time_of_a_head_only_on_a_recheck(
+    s3, scan_now
+):
+    name = s3.bucket(object_lock=True)
+    big = payload(BIG)
+    upload(s3, name, "big.bin", big)
+    upload(s3, name, "small.bin", payload(1000))
+    bucket = s3.register(name)
+    inventory = scan_now(bucket)
+    assert inventory.checksums_total == 0  # HEADed while listing, for the lock state
+    first = {path: stored(bucket.location, path) for path in ("big.bin", "small.bin")}
+    # The part size of a version in a versioned bucket.
+    assert first["big.bin"]["composite"] == {
+        "algo": "crc32",
+        "value": composite("crc32", big),
+        "parts": 3,
+        "part_size": PART,
+    }
+
+    assert scan_now(bucket).files_changed == 0
+    assert {path: stored(bucket.location, path) for path in first} == first
+
+    bucket.refresh_from_db()
+    Bucket.objects.filter(pk=bucket.pk).update(rechecked_at=bucket.rechecked_at - timedelta(days=8))
+    assert scan_now(bucket).files_changed == 2
+    for path in first:
+        assert stored(bucket.location, path)["at"] > first[path]["at"]
+
+
 def test_a_recheck_is_due_by_the_buckets_own_setting_and_never_at_0_days(s3):
     bucket = s3.register(s3.bucket(), recheck_days=3)
     now = datetime.now(UTC)
