@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from actions.models import Hold
-from catalog import placement, selectors
+from catalog import placement, recovery, selectors
 from catalog.choices import CopyState, Importance, RunStatus, Verification
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, Team
 from catalog.placement import Flag
@@ -246,7 +246,7 @@ def test_a_verified_older_checkpoint_is_the_newest_restorable_one():
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_the_newest_restorable_checkpoint_is_the_one_the_selector_picks(seed):
+def test_the_newest_restorable_checkpoint_is_the_one_recovery_picks(seed):
     rng = random.Random(seed)
     locations = [host_location(f"gpu-{i}") for i in range(3)] + [bucket("ckpt-eu")]
     runs = [make_run(f"run-{i}") for i in range(5)]
@@ -260,9 +260,15 @@ def test_the_newest_restorable_checkpoint_is_the_one_the_selector_picks(seed):
                     ck,
                     loc,
                     state=rng.choice([CopyState.COMPLETE, CopyState.COMPLETE, CopyState.PARTIAL]),
-                    verification=rng.choice([Verification.VERIFIED, Verification.UNVERIFIED]),
+                    verification=rng.choice(
+                        [Verification.VERIFIED, Verification.UNVERIFIED, Verification.DISPUTED, Verification.MISMATCH]
+                    ),
+                    temporary=rng.random() < 0.1,
                 )
-    expected = {run_id: ck_id for run_id, (ck_id, _) in selectors.newest_restorable_ids(r.pk for r in runs).items()}
+    expected = {run_id: ck_id for run_id, (ck_id, _) in recovery.newest_restorable_ids(r.pk for r in runs).items()}
+    for run in runs:  # the one-run form agrees with the batch
+        one = recovery.newest_restorable(run)[0]
+        assert (one.pk if one else None) == expected.get(run.pk)
     got = dict(
         Run.objects.filter(pk__in=[r.pk for r in runs])
         .annotate(newest=placement.newest_restorable_subquery())
@@ -500,3 +506,14 @@ def test_placement_queries_do_not_grow_with_checkpoints_copies_or_flags(signed_i
 
 def flagged(ck: Checkpoint) -> list[str]:
     return placement.flags_of([ck.pk], run_id=ck.run_id)[ck.pk]
+
+
+def test_a_newer_disputed_checkpoint_is_not_the_newest_restorable_one_on_one_host():
+    run = make_run()
+    host = host_location("gpu-a01")
+    older, newer = checkpoint(run, 1), checkpoint(run, 2)
+    copy(older, host)
+    copy(newer, host, verification=Verification.DISPUTED)
+    copy(newer, host_location("gpu-b01"), verification=Verification.DISPUTED)
+    assert placement.newest_restorable_ids(run.pk) == [older.pk]
+    assert list(placement.flagged(Flag.NEWEST_ON_ONE_HOST).values_list("pk", flat=True)) == [older.pk]
