@@ -14,8 +14,10 @@ checksum S3 stored). ``ShardFile.digests`` holds every other one, as a dict:
   checksums, AWS "Checking object integrity"), with its part count and the size of its first part
   (0: unknown); every part but the last has that size, as boto3, the aws CLI, s5cmd and rclone
   upload;
-- ``at``: when the checksums were taken (seconds since the epoch): the agent's hashing time, or for
-  an object, when the store computed them (its upload).
+- ``at``: when the checksums were last read (seconds since the epoch): the agent's hashing time, or
+  for an object, the HEAD that read them; ``taken`` (objects only): when the store computed them,
+  the object's LastModified (its upload). Which copy was written first is judged by ``taken``, else
+  ``at``; how fresh a verdict is, by ``at``.
 
 ``compare`` says whether two files are equal by the strongest means both sides allow, or why they
 cannot be compared, in words a person can act on.
