@@ -1223,48 +1223,48 @@ def checksum_file(
 
     ``size`` is the file's size when listed (it sets the block size). hashlib and zlib release the
     GIL on large buffers, so a worker thread CRCs one buffer while this thread reads the next and
-    feeds sha256: the pass costs about what sha256 alone does. Memory: three 1 MiB buffers.
+    feeds sha256: with a second core free, the pass costs about what sha256 alone does (on a busy
+    machine, what its CPU does: about sha256 + crc32). Memory: three 1 MiB buffers.
     ``members`` (from ``zip_members``) are checked from the same bytes.
     """
     crcs = _CrcPass(size, members)
     sha = hashlib.sha256()
-    if size < CHECKSUM_INLINE_BYTES and throttle is None:
-        # A hand-off to the worker costs more than a small file's CRC. One byte more than listed shows
-        # a file that grew (the caller drops it), without reading all of what it grew to.
-        data = _read_exact(f, size + 1)
-        sha.update(data)
-        crcs.feed(memoryview(data))
-    else:
-        jobs = _crc_worker()
-        done: queue.SimpleQueue = queue.SimpleQueue()
-        free = list(_buffers())
-        pending: collections.deque[bytearray] = collections.deque()  # handed to the worker, oldest first
-        failure: BaseException | None = None
-        try:
-            while True:
-                if not free:
-                    failure = done.get()
-                    free.append(pending.popleft())
-                    if failure is not None:
-                        raise failure
-                buffer = free.pop()
-                n = f.readinto(buffer)
-                if not n:
-                    break
-                view = memoryview(buffer)[:n]
+    # A small file's CRCs are computed on this thread: a hand-off to the worker costs more than they do.
+    jobs = _crc_worker() if size >= CHECKSUM_INLINE_BYTES else None
+    done: queue.SimpleQueue = queue.SimpleQueue()
+    free = list(_buffers())
+    pending: collections.deque[bytearray] = collections.deque()  # handed to the worker, oldest first
+    failure: BaseException | None = None
+    try:
+        while True:
+            if not free:
+                failure = done.get()
+                free.append(pending.popleft())
+                if failure is not None:
+                    raise failure
+            buffer = free.pop()
+            n = f.readinto(buffer)
+            if not n:
+                break
+            view = memoryview(buffer)[:n]
+            if jobs is None:
+                sha.update(view)
+                crcs.feed(view)
+                free.append(buffer)
+            else:
                 jobs.put((crcs.feed, view, done))
                 pending.append(buffer)
                 sha.update(view)
-                if throttle is not None:
-                    throttle.pace(n)
-        finally:
-            # Never leave while the worker may still read a buffer the next file will fill.
-            while pending:
-                outcome = done.get()
-                failure = failure or outcome
-                pending.popleft()
-        if failure is not None:
-            raise failure
+            if throttle is not None:
+                throttle.pace(n)
+    finally:
+        # Never leave while the worker may still read a buffer the next file will fill.
+        while pending:
+            outcome = done.get()
+            failure = failure or outcome
+            pending.popleft()
+    if failure is not None:
+        raise failure
     checksums, verdict = crcs.result()
     return FileChecksums(sha.hexdigest(), checksums, verdict, round(time.time(), 3))
 
