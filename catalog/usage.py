@@ -247,30 +247,34 @@ def _month_sql() -> str:
     return "date(day, 'start of month')"
 
 
-def _rollup_months(location_ids: list[int], first: date, last: date) -> None:
+def _rollup_months(location_ids: list[int], first: date, last: date, *, run_ids: list[int] | None = None) -> None:
     """Rewrite the monthly rows of these locations for the months from ``first``'s to ``last``'s from their
-    daily rows. Called after every write of daily rows, inside the same transaction."""
+    daily rows (only those of ``run_ids``, when given). Called after every write of daily rows, inside the
+    same transaction."""
     if not location_ids:
         return
     start = first.replace(day=1)
     end = last.replace(day=month_days(last))
     month = _month_sql()
+    runs_sql, runs_params = "", []
+    if run_ids is not None:
+        runs_sql, runs_params = f" AND run_id IN ({', '.join(['%s'] * len(run_ids))})", list(run_ids)
     with connection.cursor() as cursor:
         for i in range(0, len(location_ids), 1000):
             chunk = location_ids[i : i + 1000]
             marks = ", ".join(["%s"] * len(chunk))
             cursor.execute(
-                f"DELETE FROM {MONTHLY} WHERE location_id IN ({marks}) AND month BETWEEN %s AND %s",
-                [*chunk, _adapt(start), _adapt(end)],
+                f"DELETE FROM {MONTHLY} WHERE location_id IN ({marks}) AND month BETWEEN %s AND %s{runs_sql}",
+                [*chunk, _adapt(start), _adapt(end), *runs_params],
             )
             cursor.execute(
                 f"""
                 INSERT INTO {MONTHLY} (month, {_GROUP}, days, byte_days, file_days, cost_nanos)
                 SELECT {month}, {_GROUP}, COUNT(*), SUM(bytes), SUM(files), SUM(cost_nanos)
-                FROM {USAGE} WHERE location_id IN ({marks}) AND day BETWEEN %s AND %s
+                FROM {USAGE} WHERE location_id IN ({marks}) AND day BETWEEN %s AND %s{runs_sql}
                 GROUP BY {month}, {_GROUP}
                 """,
-                [*chunk, _adapt(start), _adapt(end)],
+                [*chunk, _adapt(start), _adapt(end), *runs_params],
             )
 
 
@@ -375,10 +379,12 @@ def copies_restated(copy_ids: Iterable[int], *, today: date | None = None) -> in
                 UsageCursor.objects.filter(pk=cursor.pk).update(day=day)
             runs = sorted(runs_at[location.pk])
             for i in range(0, len(runs), RESTATE_RUNS):
-                written += _restate_rows(
-                    location, day, book.rules(location, day), runs[i : i + RESTATE_RUNS], cursor.refreshed_day != day
-                )
-            _rollup_months([location.pk], first, day)
+                chunk = runs[i : i + RESTATE_RUNS]
+                written += _restate_rows(location, day, book.rules(location, day), chunk, cursor.refreshed_day != day)
+                if first == day:  # only these runs' rows changed: only their month rows are rolled up again
+                    _rollup_months([location.pk], day, day, run_ids=chunk)
+            if first != day:  # carried: every run's rows of the new days
+                _rollup_months([location.pk], first, day)
     return written
 
 

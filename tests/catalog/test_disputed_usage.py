@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from catalog import spend
 from catalog.choices import CopyState
 from catalog.models import CheckpointCopy, CopyTierUsage, UsageCursor, UsageDaily, UsageMonthly
-from catalog.usage import copies_restated, usage_refresh
+from catalog.usage import copies_restated, usage_monthly_rebuild, usage_refresh
 from fleet.pricebook import utc_today
 from tests.catalog.test_disputed import FLIPPED, copy_at, dcp, push  # noqa: F401 - push is a fixture
 
@@ -118,6 +118,11 @@ def test_restated_rows_are_what_a_refresh_from_the_files_would_write(two_copies)
         return sorted(UsageDaily.objects.values_list(*fields, "bytes", "files", "cost_nanos", "carried"))
 
     restated = rows()
+    months = sorted(UsageMonthly.objects.values_list("location_id", "run_id", "state", "byte_days", "cost_nanos"))
+    usage_monthly_rebuild()  # every month row again from the daily rows: the same
+    assert (
+        sorted(UsageMonthly.objects.values_list("location_id", "run_id", "state", "byte_days", "cost_nanos")) == months
+    )
     for kit in (a, b):
         usage_refresh(location=kit.location, day=utc_today())
     assert rows() == restated
