@@ -39,7 +39,8 @@ from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
 from actions.protection import OPEN_DELETION_STATES, active_holds, is_pinned
 from catalog.audit import audit_record
 from catalog.choices import ActorKind, CopyState, EventSource, Verification
-from catalog.models import CheckpointCopy, ShardFile
+from catalog.models import Checkpoint, CheckpointCopy, ShardFile
+from catalog.recovery import disputed_checkpoints, newest_restorable
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet import s3
 from fleet.choices import LocationKind
@@ -90,7 +91,8 @@ def blocker(job: DeletionJob) -> str:
     Call it with the checkpoint and the job locked. The rules are those ``schedule_deletion``
     applied when the job was made, read again now: a hold or a pin placed since wins; a copy goes
     only while another verified copy that is not itself being deleted remains (promises 5 and 6);
-    a policy never deletes the run's newest restorable checkpoint.
+    a policy never deletes the run's newest restorable checkpoint, nor a checkpoint with a disputed copy;
+    a disputed copy is never deleted alone (promises 10 and 12).
     """
     checkpoint = job.checkpoint
     hold = active_holds(checkpoint).order_by("placed_at").first()
@@ -100,6 +102,11 @@ def blocker(job: DeletionJob) -> str:
     if is_pinned(checkpoint):
         return "it is pinned; unpin it first"
     copy = job.copy
+    if copy is not None and copy.verification == Verification.DISPUTED:
+        return (
+            "the copy is disputed: it disagrees with another copy and nothing says which is right, so it is not "
+            "deleted as the bad one (promise 10)"
+        )
     if copy is not None and copy.state == CopyState.COMPLETE and not copy.temporary:
         others_going = DeletionJob.objects.filter(
             checkpoint=checkpoint, state__in=OPEN_DELETION_STATES, copy__isnull=False
@@ -120,11 +127,14 @@ def blocker(job: DeletionJob) -> str:
                 "while another copy that stays is verified"
             )
     elif copy is None and job.origin.startswith("policy"):
-        from catalog.selectors import newest_restorable
-
         newest, _verified = newest_restorable(checkpoint.run)
         if newest is not None and newest.pk == checkpoint.pk:
             return "it is the run's newest restorable checkpoint, which no policy deletes"
+        if Checkpoint.objects.filter(disputed_checkpoints(), pk=checkpoint.pk).exists():
+            return (
+                "a copy of it is disputed (its copies disagree and nothing says which is right), and no policy "
+                "deletes what it cannot positively judge (promise 12)"
+            )
     return ""
 
 

@@ -82,58 +82,6 @@ def run_checkpoints(run: Run) -> QuerySet[Checkpoint]:
     )
 
 
-def newest_complete(run: Run) -> Checkpoint | None:
-    """The newest checkpoint of a run with at least one complete copy.
-
-    A step-less export (a final model, ``last.ckpt``) only counts when no stepped checkpoint is
-    complete: the same on every database, which sort NULL steps differently by default.
-    """
-    return (
-        Checkpoint.objects.filter(
-            run=run, copies__gone_at__isnull=True, copies__temporary=False, copies__state=CopyState.COMPLETE
-        )
-        .order_by(NEWEST_STEP_FIRST, "tag")
-        .first()
-    )
-
-
-def newest_restorable(run: Run) -> tuple[Checkpoint | None, bool]:
-    """The checkpoint to restore this run from, and whether it is verified.
-
-    The newest checkpoint with a present copy that is complete and verified; failing that, the
-    newest with a complete copy (``False``: restorable as far as the files go, but no checksum
-    evidence). ``(None, False)`` when no copy of the run is complete. Promise 5 of PRODUCT.md and
-    the recovery view both mean this checkpoint.
-    """
-    # One filter() call per query, so that both conditions apply to the same copy.
-    complete = dict(run=run, copies__gone_at__isnull=True, copies__temporary=False, copies__state=CopyState.COMPLETE)
-    # Among step-less checkpoints the greatest tag wins, as in newest_restorable_ids and the placement flags.
-    order = (NEWEST_STEP_FIRST, "-tag")
-    verified = (
-        Checkpoint.objects.filter(**complete, copies__verification=Verification.VERIFIED).order_by(*order).first()
-    )
-    if verified is not None:
-        return verified, True
-    return Checkpoint.objects.filter(**complete).order_by(*order).first(), False
-
-
-def newest_restorable_ids(run_ids: Iterable[int]) -> dict[int, tuple[int, bool]]:
-    """{run id: (checkpoint id, verified)} for many runs in one query, by the rule of ``newest_restorable``."""
-    rows = (
-        present_copies(temporary=False)
-        .filter(state=CopyState.COMPLETE, checkpoint__run_id__in=list(run_ids))
-        .values_list("checkpoint__run_id", "checkpoint_id", "checkpoint__step", "checkpoint__tag", "verification")
-        .distinct()
-    )
-    best: dict[int, tuple] = {}
-    for run_id, ckpt_id, step, tag, verification in rows:
-        # Verified beats unverified; then a higher step; a stepped checkpoint beats a step-less one.
-        key = (verification == Verification.VERIFIED, step is not None, step or 0, tag)
-        if run_id not in best or key > best[run_id][0]:
-            best[run_id] = (key, ckpt_id)
-    return {run_id: (ckpt_id, key[0]) for run_id, (key, ckpt_id) in best.items()}
-
-
 def run_search(*, q: str = "", team_id: int | None = None) -> QuerySet[Run]:
     """``run_list`` narrowed by a run or team name fragment and a team, sorted by team then run."""
     runs = run_list()

@@ -18,7 +18,7 @@ from access.roles import Role, has_role
 from access.scoping import may_see_run, restrict_runs, restrict_teams, scoped_team_names, visible_orphans
 from actions.models import DeletionJob, Hold, Pin
 from actions.protection import OPEN_DELETION_STATES
-from catalog import placement, selectors
+from catalog import placement, recovery, selectors
 from catalog.choices import CopyState, RunStatus, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from catalog.run_filters import SORTS, BadCursor, RunFilters
@@ -91,14 +91,14 @@ def run_detail(request, pk: int):
     run = get_object_or_404(restrict_runs(selectors.run_list(), request.user), pk=pk)
     paginator = Paginator(selectors.run_checkpoints(run), CHECKPOINTS_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
-    newest = selectors.newest_complete(run)
+    # The checkpoint recovery would restore the run from, by recovery's one rule (promise 5).
+    newest, _verified = recovery.newest_restorable(run)
     newest_copies = []
     if newest is not None:
         newest_copies = list(
-            selectors.present_copies(temporary=False)
-            .filter(checkpoint=newest, state=CopyState.COMPLETE)
+            CheckpointCopy.objects.filter(recovery.restorable_copies(), checkpoint=newest)
             .select_related("location", "location__host")
-            .order_by("location__name")
+            .order_by("-verification", "location__name")
         )
     checkpoints = list(page.object_list)
     run_placement = placement.run_placement(run.pk, checkpoints)

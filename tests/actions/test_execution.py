@@ -202,6 +202,46 @@ def test_a_copy_goes_only_while_another_verified_copy_stays(s3, scanned, django_
     assert job.items_deleted == 0
 
 
+def test_a_copy_that_becomes_disputed_after_scheduling_is_not_deleted_as_the_bad_one(
+    s3, scanned, django_capture_on_commit_callbacks
+):
+    _name, bucket = scanned
+    ckpt = checkpoint(100)
+    theirs = CheckpointCopy.objects.get(checkpoint=ckpt, location=bucket.location)
+    other = CheckpointCopy.objects.create(
+        checkpoint=ckpt,
+        location=s3.register(s3.bucket(), name="second").location,
+        path="llm/llama-tiny/step-100",
+        format=theirs.format,
+        state="complete",
+        verification="verified",
+    )
+    CheckpointCopy.objects.filter(pk=theirs.pk).update(verification="verified")
+    job = services.schedule_deletion(checkpoint=ckpt, copy=theirs, reason="one copy is enough", actor=OPERATOR)
+    make_due(job)
+    CheckpointCopy.objects.filter(pk__in=[theirs.pk, other.pk]).update(verification="disputed")
+    run_due(django_capture_on_commit_callbacks)
+    job.refresh_from_db()
+    assert job.state == DeletionState.BLOCKED
+    assert "the copy is disputed" in job.outcome and "promise 10" in job.outcome
+    assert job.items_deleted == 0
+
+
+def test_a_policy_never_deletes_a_checkpoint_whose_copy_became_disputed_after_scheduling(
+    s3, scanned, django_capture_on_commit_callbacks
+):
+    ckpt = checkpoint(100)
+    job = services.schedule_deletion(checkpoint=ckpt, reason="policy keep-last-1", actor=OPERATOR)
+    DeletionJob.objects.filter(pk=job.pk).update(origin="policy:1")
+    make_due(job)
+    DeletionJob.objects.filter(pk=job.pk).update(state=DeletionState.RUNNING, started_at=timezone.now())
+    CheckpointCopy.objects.filter(checkpoint=ckpt).update(verification="disputed")
+    assert execution.execute(job.pk) == "stopped"
+    job.refresh_from_db()
+    assert job.state == DeletionState.BLOCKED and "promise 12" in job.outcome
+    assert job.items_deleted == 0
+
+
 def test_object_lock_refusal_is_blocked_never_retried_and_alerted(
     s3, scan_now, django_capture_on_commit_callbacks, s3_calls
 ):

@@ -32,7 +32,7 @@ from actions.protection import is_held, is_pinned
 from catalog.audit import audit_verify
 from catalog.choices import ActorKind, CopyState, EventSource, Verification
 from catalog.models import AuditEvent, Checkpoint, CheckpointCopy, Run, ShardFile, Team
-from catalog.selectors import newest_restorable
+from catalog.recovery import newest_restorable
 from ckptfleet.errors import DomainError
 from fleet.models import Host, StorageLocation
 from fleet.services import Actor

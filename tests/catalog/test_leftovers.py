@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from catalog import selectors
+from catalog import recovery, selectors
 from catalog.models import CheckpointCopy, Run
 from catalog.run_filters import RunFilters
 from fleet import agent
@@ -93,7 +93,7 @@ def test_the_runs_list_counts_only_the_finished_saves(fleet_with_leftovers, sign
 def test_the_run_page_and_its_timeline_show_no_left_over(fleet_with_leftovers, signed_in):
     for run in Run.objects.all():
         assert [c.step for c in selectors.run_checkpoints(run)] == [100]
-        newest, _ = selectors.newest_restorable(run)
+        newest, _ = recovery.newest_restorable(run)
         assert newest is not None and newest.step == 100
         response = signed_in.get(f"/runs/{run.pk}/")
         assert response.status_code == 200

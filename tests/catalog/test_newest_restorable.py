@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy
-from catalog.selectors import newest_restorable, newest_restorable_ids
+from catalog.recovery import newest_restorable, newest_restorable_ids
 from tests.catalog.test_views import make_copy, make_location, make_run
 
 pytestmark = pytest.mark.django_db

@@ -74,7 +74,7 @@ def test_a_row_shows_state_verified_copies_domains_tiers_and_each_copy_under_its
     assert "NVMe" in row and "GLACIER" in row  # the tiers its bytes are on, hottest first
     assert row.index("NVMe") < row.index("GLACIER")
     assert row.count('class="timeline__copy"') == 2  # one under each location's column
-    assert "Newest complete" in row  # step 800 is corrupt and 750 partial
+    assert "Newest restorable" in row  # step 800 is corrupt and 750 partial
     corrupt = row_of(html, broken)
     assert "Corrupt" in corrupt and "Checksums disagree" in corrupt and "no verified copy" in corrupt
     assert "rank 3 shard is 0 B but the manifest says 1.0 GiB" in corrupt
@@ -95,9 +95,9 @@ def test_the_newest_complete_checkpoint_is_marked(signed_in):
     newer = checkpoint(run, 200)
     copy(newer, nvme, state=CopyState.PARTIAL)
     html = signed_in.get(f"/runs/{run.pk}/").content.decode()
-    assert "Newest complete" in row_of(html, good)
+    assert "Newest restorable" in row_of(html, good)
     assert "is-newest" in row_of(html, good) and "is-newest" not in row_of(html, newer)
-    assert "Newest complete" not in row_of(html, newer)
+    assert "Newest restorable" not in row_of(html, newer)
 
 
 def test_pinned_held_and_scheduled_checkpoints_carry_badges(signed_in):

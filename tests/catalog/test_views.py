@@ -212,7 +212,7 @@ def test_the_run_page_lists_checkpoints_newest_first_with_the_reasons(signed_in)
     assert "rank 3 shard is 0 B but the manifest says 1.0 GiB" in html
     assert "header of shard 7 is not safetensors" in html
     assert "missing model-00002-of-00004.safetensors" in html
-    assert "Newest complete checkpoint" in html
+    assert "Newest restorable checkpoint" in html
     assert f'href="/checkpoints/{bad.checkpoint_id}/"' in html
     assert f'href="/fleet/?host={loc.host_id}#location-{loc.pk}"' in html
     assert "Corrupt" in html and "Partial" in html and "Complete" in html
