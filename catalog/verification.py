@@ -608,7 +608,10 @@ def _verdict(c: CopyEvidence, results: dict[str, _FileResult], *, alone: bool) -
             Verification.UNVERIFIED, [f"the copy is {c.state}: only a complete copy can be verified as a whole"]
         )
     if all(r.agree for r in required.values()):
-        sources = set().union(*(r.agree for r in required.values()))
+        # Name what every file agrees with; only when nothing is common to all, what each agrees with.
+        sources = set.intersection(*(set(r.agree) for r in required.values())) or set().union(
+            *(r.agree for r in required.values())
+        )
         bases = {r.basis for r in required.values() if r.basis}
         basis = next((b for b in _BASIS_ORDER if b in bases), VerificationBasis.PEERS)
         return Verdict(

@@ -302,7 +302,7 @@ def placement_overview(request):
         for f in placement.Flag.values
     }
     cards = [
-        {"flag": f, "label": placement.Flag(f).label, "help": placement.flag_help(f), "count": len(ids)}
+        {"flag": f, "label": placement.flag_label(f), "help": placement.flag_help(f), "count": len(ids)}
         for f, ids in flagged.items()
     ]
     page = None
@@ -324,7 +324,7 @@ def placement_overview(request):
         {
             "cards": cards,
             "flag": flag,
-            "flag_label": placement.Flag(flag).label if flag else "",
+            "flag_label": placement.flag_label(flag) if flag else "",
             "flag_help": placement.flag_help(flag) if flag else "",
             "run": run,
             "page_obj": page,

@@ -31,6 +31,8 @@ def _copy(r) -> dict:
         "path": copy.path,
         "state": copy.state,
         "verification": copy.verification,
+        "verification_basis": copy.verification_basis,
+        "verified_at": copy.verified_at,
         "bytes": copy.bytes,
         "files": copy.file_count,
         "parts": [{"tier": p.tier, "storage_class": p.storage_class, "bytes": p.bytes} for p in r.parts],
@@ -57,6 +59,7 @@ class RecoveryView(APIView):
                 "copies": serializers.ListField(child=serializers.DictField()),
                 "unusable": serializers.ListField(child=serializers.DictField()),
                 "fallbacks": serializers.ListField(child=serializers.DictField()),
+                "skipped": serializers.ListField(child=serializers.DictField()),
                 "assumptions": serializers.DictField(),
             },
         )
@@ -72,7 +75,7 @@ class RecoveryView(APIView):
                 "verified": rec.verified,
                 "warnings": rec.warnings,
                 "copies": [_copy(r) for r in rec.copies],
-                "unusable": [_copy(r) | {"reasons": r.copy.reasons} for r in rec.unusable],
+                "unusable": [_copy(r) | {"reasons": r.why} for r in rec.unusable],
                 "fallbacks": [
                     {
                         "checkpoint": f.checkpoint.pk,
@@ -81,6 +84,11 @@ class RecoveryView(APIView):
                         "best": _copy(f.best) if f.best else None,
                     }
                     for f in rec.fallbacks
+                ],
+                # Newer checkpoints passed over, and why: not verified, disputed (with what would settle it), broken.
+                "skipped": [
+                    {"checkpoint": s.checkpoint.pk, "label": s.checkpoint.label, "kind": s.kind, "why": s.why}
+                    for s in rec.skipped
                 ],
                 "assumptions": {
                     tier: {"mib_per_s": a.mib_per_s, "delay_s": a.delay_s, "basis": a.basis}

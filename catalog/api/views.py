@@ -115,7 +115,7 @@ class RunKeysetPagination(BasePagination):
 
 def _flag_counts(counts: dict[str, int]) -> list[dict]:
     return [
-        {"flag": f, "label": placement.Flag(f).label, "help": placement.flag_help(f), "count": n}
+        {"flag": f, "label": placement.flag_label(f), "help": placement.flag_help(f), "count": n}
         for f, n in counts.items()
     ]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from django.contrib.auth.models import User
 
 from actions import services
 from actions.models import DeletionItem, DeletionJob, Hold, Pin
@@ -163,6 +164,21 @@ def test_a_disputed_copy_among_the_restore_points_copies_is_listed_without_a_com
         assert skipped.kind == "disputed"
     everything = [*recovery.copies, *recovery.unusable, *(f.best for f in recovery.fallbacks if f.best)]
     assert all(r.copy.verification != Verification.DISPUTED for r in everything)
+
+
+def test_the_recovery_api_passes_over_a_disputed_checkpoint_and_says_what_would_settle_it(make_host, push, client):
+    a, b, c, d = (make_host(n) for n in ("gpu-a01", "gpu-b01", "gpu-c01", "gpu-d01"))
+    push(a, dcp(100))
+    push(b, dcp(100))
+    push(c, dcp(200))
+    push(d, dcp(200, **FLIPPED))
+    client.force_login(User.objects.create_superuser("oncall", password="x"))
+    body = client.get(f"/api/v1/recovery/{copy_at(a, 100).checkpoint.run_id}/").json()
+    assert body["label"] == "step 100" and body["verified"] is True
+    assert all(c["verification"] == "verified" and c["verification_basis"] == "peers" for c in body["copies"])
+    (skipped,) = body["skipped"]
+    assert (skipped["label"], skipped["kind"]) == ("step 200", "disputed")
+    assert "to settle it" in skipped["why"]
 
 
 # --- deletion -------------------------------------------------------------------------------------------

@@ -84,6 +84,8 @@ class TestJudge:
         assert verdicts[2].basis == "majority"
         assert verdicts[1].verification == verdicts[3].verification == Verification.VERIFIED
         assert verdicts[1].basis == verdicts[3].basis == "majority"
+        # gpu-b agrees on one file only: the verdict names the copy every file agrees with.
+        assert verdicts[1].reasons == ["all 2 files agree with the copy at s3-eu"]
         assert verdicts[1].corrupt == []
 
     def test_the_writers_manifest_verifies_a_single_copy(self):
