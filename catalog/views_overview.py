@@ -33,6 +33,8 @@ QUEUE_PAGE = 100
 # A disputed copy is in no queue of copies to delete as bad, whatever its state: its checksums differ from
 # another copy's and nothing independent says which is right (PRODUCT.md, promise 10). It has its own queue.
 NOT_DISPUTED = ~Q(verification=Verification.DISPUTED)
+# Left-overs of interrupted saves are no checkpoint's copies: the orphans page lists them.
+NOT_LEFTOVER = Q(temporary=False)
 DISPUTED = "disputed"
 STALE = "stale"
 
@@ -42,12 +44,12 @@ QUEUES = {
     "partial": (
         "Partial copies",
         "Files the checkpoint's own manifest expects are missing: the copy restores nothing.",
-        Q(state=CopyState.PARTIAL) & NOT_DISPUTED,
+        Q(state=CopyState.PARTIAL) & NOT_DISPUTED & NOT_LEFTOVER,
     ),
     "corrupt": (
         "Corrupt copies",
         "Sizes or headers disagree with the manifest: the copy restores nothing.",
-        Q(state=CopyState.CORRUPT) & NOT_DISPUTED,
+        Q(state=CopyState.CORRUPT) & NOT_DISPUTED & NOT_LEFTOVER,
     ),
     "mismatch": (
         "Copies whose checksums disagree",

@@ -115,3 +115,12 @@ def test_the_left_overs_stay_listed_as_orphans(fleet_with_leftovers, signed_in):
     assert sum(g.items for g in groups) == 3
     orphans = signed_in.get("/api/v1/orphans/", {"kind": "temporary"}).json()["results"]
     assert sum(g["items"] for g in orphans) == 3
+
+
+def test_the_overview_queues_of_broken_copies_leave_the_left_overs_to_the_orphans_page(fleet_with_leftovers, signed_in):
+    body = signed_in.get("/api/v1/overview/").json()
+    text = str(body)
+    assert CheckpointCopy.objects.filter(temporary=True).count() == 3
+    html = signed_in.get("/queue/copies/?kind=partial").content.decode()
+    assert "orbax-checkpoint-tmp" not in html and ".ckpt.3f9a2c.tmp" not in html and "titan" not in html
+    assert "orbax-checkpoint-tmp" not in text
