@@ -64,6 +64,22 @@ def scanned(s3, scan_now):
     return name, bucket
 
 
+def two_verified_copies(s3, scanned, ckpt: Checkpoint) -> tuple[CheckpointCopy, CheckpointCopy]:
+    """The scanned bucket's copy of ``ckpt`` and a second one in another bucket, both verified."""
+    _name, bucket = scanned
+    theirs = CheckpointCopy.objects.get(checkpoint=ckpt, location=bucket.location)
+    other = CheckpointCopy.objects.create(
+        checkpoint=ckpt,
+        location=s3.register(s3.bucket(), name="second").location,
+        path="llm/llama-tiny/step-100",
+        format=theirs.format,
+        state="complete",
+        verification="verified",
+    )
+    CheckpointCopy.objects.filter(pk=theirs.pk).update(verification="verified")
+    return theirs, other
+
+
 def run_due(django_capture_on_commit_callbacks) -> dict:
     with django_capture_on_commit_callbacks(execute=True):
         return execution.start_due()
@@ -180,18 +196,8 @@ def test_a_pin_placed_after_scheduling_stops_the_job(s3, scanned, django_capture
 
 
 def test_a_copy_goes_only_while_another_verified_copy_stays(s3, scanned, django_capture_on_commit_callbacks):
-    _name, bucket = scanned
     ckpt = checkpoint(100)
-    theirs = CheckpointCopy.objects.get(checkpoint=ckpt, location=bucket.location)
-    other = CheckpointCopy.objects.create(
-        checkpoint=ckpt,
-        location=s3.register(s3.bucket(), name="second").location,
-        path="llm/llama-tiny/step-100",
-        format=theirs.format,
-        state="complete",
-        verification="verified",
-    )
-    CheckpointCopy.objects.filter(pk=theirs.pk).update(verification="verified")
+    theirs, other = two_verified_copies(s3, scanned, ckpt)
     job = services.schedule_deletion(checkpoint=ckpt, copy=theirs, reason="one copy is enough", actor=OPERATOR)
     make_due(job)
     CheckpointCopy.objects.filter(pk=other.pk).update(verification="mismatch")  # the survivor fails verification
@@ -205,18 +211,8 @@ def test_a_copy_goes_only_while_another_verified_copy_stays(s3, scanned, django_
 def test_a_copy_that_becomes_disputed_after_scheduling_is_not_deleted_as_the_bad_one(
     s3, scanned, django_capture_on_commit_callbacks
 ):
-    _name, bucket = scanned
     ckpt = checkpoint(100)
-    theirs = CheckpointCopy.objects.get(checkpoint=ckpt, location=bucket.location)
-    other = CheckpointCopy.objects.create(
-        checkpoint=ckpt,
-        location=s3.register(s3.bucket(), name="second").location,
-        path="llm/llama-tiny/step-100",
-        format=theirs.format,
-        state="complete",
-        verification="verified",
-    )
-    CheckpointCopy.objects.filter(pk=theirs.pk).update(verification="verified")
+    theirs, other = two_verified_copies(s3, scanned, ckpt)
     job = services.schedule_deletion(checkpoint=ckpt, copy=theirs, reason="one copy is enough", actor=OPERATOR)
     make_due(job)
     CheckpointCopy.objects.filter(pk__in=[theirs.pk, other.pk]).update(verification="disputed")
