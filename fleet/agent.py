@@ -82,6 +82,7 @@ if (
 
 import argparse
 import base64
+import bisect
 import builtins
 import collections
 import contextlib
@@ -913,11 +914,14 @@ class _ZipMember:
         self.out = 0  # bytes inflated so far
         self.inflater: Any = zlib.decompressobj(-15) if method == _ZIP_DEFLATED else None
 
-    def feed(self, data: memoryview, crc: int) -> None:
-        """The next stored bytes of this member, with their CRC32."""
-        if self.inflater is None:
-            self.seen = crc if not self.done else _CRC_MATH["crc32"].combine(self.seen, crc, len(data))
-        elif not self.bad:
+    def add(self, crc: int, length: int) -> None:
+        """The CRC32 of the next ``length`` stored bytes of this (STORED) member."""
+        self.seen = crc if not self.done else _CRC_MATH["crc32"].combine(self.seen, crc, length)
+        self.done += length
+
+    def inflate(self, data: memoryview) -> None:
+        """The next stored bytes of this (DEFLATED) member, in order."""
+        if not self.bad:
             try:
                 chunk = self.inflater.decompress(data, CHECKSUM_CHUNK)
                 while True:
@@ -1057,67 +1061,72 @@ def _zip64_sizes(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int
 
 
 class _CrcPass:
-    """The CRCs of one file, fed its bytes in order, one buffer at a time (on the CRC worker thread).
+    """The CRCs of one file, computed a buffer at a time by ``compute`` (on either thread, in any order)
+    and put together in file order by ``assemble`` (on the reading thread).
 
-    crc32c and crc64nvme run straight through each block with awscrt's continuation. crc32 does the
-    same unless zip members are being checked: then each piece between block and member boundaries
-    is CRC'd once and the CRC serves both its block and its member, joined with ``crc_combine``, so
-    checking the members costs a few combinations per member instead of a second CRC of the file.
+    ``compute`` cuts a buffer at block boundaries and at the boundaries of zip members' data, and
+    CRCs each piece once from scratch; ``assemble`` joins the pieces into block CRCs and member CRCs
+    with ``crc_combine`` (a few microseconds a piece). So each byte is CRC'd once, members included,
+    and whichever thread is free can take the next buffer. Inflating a DEFLATED member needs its
+    bytes in order: a file with one is computed on the reading thread only (``ordered``).
     """
 
     def __init__(self, size: int, members: list[_ZipMember] | None) -> None:
         self.block = crc_block_size(size)
+        self.all_members = members
+        self.members = [m for m in members if not m.bad and m.end > m.start] if members else []
+        self.starts = [m.start for m in self.members]
+        self.ordered = any(m.inflater is not None for m in self.members)
         self.blocks32: list[int] = []
         self.blocks32c: list[int] = []
         self.cur32 = self.cur32c = self.crc64 = 0
-        self.filled = 0  # bytes of the current block fed so far
-        self.offset = 0
-        self.members = [m for m in members if not m.bad and m.end > m.start] if members else []
-        self.all_members = members
-        self.next_member = 0
+        self.filled = 0  # bytes of the current block assembled so far
+        self.offset = 0  # bytes assembled so far
 
-    def feed(self, view: memoryview) -> None:
-        n = len(view)
-        if _crt is not None:
-            self.crc64 = _crt.crc64nvme(view, self.crc64)
+    def compute(self, view: memoryview, offset: int) -> tuple[int, int, list[tuple[int, int, int, Any]]]:
+        """(length, CRC64 of the buffer, pieces) for the ``view`` read at ``offset``: each piece
+        (length, CRC32, CRC32C, member or None) lies within one block and at most one member."""
+        crc64 = _crt.crc64nvme(view) if _crt is not None else 0
+        pieces = []
+        n, block, members = len(view), self.block, self.members
         pos = 0
         while pos < n:
-            take = min(n - pos, self.block - self.filled)
-            piece = view[pos : pos + take]
-            if _crt is not None:
-                self.cur32c = _crt.crc32c(piece, self.cur32c)
-            if self.members:
-                self._feed_members(piece, self.offset + pos)
+            at = offset + pos
+            stop = min(offset + n, (at // block + 1) * block)
+            member = None
+            if members:
+                i = bisect.bisect_right(self.starts, at) - 1
+                if i >= 0 and members[i].end > at:
+                    member = members[i]
+                    stop = min(stop, member.end)
+                elif i + 1 < len(members):
+                    stop = min(stop, members[i + 1].start)
+            piece = view[pos : stop - offset]
+            if member is not None and member.inflater is not None:
+                member.inflate(piece)  # only when ordered: on the reading thread, in file order
+            pieces.append((stop - at, zlib.crc32(piece), _crt.crc32c(piece) if _crt is not None else 0, member))
+            pos = stop - offset
+        return n, crc64, pieces
+
+    def assemble(self, computed: tuple[int, int, list[tuple[int, int, int, Any]]]) -> None:
+        """Join the next buffer's CRCs (from ``compute``), in file order."""
+        n, crc64, pieces = computed
+        if _crt is not None:
+            self.crc64 = _CRC_MATH["crc64nvme"].combine(self.crc64, crc64, n) if self.offset else crc64
+        math32, math32c = _CRC_MATH["crc32"], _CRC_MATH["crc32c"]
+        for length, crc32, crc32c, member in pieces:
+            if self.filled:
+                self.cur32 = math32.combine(self.cur32, crc32, length)
+                if _crt is not None:
+                    self.cur32c = math32c.combine(self.cur32c, crc32c, length)
             else:
-                self.cur32 = zlib.crc32(piece, self.cur32)
-            self.filled += take
-            pos += take
+                self.cur32, self.cur32c = crc32, crc32c
+            if member is not None and member.inflater is None:
+                member.add(crc32, length)
+            self.filled += length
             if self.filled == self.block:
                 self._end_block()
         self.offset += n
-
-    def _feed_members(self, piece: memoryview, start: int) -> None:
-        members, combine = self.members, _CRC_MATH["crc32"].combine
-        end = start + len(piece)
-        at = start
-        filled = self.filled
-        while at < end:
-            i = self.next_member
-            while i < len(members) and members[i].end <= at:
-                i += 1
-            self.next_member = i
-            member = members[i] if i < len(members) and members[i].start <= at else None
-            if member is not None:
-                stop = min(end, member.end)
-            else:
-                stop = min(end, members[i].start) if i < len(members) else end
-            part = piece[at - start : stop - start]
-            crc = zlib.crc32(part)
-            self.cur32 = crc if not filled else combine(self.cur32, crc, stop - at)
-            if member is not None:
-                member.feed(part, crc)
-            filled += stop - at
-            at = stop
 
     def _end_block(self) -> None:
         self.blocks32.append(self.cur32)
@@ -1186,9 +1195,9 @@ _crc_jobs_lock = threading.Lock()
 
 
 def _crc_worker() -> queue.SimpleQueue:
-    """The queue of the CRC worker thread (started on first use): it runs ``(feed, view, done)`` jobs in
-    order and puts None, or the exception ``feed`` raised, on ``done``. Two C-level queue operations a
-    buffer, where an executor's futures cost several locks: the hand-off is paid every MiB."""
+    """The queue of the CRC worker thread (started on first use). A job is ``(compute, view, offset,
+    index, buffer, done)``; the worker puts ``(index, compute(view, offset) or the exception it
+    raised, buffer)`` on ``done``. C-level queues: the hand-off is paid every MiB."""
     global _crc_jobs
     with _crc_jobs_lock:
         if _crc_jobs is None:
@@ -1200,13 +1209,12 @@ def _crc_worker() -> queue.SimpleQueue:
 
 def _run_crc_jobs(jobs: queue.SimpleQueue) -> None:
     while True:
-        feed, view, done = jobs.get()
+        compute, view, offset, index, buffer, done = jobs.get()
         try:
-            feed(view)
+            result = compute(view, offset)
         except BaseException as exc:  # handed to the reading thread, which raises it
-            done.put(exc)
-        else:
-            done.put(None)
+            result = exc
+        done.put((index, result, buffer))
 
 
 def _buffers() -> list[bytearray]:
@@ -1230,41 +1238,62 @@ def checksum_file(
     crcs = _CrcPass(size, members)
     sha = hashlib.sha256()
     # A small file's CRCs are computed on this thread: a hand-off to the worker costs more than they do.
-    jobs = _crc_worker() if size >= CHECKSUM_INLINE_BYTES else None
+    jobs = _crc_worker() if size >= CHECKSUM_INLINE_BYTES and not crcs.ordered else None
     done: queue.SimpleQueue = queue.SimpleQueue()
     free = list(_buffers())
-    pending: collections.deque[bytearray] = collections.deque()  # handed to the worker, oldest first
+    most = len(free) - 1  # buffers the worker may hold: one is always left for this thread to read into
+    in_flight = 0
+    computed: dict[int, Any] = {}  # by buffer number, until assembled in order
     failure: BaseException | None = None
+    read = assembled = offset = 0
     try:
         while True:
-            if not free:
-                failure = done.get()
-                free.append(pending.popleft())
-                if failure is not None:
-                    raise failure
+            # Take back what the worker finished, without waiting (a buffer is always left).
+            while in_flight and (not free or not done.empty()):
+                index, result, buffer = done.get()
+                in_flight -= 1
+                free.append(buffer)
+                if isinstance(result, BaseException):
+                    raise result
+                computed[index] = result
             buffer = free.pop()
             n = f.readinto(buffer)
             if not n:
+                free.append(buffer)
                 break
             view = memoryview(buffer)[:n]
-            if jobs is None:
+            if jobs is not None and in_flight < most:
+                jobs.put((crcs.compute, view, offset, read, buffer, done))
+                in_flight += 1
                 sha.update(view)
-                crcs.feed(view)
-                free.append(buffer)
             else:
-                jobs.put((crcs.feed, view, done))
-                pending.append(buffer)
+                # The worker is behind (its core is busy): this thread takes the buffer itself
+                # rather than wait for it, so a busy machine costs the CPU, not a stall per MiB.
                 sha.update(view)
+                computed[read] = crcs.compute(view, offset)
+                free.append(buffer)
+            read += 1
+            offset += n
+            while assembled in computed:
+                crcs.assemble(computed.pop(assembled))
+                assembled += 1
             if throttle is not None:
                 throttle.pace(n)
+    except BaseException as exc:
+        failure = exc
     finally:
         # Never leave while the worker may still read a buffer the next file will fill.
-        while pending:
-            outcome = done.get()
-            failure = failure or outcome
-            pending.popleft()
+        while in_flight:
+            index, result, buffer = done.get()
+            in_flight -= 1
+            if isinstance(result, BaseException):
+                failure = failure or result
+            computed[index] = result
     if failure is not None:
         raise failure
+    while assembled in computed:
+        crcs.assemble(computed.pop(assembled))
+        assembled += 1
     checksums, verdict = crcs.result()
     return FileChecksums(sha.hexdigest(), checksums, verdict, round(time.time(), 3))
 

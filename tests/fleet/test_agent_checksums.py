@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import pickle
@@ -220,19 +221,19 @@ def test_the_crcs_come_from_the_same_single_read_as_sha256(tmp_path, monkeypatch
     assert len(reads) == 1  # a .distcp has no facts: the one open is the checksum pass
 
 
-def test_a_failure_on_the_crc_worker_is_raised_by_the_reading_thread_which_then_goes_on(tmp_path, monkeypatch):
+def test_a_failure_computing_crcs_is_raised_by_the_reading_thread_which_then_goes_on(tmp_path, monkeypatch):
     data = os.urandom(6 * MIB)
     path = write(tmp_path / "a.distcp", data)
-    real = agent._CrcPass.feed
+    real = agent._CrcPass.compute
     calls: list[int] = []
 
-    def feed(self, view):
-        calls.append(len(view))
+    def compute(self, view, offset):
+        calls.append(offset)
         if len(calls) == 2:
             raise MemoryError("worker trouble")
-        return real(self, view)
+        return real(self, view, offset)
 
-    monkeypatch.setattr(agent._CrcPass, "feed", feed)
+    monkeypatch.setattr(agent._CrcPass, "compute", compute)
     with open(path, "rb", buffering=0) as f, pytest.raises(MemoryError, match="worker trouble"):
         agent.checksum_file(f, len(data))
     with open(path, "rb", buffering=0) as f:
@@ -316,15 +317,17 @@ def test_a_cache_row_without_crc32c_is_read_again_once_awscrt_is_there(agent_wit
 # --- torch zip members ----------------------------------------------------------------------------
 
 
-def torch_zip(path: Path, *, storage: bytes | None = None) -> Path:
-    """A zip in torch.save's layout (STORED data.pkl and storages), plus one DEFLATED member."""
+def torch_zip(path: Path, *, storage: bytes | None = None, deflated: bool = True) -> Path:
+    """A zip in torch.save's layout (STORED data.pkl and storages), plus one DEFLATED member unless not
+    ``deflated`` (a file with one is CRC'd on the reading thread only; without, on both threads)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
         zf.writestr("archive/data.pkl", pickle.dumps({"step": 100, "weights": "archive/data/0"}))
         zf.writestr("archive/data/0", storage if storage is not None else os.urandom(2 * MIB + 777))
         zf.writestr("archive/data/1", os.urandom(300))
         zf.writestr("archive/version", "3\n")
-        zf.writestr("archive/extra.txt", b"compressible " * 50_000, compress_type=zipfile.ZIP_DEFLATED)
+        if deflated:
+            zf.writestr("archive/extra.txt", b"compressible " * 50_000, compress_type=zipfile.ZIP_DEFLATED)
     return path
 
 
@@ -370,9 +373,10 @@ def test_a_flipped_byte_inside_a_member_names_that_member(tmp_path, member):
     assert blocks_of(line) == [zlib.crc32(path.read_bytes()[i : i + MIB]) for i in range(0, path.stat().st_size, MIB)]
 
 
-def test_members_are_checked_across_buffer_and_block_boundaries(tmp_path):
+@pytest.mark.parametrize("deflated", [True, False], ids=["one-thread", "two-threads"])
+def test_members_are_checked_across_buffer_and_block_boundaries(tmp_path, deflated):
     # A storage of 3.5 MiB starts mid-buffer and spans four of them; zeros make a flip anywhere count.
-    path = torch_zip(tmp_path / "root" / "rng_state.pth", storage=bytes(3 * MIB + MIB // 2))
+    path = torch_zip(tmp_path / "root" / "rng_state.pth", storage=bytes(3 * MIB + MIB // 2), deflated=deflated)
     start = member_data_offset(path, "archive/data/0")
     for offset in (start, start + MIB - (start % MIB), start + 3 * MIB + MIB // 2 - 1):
         flip_byte(path, offset)
@@ -381,6 +385,39 @@ def test_members_are_checked_across_buffer_and_block_boundaries(tmp_path):
         flip_byte(path, offset)
         (line,) = agent.scan_root(str(path.parent), checksums=True)
         assert line["facts"]["members_bad"] == [], offset
+
+
+class ShortReads(io.RawIOBase):
+    """A file that gives at most ``most`` bytes a read, as a network file system may."""
+
+    def __init__(self, data: bytes, most: int) -> None:
+        self.data, self.most, self.pos = data, most, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = min(len(buffer), self.most, len(self.data) - self.pos)
+        buffer[:n] = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return n
+
+
+def test_short_reads_that_straddle_blocks_and_members_give_the_same_crcs(tmp_path):
+    path = torch_zip(tmp_path / "model.pt", deflated=False)
+    data = path.read_bytes()
+    with open(path, "rb") as f:
+        members = agent.zip_members(f, len(data))
+    flip = member_data_offset(path, "archive/data/0") + MIB + 7
+    damaged = data[:flip] + bytes([data[flip] ^ 1]) + data[flip + 1 :]
+    sums = agent.checksum_file(ShortReads(damaged, 300_001), len(damaged), members=members)
+    assert sums.checksums["crc32"] == be(zlib.crc32(damaged)).hex()
+    raw = base64.b64decode(sums.checksums["blocks"]["crc32"])
+    assert raw == b"".join(be(zlib.crc32(damaged[i : i + MIB])) for i in range(0, len(damaged), MIB))
+    if crt is not None:
+        assert sums.checksums["crc32c"] == be(crt.crc32c(damaged)).hex()
+        assert sums.checksums["crc64nvme"] == be(crt.crc64nvme(damaged), 8).hex()
+    assert sums.members == {"checked": 4, "bad": ["archive/data/0"]}
 
 
 def test_members_bad_names_at_most_ten(tmp_path):
