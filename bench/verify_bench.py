@@ -31,6 +31,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ckptfleet.settings")
+# Only the pure core runs (no request, no query): DEBUG spares the bench a secret key and changes nothing here.
+os.environ.setdefault("CKPTFLEET_DEBUG", "1")
 
 import django  # noqa: E402
 
