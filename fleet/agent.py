@@ -803,6 +803,7 @@ class _CrcMath:
     """
 
     def __init__(self, width: int, poly: int) -> None:
+        self.width = width
         self.poly = poly
         self.one = 1 << (width - 1)  # x^0 in reflected order
         # x^(2^k) mod P for k up to 71: enough for any length below 2^64 bytes (the 3 is 8 bits a byte).
@@ -811,6 +812,7 @@ class _CrcMath:
             table.append(self.mult(table[-1], table[-1]))
         self._x2n = table
         self._ops: dict[int, int] = {}
+        self._tables: dict[int, list[list[int]]] = {}
 
     def mult(self, a: int, b: int) -> int:
         if not a:
@@ -840,7 +842,32 @@ class _CrcMath:
         return op
 
     def combine(self, crc1: int, crc2: int, len2: int) -> int:
-        return self.mult(self.operator(len2), crc1) ^ crc2 if len2 > 0 else crc1
+        if len2 <= 0:
+            return crc1
+        if len2 % MIB:
+            return self.mult(self.operator(len2), crc1) ^ crc2
+        # Whole MiB: a buffer or a block, joined thousands of times a file. Multiplying by a fixed
+        # operator is linear, so it is a lookup per byte of crc1 in tables made once per length.
+        tables = self._tables.get(len2) or self._table(len2)
+        out = crc2
+        for table in tables:
+            out ^= table[crc1 & 0xFF]
+            crc1 >>= 8
+        return out
+
+    def _table(self, nbytes: int) -> list[list[int]]:
+        op = self.operator(nbytes)
+        basis = [self.mult(op, 1 << bit) for bit in range(self.width)]
+        tables = []
+        for low in range(0, self.width, 8):
+            table = [0]
+            for bit in range(8):
+                table += [value ^ basis[low + bit] for value in table]
+            tables.append(table)
+        if len(self._tables) >= 64:
+            self._tables.clear()
+        self._tables[nbytes] = tables
+        return tables
 
 
 _CRC_MATH = {algo: _CrcMath(*params) for algo, params in _CRC_PARAMS.items()}

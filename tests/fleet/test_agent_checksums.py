@@ -93,6 +93,18 @@ def test_crc_combine_handles_long_lengths_without_the_data():
     assert agent.crc_combine("crc32", zlib.crc32(a), zlib.crc32(zeros), len(zeros)) == zlib.crc32(a + zeros)
 
 
+@pytest.mark.parametrize("mib", [1, 2, 8])
+def test_crc_combine_over_whole_mib_uses_tables_that_agree_with_the_long_way(mib):
+    tail = os.urandom(mib * MIB)
+    for head in (b"", b"x", os.urandom(1000)):
+        assert agent.crc_combine("crc32", zlib.crc32(head), zlib.crc32(tail), len(tail)) == zlib.crc32(head + tail)
+        if crt is not None:
+            got = agent.crc_combine("crc64nvme", crt.crc64nvme(head), crt.crc64nvme(tail), len(tail))
+            assert got == crt.crc64nvme(head + tail)
+            got = agent.crc_combine("crc32c", crt.crc32c(head), crt.crc32c(tail), len(tail))
+            assert got == crt.crc32c(head + tail)
+
+
 def test_crc_combine_refuses_an_unknown_algorithm():
     with pytest.raises(ValueError, match="unknown CRC"):
         agent.crc_combine("md5", 1, 2, 3)
