@@ -176,13 +176,16 @@ class FileFacts:
     mtime: float = 0.0
     facts: Any = None
     first: Any = None  # ShardFile.first_checksum: {"algo", "digest", "at"} when its content changed under it
+    parsed: Any = None  # ``digests`` decoded, once
 
     @property
     def has_checksum(self) -> bool:
         return bool((self.digest and self.algo) or self.digests)
 
     def other(self) -> dict[str, Any]:
-        return digests_loads(self.digests)
+        if self.parsed is None:
+            self.parsed = digests_loads(self.digests)
+        return self.parsed
 
     def full(self) -> dict[str, str]:
         return full_digests(self.algo, self.digest, self.other())
@@ -285,25 +288,100 @@ def judge(copies: Sequence[CopyEvidence]) -> dict[int, Verdict]:
     """The verdict on every copy of one checkpoint, from its files, its manifest and its peers'."""
     manifests = {c.id: {rel: checksum(*_pair(v)) for rel, v in c.manifest.items()} for c in copies}
     # Files without a checksum have none to compare (checksum() is None for them): only the others are kept.
-    actual = {
-        c.id: {rel: checksum(f.algo, f.digest) for rel, f in c.files.items() if f.digest and f.algo} for c in copies
-    }
+    actual = {c.id: _Actual(c.files) for c in copies}
     sizes = {c.id: {rel: f.size for rel, f in c.files.items()} for c in copies}
+    settled = _plain_agreement(copies)
     verdicts: dict[int, Verdict] = {}
     for c in copies:
         results: dict[str, _FileResult] = {}
+        plain = settled[c.id]
         # A file without a checksum has the same result whatever the references (see _judge_file):
         # one shared result stands for all of them (_judge_sizes replaces it where sizes differ).
         for rel in sorted(c.files):
             facts = c.files[rel]
             if not facts.has_checksum:
                 results[rel] = _UNCHECKED
+            elif rel in plain:
+                results[rel] = plain[rel]
             else:
                 results[rel] = _judge_file(c, rel, copies, manifests, actual)
         _judge_sizes(c, copies, results, sizes)
         alone = not any(d.id != c.id and not d.temporary for d in copies)
         verdicts[c.id] = _verdict(c, results, alone=alone)
     return verdicts
+
+
+class _Actual(dict):
+    """{relative path: Checksum} of a copy's main checksums, classified only when asked for."""
+
+    def __init__(self, files: Mapping[str, FileFacts]) -> None:
+        super().__init__()
+        self.files = files
+
+    def get(self, rel: str, default: Any = None) -> Any:
+        if rel in self:
+            return self[rel]
+        facts = self.files.get(rel)
+        value = checksum(facts.algo, facts.digest) if facts is not None and facts.digest and facts.algo else None
+        self[rel] = value
+        return value if value is not None else default
+
+
+def _plain_agreement(copies: Sequence[CopyEvidence]) -> dict[int, dict[str, _FileResult]]:
+    """The results ``_judge_file`` would give, found for many files at once: {copy id: {path: result}}.
+
+    Most files of most checkpoints are plain: no manifest records them and no first checksum is kept
+    for them, and either no other copy has them with a checksum (nothing to compare) or every copy that
+    does has the same main checksum (the same algorithm and digest). Such files are found as set
+    intersections of the copies' {path: checksum} items and share one result per set of agreeing
+    copies, the way files without a checksum share one; every other file goes through ``_judge_file``.
+    """
+    manifested = set().union(*(c.manifest.keys() for c in copies))
+    first = {rel for c in copies for rel, f in c.files.items() if f.first}
+    keys = {c.id: {(rel, f.algo, f.digest) for rel, f in c.files.items() if _is_content(f)} for c in copies}
+    checked = {c.id: {rel for rel, f in c.files.items() if f.has_checksum} for c in copies}
+    out: dict[int, dict[str, _FileResult]] = {}
+    for c in copies:
+        plain: dict[str, _FileResult] = {}
+        out[c.id] = plain
+        mine = {rel for rel, _, _ in keys[c.id]} - manifested - first
+        if not mine:
+            continue
+        others = [d for d in copies if d.id != c.id and not d.temporary]
+        if not others:
+            # Nothing to compare with: a lone copy (the reasons then say so).
+            shared = _FileResult(no_reference=True)
+            plain.update(dict.fromkeys(mine, shared))
+            continue
+        unsettled: set[str] = set()
+        agreeing: dict[str, list[str]] = {}
+        for d in others:
+            if not d.speaks:
+                unsettled |= checked[d.id]  # a peer that does not speak: leave these files to _judge_file
+                continue
+            same = {rel for rel, _, _ in keys[c.id] & keys[d.id]}
+            unsettled |= checked[d.id] - same
+            for rel in same:
+                agreeing.setdefault(rel, []).append(d.where)
+        shared_by: dict[tuple[str, ...], _FileResult] = {}
+        for rel in mine - unsettled:
+            wheres = agreeing.get(rel)
+            if not wheres:
+                continue  # no peer has it: _judge_file says why (no reference, or not comparable)
+            key = tuple(sorted(wheres))
+            result = shared_by.get(key)
+            if result is None:
+                result = shared_by[key] = _FileResult(
+                    agree={f"the copy at {where}" for where in key}, basis=VerificationBasis.PEERS
+                )
+            plain[rel] = result
+    return out
+
+
+def _is_content(facts: FileFacts) -> bool:
+    """Whether a file's main checksum is a content digest in canonical form (what ``checksum`` calls content)."""
+    length = DIGEST_HEX_LENGTH.get(facts.algo)
+    return length is not None and len(facts.digest) == length and _HEX.match(facts.digest) is not None
 
 
 def _pair(value: Any) -> tuple[str | None, str | None]:
@@ -879,7 +957,14 @@ def _verified_at(files: Mapping[str, FileFacts], now: datetime) -> datetime:
     return datetime.fromtimestamp(min(times), UTC) if times else now
 
 
+# The "at" of stored digests text, read without decoding a whole block list (canonical JSON: no spaces).
+_AT = re.compile(r'"at":(-?[0-9.eE+-]+)')
+
+
 def _checked_at(facts: FileFacts) -> float | None:
+    if facts.parsed is None and isinstance(facts.digests, str):
+        found = _AT.search(facts.digests)
+        return float(found.group(1)) if found else None
     at = facts.other().get("at")
     return float(at) if isinstance(at, (int, float)) else None
 

@@ -8,6 +8,9 @@ import hashlib
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from catalog import selectors
 from catalog.choices import CopyState, Verification
@@ -581,3 +584,56 @@ def test_a_failure_domain_is_the_host_or_a_buckets_region():
     assert failure_domain(nvme) == "host gpu-a01"
     assert failure_domain(bucket) == "region us-east-1"
     assert failure_domain(unknown) == "location minio"
+
+
+class TestPlainAgreementShortcut:
+    """The set-based shortcut for plain files gives exactly the verdicts of judging every file one by one."""
+
+    @staticmethod
+    def one_by_one(copies):
+        import catalog.verification as verification
+
+        original = verification._plain_agreement
+        verification._plain_agreement = lambda cs: {c.id: {} for c in cs}
+        try:
+            return judge(copies)
+        finally:
+            verification._plain_agreement = original
+
+    @given(
+        data=st.lists(
+            st.tuples(
+                st.sampled_from([CopyState.COMPLETE, CopyState.COMPLETE, CopyState.PARTIAL]),
+                st.booleans(),  # temporary
+                st.dictionaries(
+                    st.sampled_from(["a.bin", "b.bin", "c.bin", "d.bin"]),
+                    st.one_of(
+                        st.none(),
+                        st.sampled_from(["x", "y"]).map(lambda v: ("sha256", sha(v))),
+                        st.just(("md5", "9b2cf535f27731c974343645a3985328-16")),
+                        st.just(("crc32", "0a0b0c0d")),
+                    ),
+                    max_size=4,
+                ),
+                st.booleans(),  # a manifest for a.bin
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    @hsettings(max_examples=200, deadline=None)
+    def test_it_agrees_with_judging_each_file(self, data):
+        copies = []
+        for i, (state, temporary, files, manifest) in enumerate(data, start=1):
+            facts = {rel: FileFacts(4096, *(value or ("", ""))) for rel, value in files.items()}
+            copies.append(
+                copy(
+                    i,
+                    f"loc-{i}",
+                    facts,
+                    state=state,
+                    temporary=temporary and i > 1,
+                    manifest={"a.bin": ["sha256", sha("x")]} if manifest else {},
+                )
+            )
+        assert judge(copies) == self.one_by_one(copies)
