@@ -170,6 +170,8 @@ def attention_items(user, basis: spend.Basis, *, locations=None) -> list[dict]:
                 "url": f"{reverse('catalog:placement')}?flag={flag}",
             }
             for flag, n in _flag_counts(user).items()
+            # The stale queue above lists these copies already, with its bulk actions.
+            if flag != placement.Flag.VERIFICATION_STALE
         ),
         {
             "key": "jobs_ended_badly",
