@@ -73,6 +73,7 @@ MANIFEST_FILES = frozenset({"ckptfleet.json", "integrity.json"})
 # Checkpoints per batch are chosen so that one batch loads about this many member files (bounded memory).
 FILES_PER_BATCH = 20_000
 _HEX = re.compile(r"^[0-9a-f]+$")
+_HEX_DIGITS = "0123456789abcdef"
 
 
 # --- checksums ------------------------------------------------------------------------------------
@@ -381,7 +382,7 @@ def _plain_agreement(copies: Sequence[CopyEvidence]) -> dict[int, dict[str, _Fil
 def _is_content(facts: FileFacts) -> bool:
     """Whether a file's main checksum is a content digest in canonical form (what ``checksum`` calls content)."""
     length = DIGEST_HEX_LENGTH.get(facts.algo)
-    return length is not None and len(facts.digest) == length and _HEX.match(facts.digest) is not None
+    return length is not None and len(facts.digest) == length and not facts.digest.strip(_HEX_DIGITS)
 
 
 def _pair(value: Any) -> tuple[str | None, str | None]:
@@ -951,10 +952,10 @@ def _epoch(value: Any) -> float:
     return datetime.fromisoformat(value).replace(tzinfo=UTC).timestamp()
 
 
-def _verified_at(files: Mapping[str, FileFacts], now: datetime) -> datetime:
-    """When a verified copy was verified: the oldest time its files' checksums were taken (now when unknown)."""
+def _verified_at(files: Mapping[str, FileFacts]) -> datetime | None:
+    """When a verified copy was verified: the oldest time its files' checksums were taken (None when unknown)."""
     times = [t for f in files.values() if (t := _checked_at(f)) is not None]
-    return datetime.fromtimestamp(min(times), UTC) if times else now
+    return datetime.fromtimestamp(min(times), UTC) if times else None
 
 
 # The "at" of stored digests text, read without decoding a whole block list (canonical JSON: no spaces).
@@ -1010,10 +1011,10 @@ def _verify_one(
             "reasons": reasons,
         }
         if verdict.verification == Verification.VERIFIED:
-            verified_at = _verified_at(by_copy[copy.pk], now)
-            # Unchanged files keep the time they were first verified at, when the agent gave none.
-            if copy.verified_at is None or _known_times(by_copy[copy.pk]):
-                values["verified_at"] = verified_at
+            # Without the times the checksums were taken (an older agent), the time it was first found verified.
+            verified_at = _verified_at(by_copy[copy.pk])
+            if verified_at is not None or copy.verified_at is None:
+                values["verified_at"] = verified_at or now
         else:
             values["verified_at"] = None
         changed = [k for k, v in values.items() if getattr(copy, k) != v]
@@ -1077,6 +1078,3 @@ def _recognise_again(copy: Any, member_paths: list[str]) -> tuple[str, list[str]
             return found.state, list(found.reasons)
     return None
 
-
-def _known_times(files: Mapping[str, FileFacts]) -> bool:
-    return any(_checked_at(f) is not None for f in files.values())
