@@ -109,6 +109,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Protocol
@@ -489,6 +490,8 @@ def stream_facts(name: str, f: BinaryIO, size: int) -> dict[str, Any] | None:
     if kind is None:
         return None
     try:
+        if kind == "torch_file":
+            return _torch_file_facts(f, size, name=name)
         return _READERS[kind](f, size)
     except _FactsError as exc:
         return {"kind": kind, "error": _one_line(exc)}
@@ -615,10 +618,15 @@ def _text_facts(f: BinaryIO, size: int) -> dict[str, Any]:
     return {"kind": "text", "content": raw.decode("utf-8", "replace").strip()}
 
 
-def _torch_file_facts(f: BinaryIO, size: int) -> dict[str, Any]:
+def _torch_file_facts(f: BinaryIO, size: int, *, name: str = "") -> dict[str, Any]:
     head = _read_exact(f, 32)
     if head.startswith(b"PK\x03\x04"):
-        return {"kind": "torch_file", "container": "zip", "complete": _zip_complete(f, size)}
+        facts: dict[str, Any] = {"kind": "torch_file", "container": "zip", "complete": _zip_complete(f, size)}
+        if name.endswith("model_states.pt") and facts["complete"]:
+            recorded = _deepspeed_counts(f)
+            if recorded:
+                facts["deepspeed"] = recorded
+        return facts
     if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
         if _LEGACY_TORCH_MAGIC in head:
             # Legacy torch.save appends raw tensor storages after its pickles, so the last byte
@@ -665,6 +673,24 @@ def _dcp_metadata_facts(f: BinaryIO, size: int) -> dict[str, Any]:
     except (pickle.UnpicklingError, EOFError) as exc:
         raise _FactsError(f"cannot unpickle: {exc or 'truncated'}") from None
     return {"kind": "dcp_metadata", "files": _dcp_files(metadata)}
+
+
+def _deepspeed_counts(f: BinaryIO) -> dict[str, int]:
+    """The world sizes a DeepSpeed ``*model_states.pt`` records about its save: ``dp_world_size`` (how many
+    data-parallel ranks wrote an optimizer file per model-parallel rank) and ``mp_world_size``, read from the
+    zip's ``data.pkl`` with inert stubs for every class (nothing of the file runs). {} when it has neither."""
+    try:
+        archive = zipfile.ZipFile(f)
+        member = next((i for i in archive.infolist() if i.filename.endswith("/data.pkl")), None)
+        if member is None or member.file_size > DCP_MAX_BYTES:
+            return {}
+        with archive.open(member) as pkl:
+            state = _InertUnpickler(pkl).load()
+    except (zipfile.BadZipFile, pickle.UnpicklingError, EOFError, ValueError, KeyError, TypeError, OSError):
+        return {}
+    if not isinstance(state, dict):
+        return {}
+    return {key: state[key] for key in ("dp_world_size", "mp_world_size") if _is_count(state.get(key))}
 
 
 _READERS: dict[str, Callable[[BinaryIO, int], dict[str, Any]]] = {
@@ -746,6 +772,23 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         raise pickle.UnpicklingError("refused a persistent id")
+
+
+class _InertUnpickler(_RestrictedUnpickler):
+    """Unpickles a torch.save ``data.pkl`` for a few plain values: every global is an inert stub (no code of
+    the file runs) and every tensor storage a persistent id that is kept, never loaded."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return super().find_class(module, name)
+        except pickle.UnpicklingError:
+            key = (module, name)
+            if key not in self._stubs:
+                self._stubs[key] = type("Stub", (_Stub,), {"_ckpt_global": f"{module}.{name}"})
+            return self._stubs[key]
+
+    def persistent_load(self, pid: Any) -> Any:
+        return None
 
 
 def _field(obj: Any, name: str, index: int) -> Any:

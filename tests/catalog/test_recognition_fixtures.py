@@ -248,12 +248,18 @@ class TestDamagedDeepSpeed:
         assert copy.state == PARTIAL
         assert any("zero_pp_rank_0_mp_rank_00_optim_states.pt is missing" in r for r in copy.reasons)
 
-    def test_a_missing_highest_rank_is_noted_from_the_sibling_tag(self, tmp_path):
+    def test_a_missing_highest_rank_is_partial_by_the_world_size_its_model_states_record(self, tmp_path):
+        # No gap between ranks shows the last one missing, and `latest` names the tag all the same: the
+        # agent reads dp_world_size from the model states file, and the tag is partial whatever latest says.
         root = copy_of(tmp_path, "pfs")
         (root / "speech/ds-tiny/global_step200/zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
+        assert (root / "speech/ds-tiny/latest").read_text().strip() == "global_step200"
         copy = at(scan(root)[0], "speech/ds-tiny/global_step200")
-        assert copy.state == COMPLETE
-        assert any("global_step100 beside it has 2" in r for r in copy.reasons)
+        assert copy.state == PARTIAL
+        assert any("dp_world_size 2" in r for r in copy.reasons), copy.reasons
+        lines = scan_root(str(root), warn=lambda message: None)
+        states = next(x for x in lines if x["path"].endswith("global_step200/mp_rank_00_model_states.pt"))
+        assert states["facts"]["deepspeed"] == {"dp_world_size": 2, "mp_world_size": 1}
 
     def test_a_tag_newer_than_latest_is_partial(self, tmp_path):
         root = copy_of(tmp_path, "pfs")

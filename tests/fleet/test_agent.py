@@ -1316,3 +1316,24 @@ def test_a_pull_never_replaces_and_refuses_paths_that_leave_the_root(store, tmp_
 def test_pulls_and_deletions_do_not_go_together(capsys, tree):
     code, _, err = run(capsys, "--root", str(tree), "--pulls", "--deletions", "--server", "http://x")
     assert code == 1 and "--deletions and --pulls do not go together" in err
+
+
+def test_a_deepspeed_model_states_pickle_runs_nothing_it_names(tmp_path):
+    import zipfile
+
+    marker = tmp_path / "ran"
+    # GLOBAL os.system, REDUCE with a command: unpickled for real, this would create the marker.
+    evil = (
+        b"\x80\x02}q\x00(X\r\x00\x00\x00dp_world_sizeq\x01K\x04X\r\x00\x00\x00mp_world_sizeq\x02K\x01"
+        b"X\x01\x00\x00\x00xcos\nsystem\n(X"
+        + len(f"touch {marker}").to_bytes(4, "little")
+        + f"touch {marker}".encode()
+        + b"tRu."
+    )
+    path = tmp_path / "global_step5" / "mp_rank_00_model_states.pt"
+    path.parent.mkdir()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("mp_rank_00_model_states/data.pkl", evil)
+    facts = agent.file_facts(str(path))
+    assert not marker.exists()
+    assert facts["deepspeed"] == {"dp_world_size": 4, "mp_world_size": 1}
