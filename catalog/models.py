@@ -91,6 +91,16 @@ class CheckpointCopy(models.Model):
     verified_at = models.DateTimeField(
         null=True, blank=True, help_text="When the oldest checksum behind the copy's verified verdict was taken."
     )
+    content_print = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        help_text="sha256 of its files' (relative path, size, checksum) when every file has a content checksum: "
+        "copies with the same print hold the same content, and are compared without reading their files.",
+    )
+    checksums_at = models.DateTimeField(
+        null=True, blank=True, help_text="The oldest time its files' checksums were taken, when known."
+    )
     reference_checksums = models.JSONField(
         default=dict, blank=True, help_text="What the writer recorded: {path in the copy: [algorithm, hex digest]}."
     )

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import re
 from collections import Counter, defaultdict
@@ -839,11 +840,14 @@ def checkpoints_verify(
             by_checkpoint[copy.checkpoint_id].append(copy)
         for batch in _batches(by_checkpoint, known):
             copies = [c for checkpoint_id in batch for c in by_checkpoint[checkpoint_id]]
-            files = _member_files([c.pk for c in copies if c.pk not in known])
+            borrowed: dict[int, dict[str, FileFacts]] = {}
+            for checkpoint_id in batch:
+                borrowed.update(_same_content(by_checkpoint[checkpoint_id], known, judged))
+            files = _member_files([c.pk for c in copies if c.pk not in known and c.pk not in borrowed])
             files.update((c.pk, known[c.pk]) for c in copies if c.pk in known)
             dirty: list[tuple[Any, list[str]]] = []
             for checkpoint_id in batch:
-                dirty += _verify_one(by_checkpoint[checkpoint_id], files, judged)
+                dirty += _verify_one(by_checkpoint[checkpoint_id], files, judged, borrowed)
             if dirty:
                 # One statement per batch, not one per copy; fields a copy did not change keep their value.
                 fields = sorted({f for _, changed in dirty for f in changed})
@@ -862,6 +866,8 @@ _VERDICT_COLUMNS = {
     "verification_reasons": "jsonb",
     "verification_basis": "text",
     "verified_at": "timestamptz",
+    "content_print": "text",
+    "checksums_at": "timestamptz",
     "state": "text",
     "reasons": "jsonb",
     "judged_at": "timestamptz",
@@ -970,10 +976,55 @@ def _checked_at(facts: FileFacts) -> float | None:
     return float(at) if isinstance(at, (int, float)) else None
 
 
+def content_print(files: Mapping[str, FileFacts]) -> str:
+    """A copy's content fingerprint: the sha256 of its files' (relative path, size, main checksum), or "" when a
+    file has no content checksum or keeps a first checksum (its judgement then needs the files themselves)."""
+    if not files:
+        return ""
+    lines = []
+    for rel, f in files.items():
+        if f.first or not _is_content(f):
+            return ""
+        lines.append(f"{rel}\0{f.size}\0{f.algo}\0{f.digest}")
+    lines.sort()
+    return hashlib.sha256("\n".join(lines).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _same_content(copies: list[Any], known: Mapping, judged: Mapping) -> dict[int, dict[str, FileFacts]]:
+    """{copy id: files} for the copies of one checkpoint whose files need not be read: every copy is complete,
+    no writer's manifest and no earlier mismatch is involved, and each copy not in ``known`` holds exactly
+    the content (``content_print``) of a copy that is, whose files then stand for its own in the judgement.
+    A second copy of a million files is then compared without reading the first one's back."""
+    unread = [c for c in copies if c.pk not in known]
+    held = [c for c in copies if c.pk in known]
+    if not unread or not held:
+        return {}
+    for c in copies:
+        if c.temporary or c.reference_checksums or c.verification == Verification.MISMATCH:
+            return {}
+        state = judged[c.pk][0] if c.pk in judged else c.state
+        if state != CopyState.COMPLETE:
+            return {}
+    relative = _relative_files(known[held[0].pk], held[0].path)
+    fingerprint = content_print(relative)
+    if not fingerprint or any(content_print(_relative_files(known[c.pk], c.path)) != fingerprint for c in held[1:]):
+        return {}
+    if any(c.content_print != fingerprint for c in unread):
+        return {}
+    return {c.pk: relative for c in unread}
+
+
 def _verify_one(
-    copies: list[Any], files: dict[int, dict[str, tuple[str, FileFacts]]], judged: Mapping
+    copies: list[Any],
+    files: dict[int, dict[str, tuple[str, FileFacts]]],
+    judged: Mapping,
+    borrowed: Mapping[int, Mapping[str, FileFacts]] | None = None,
 ) -> list[tuple[Any, list[str]]]:
-    """Judge the copies of one checkpoint; returns the copies whose verdict changed (set on them) and the fields."""
+    """Judge the copies of one checkpoint; returns the copies whose verdict changed (set on them) and the fields.
+
+    ``borrowed`` gives the files of copies not read, which hold the same content as a copy that was
+    (``_same_content``): judged with them, their time of verification is left as it was."""
+    borrowed = borrowed or {}
     names = Counter(c.location.name for c in copies)
     bases: dict[int, tuple[str | None, list[str]]] = {}
     evidence = []
@@ -989,7 +1040,7 @@ def _verify_one(
                 state=base[0] or CopyState.CORRUPT,
                 temporary=copy.temporary,
                 manifest=copy.reference_checksums or {},
-                files=_relative_files(members, copy.path),
+                files=borrowed[copy.pk] if copy.pk in borrowed else _relative_files(members, copy.path),
             )
         )
     verdicts = judge(evidence)
@@ -1010,11 +1061,14 @@ def _verify_one(
             "state": state,
             "reasons": reasons,
         }
+        if copy.pk not in borrowed:  # a borrowed copy keeps what its own files said when they were read
+            values["content_print"] = content_print(by_copy[copy.pk])
+            values["checksums_at"] = _verified_at(by_copy[copy.pk])
         if verdict.verification == Verification.VERIFIED:
             # Without the times the checksums were taken (an older agent), the time it was first found verified.
-            verified_at = _verified_at(by_copy[copy.pk])
-            if verified_at is not None or copy.verified_at is None:
-                values["verified_at"] = verified_at or now
+            taken = values.get("checksums_at", copy.checksums_at)
+            if taken is not None or copy.verified_at is None:
+                values["verified_at"] = taken or now
         else:
             values["verified_at"] = None
         changed = [k for k, v in values.items() if getattr(copy, k) != v]
@@ -1077,4 +1131,3 @@ def _recognise_again(copy: Any, member_paths: list[str]) -> tuple[str, list[str]
         if found.path == copy.path:
             return found.state, list(found.reasons)
     return None
-

@@ -637,3 +637,37 @@ class TestPlainAgreementShortcut:
                 )
             )
         assert judge(copies) == self.one_by_one(copies)
+
+
+def test_a_second_copy_with_the_same_content_is_verified_without_reading_the_first_ones_files_back(
+    two_hosts, push, monkeypatch
+):
+    import catalog.verification as verification
+
+    a, b = two_hosts
+    source = dcp(100)
+    for line in source:
+        line["checksummed_at"] = 1763700100.0
+    push(a, source)
+    first = copy_at(a)
+    assert first.content_print and first.checksums_at.timestamp() == 1763700100.0
+    read: list[int] = []
+    member_files = verification._member_files
+    monkeypatch.setattr(verification, "_member_files", lambda ids: read.extend(ids) or member_files(ids))
+    copied = dcp(100)
+    for line in copied:
+        line["mtime"], line["checksummed_at"] = 1763700500.0, 1763700600.0
+    push(b, copied)
+    assert first.pk not in read
+    for kit, other, taken in ((a, b, 1763700100.0), (b, a, 1763700600.0)):
+        copy = copy_at(kit)
+        assert (copy.verification, copy.verification_basis) == (Verification.VERIFIED, "peers")
+        assert copy.verification_reasons == [f"all 3 files agree with the copy at {other.location.name}"]
+        assert copy.verified_at.timestamp() == taken  # each copy's own checksums' time, read or not
+    # A flipped file is another content: the first copy's files are read again and the flip is judged.
+    monkeypatch.setattr(verification, "_member_files", member_files)
+    flipped = dcp(100, **{"__1_0.distcp": "flipped"})
+    for line in flipped:
+        line["mtime"], line["checksummed_at"] = 1763700900.0, 1763701000.0
+    push(b, flipped)
+    assert copy_at(b).verification == Verification.MISMATCH and copy_at(b).verification_basis == "source"
