@@ -964,8 +964,9 @@ def _verified_at(files: Mapping[str, FileFacts]) -> datetime | None:
     return datetime.fromtimestamp(min(times), UTC) if times else None
 
 
-# The "at" of stored digests text, read without decoding a whole block list (canonical JSON: no spaces).
-_AT = re.compile(r'"at":(-?[0-9.eE+-]+)')
+# The "at" of stored digests text, read without decoding a whole block list (no space from json.dumps, one
+# from PostgreSQL's jsonb).
+_AT = re.compile(r'"at": ?(-?[0-9.eE+-]+)')
 
 
 def _checked_at(facts: FileFacts) -> float | None:
