@@ -210,9 +210,9 @@ class CheckpointViewSet(viewsets.ReadOnlyModelViewSet):
             .prefetch_related("tier_usage")
         )
         checkpoints = restrict_runs(Checkpoint.objects.all(), self.request.user, run_path="run__")
-        checkpoints = checkpoints.filter(
-            Exists(CheckpointCopy.objects.filter(checkpoint=OuterRef("pk"), temporary=False))
-        )
+        leftover = CheckpointCopy.objects.filter(checkpoint=OuterRef("pk"), temporary=True)
+        kept = CheckpointCopy.objects.filter(checkpoint=OuterRef("pk"), temporary=False)
+        checkpoints = checkpoints.exclude(Exists(leftover) & ~Exists(kept))
         return checkpoints.select_related("run__team").prefetch_related(
             Prefetch("copies", queryset=copies, to_attr="present")
         )
