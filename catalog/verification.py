@@ -841,13 +841,14 @@ def checkpoints_verify(
         for batch in _batches(by_checkpoint, known):
             copies = [c for checkpoint_id in batch for c in by_checkpoint[checkpoint_id]]
             borrowed: dict[int, dict[str, FileFacts]] = {}
+            prints: dict[int, str] = {}  # content prints computed on the way, not computed twice
             for checkpoint_id in batch:
-                borrowed.update(_same_content(by_checkpoint[checkpoint_id], known, judged))
+                borrowed.update(_same_content(by_checkpoint[checkpoint_id], known, judged, prints))
             files = _member_files([c.pk for c in copies if c.pk not in known and c.pk not in borrowed])
             files.update((c.pk, known[c.pk]) for c in copies if c.pk in known)
             dirty: list[tuple[Any, list[str]]] = []
             for checkpoint_id in batch:
-                dirty += _verify_one(by_checkpoint[checkpoint_id], files, judged, borrowed)
+                dirty += _verify_one(by_checkpoint[checkpoint_id], files, judged, borrowed, prints)
             if dirty:
                 # One statement per batch, not one per copy; fields a copy did not change keep their value.
                 fields = sorted({f for _, changed in dirty for f in changed})
@@ -991,7 +992,9 @@ def content_print(files: Mapping[str, FileFacts]) -> str:
     return hashlib.sha256("\n".join(lines).encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _same_content(copies: list[Any], known: Mapping, judged: Mapping) -> dict[int, dict[str, FileFacts]]:
+def _same_content(
+    copies: list[Any], known: Mapping, judged: Mapping, prints: dict[int, str]
+) -> dict[int, dict[str, FileFacts]]:
     """{copy id: files} for the copies of one checkpoint whose files need not be read: every copy is complete,
     no writer's manifest and no earlier mismatch is involved, and each copy not in ``known`` holds exactly
     the content (``content_print``) of a copy that is, whose files then stand for its own in the judgement.
@@ -1007,8 +1010,10 @@ def _same_content(copies: list[Any], known: Mapping, judged: Mapping) -> dict[in
         if state != CopyState.COMPLETE:
             return {}
     relative = _relative_files(known[held[0].pk], held[0].path)
-    fingerprint = content_print(relative)
-    if not fingerprint or any(content_print(_relative_files(known[c.pk], c.path)) != fingerprint for c in held[1:]):
+    fingerprint = prints[held[0].pk] = content_print(relative)
+    for c in held[1:]:
+        prints[c.pk] = content_print(_relative_files(known[c.pk], c.path))
+    if not fingerprint or any(prints[c.pk] != fingerprint for c in held[1:]):
         return {}
     if any(c.content_print != fingerprint for c in unread):
         return {}
@@ -1020,6 +1025,7 @@ def _verify_one(
     files: dict[int, dict[str, tuple[str, FileFacts]]],
     judged: Mapping,
     borrowed: Mapping[int, Mapping[str, FileFacts]] | None = None,
+    prints: Mapping[int, str] | None = None,
 ) -> list[tuple[Any, list[str]]]:
     """Judge the copies of one checkpoint; returns the copies whose verdict changed (set on them) and the fields.
 
@@ -1063,7 +1069,8 @@ def _verify_one(
             "reasons": reasons,
         }
         if copy.pk not in borrowed:  # a borrowed copy keeps what its own files said when they were read
-            values["content_print"] = content_print(by_copy[copy.pk])
+            known_print = (prints or {}).get(copy.pk)
+            values["content_print"] = known_print if known_print is not None else content_print(by_copy[copy.pk])
             values["checksums_at"] = _verified_at(by_copy[copy.pk])
         if verdict.verification == Verification.VERIFIED:
             # Without the times the checksums were taken (an older agent), the time it was first found verified.
