@@ -306,6 +306,7 @@ def test_buckets_show_their_last_scan_objects_bytes_by_tier_and_incomplete_uploa
     assert "s3://ckpt-eu/fleet/" in html and "http://127.0.0.1:9" in html
     assert "failure domain eu-west-1 / aws-euw1" in html
     assert "credentials <code>default</code>" in html and "scanned every 60 minutes" in html
+    assert "checksums read again every 7 days" in html
     assert f'href="/fleet/inventories/{inv.pk}/"' in html and "Applied" in html
     assert "12 objects" in html and "1 min 24 s" in html
     # Present objects only (the 4 GiB that are gone do not count), hottest tier first, with units.
