@@ -644,22 +644,29 @@ def _zip_complete(f: BinaryIO, size: int) -> bool:
     must end exactly at the end of the file (after its comment), its central directory must lie
     before it, and a ZIP64 archive's record must be preceded by its ZIP64 locator.
     """
+    for tail, base, pos in _zip_end_candidates(f, size):
+        cd_size, cd_offset = struct.unpack("<II", tail[pos + 12 : pos + 20])
+        if cd_offset == 0xFFFFFFFF or cd_size == 0xFFFFFFFF:
+            if pos >= 20 and tail[pos - 20 : pos - 16] == b"PK\x06\x07":
+                return True
+        elif cd_offset + cd_size <= base + pos:
+            return True
+    return False
+
+
+def _zip_end_candidates(f: BinaryIO, size: int) -> Iterator[tuple[bytes, int, int]]:
+    """(tail, its offset in the file, position in it) of each end-of-central-directory record in the last
+    64 KiB + 22 bytes whose comment reaches exactly to the end of the file, the last one first."""
     tail_len = min(size, ZIP_TAIL_BYTES + 22)
     base = size - tail_len
     tail = _read_at(f, base, tail_len)
     pos = tail.rfind(b"PK\x05\x06")
     while pos >= 0:
-        record = tail[pos : pos + 22]
-        if len(record) == 22:
-            cd_size, cd_offset, comment_len = struct.unpack("<IIH", record[12:22])
+        if pos + 22 <= len(tail):
+            (comment_len,) = struct.unpack("<H", tail[pos + 20 : pos + 22])
             if pos + 22 + comment_len == len(tail):
-                if cd_offset == 0xFFFFFFFF or cd_size == 0xFFFFFFFF:
-                    if pos >= 20 and tail[pos - 20 : pos - 16] == b"PK\x06\x07":
-                        return True
-                elif cd_offset + cd_size <= base + pos:
-                    return True
+                yield tail, base, pos
         pos = tail.rfind(b"PK\x05\x06", 0, pos)
-    return False
 
 
 def _dcp_metadata_facts(f: BinaryIO, size: int) -> dict[str, Any]:
@@ -1090,25 +1097,17 @@ def zip_members(f: BinaryIO, size: int) -> list[_ZipMember] | None:
 
 def _zip_end_record(f: BinaryIO, size: int) -> tuple[int, int, int] | None:
     """(entries, central directory size, its offset) from the end records, as _zip_complete finds them."""
-    tail_len = min(size, ZIP_TAIL_BYTES + 22)
-    base = size - tail_len
-    tail = _read_at(f, base, tail_len)
-    pos = tail.rfind(b"PK\x05\x06")
-    while pos >= 0:
-        record = tail[pos : pos + 22]
-        if len(record) == 22:
-            count, cd_size, cd_offset, comment_len = struct.unpack("<HIIH", record[10:22])
-            if pos + 22 + comment_len == len(tail):
-                if count != 0xFFFF and cd_size != 0xFFFFFFFF and cd_offset != 0xFFFFFFFF:
-                    return count, cd_size, cd_offset
-                if pos >= 20 and tail[pos - 20 : pos - 16] == b"PK\x06\x07":
-                    (where,) = struct.unpack("<Q", tail[pos - 12 : pos - 4])
-                    record64 = _read_at(f, where, 56) if where + 56 <= size else b""
-                    if len(record64) == 56 and record64[:4] == b"PK\x06\x06":
-                        count64, cd_size64, cd_offset64 = struct.unpack("<QQQ", record64[32:56])
-                        return count64, cd_size64, cd_offset64
-                return None
-        pos = tail.rfind(b"PK\x05\x06", 0, pos)
+    for tail, _base, pos in _zip_end_candidates(f, size):
+        count, cd_size, cd_offset = struct.unpack("<HII", tail[pos + 10 : pos + 20])
+        if count != 0xFFFF and cd_size != 0xFFFFFFFF and cd_offset != 0xFFFFFFFF:
+            return count, cd_size, cd_offset
+        if pos >= 20 and tail[pos - 20 : pos - 16] == b"PK\x06\x07":
+            (where,) = struct.unpack("<Q", tail[pos - 12 : pos - 4])
+            record64 = _read_at(f, where, 56) if where + 56 <= size else b""
+            if len(record64) == 56 and record64[:4] == b"PK\x06\x06":
+                count64, cd_size64, cd_offset64 = struct.unpack("<QQQ", record64[32:56])
+                return count64, cd_size64, cd_offset64
+        return None
     return None
 
 
