@@ -34,6 +34,8 @@ from typing import Any
 
 from awscrt import checksums as _crt
 
+from fleet.agent import crc_of_blocks
+
 # Full-object digests, strongest first, and the length of their hex form.
 FULL_ALGOS: dict[str, int] = {
     "sha256": 64,
@@ -57,15 +59,6 @@ def crc(algo: str, data: bytes) -> int:
     if algo == "crc32c":
         return _crt.crc32c(data)
     return _crt.crc64nvme(data)
-
-
-def crc_combine(algo: str, first: int, second: int, second_len: int) -> int:
-    """The CRC of A + B from CRC(A), CRC(B) and len(B)."""
-    if algo == "crc32":
-        return _crt.combine_crc32(first, second, second_len)
-    if algo == "crc32c":
-        return _crt.combine_crc32c(first, second, second_len)
-    return _crt.combine_crc64nvme(first, second, second_len)
 
 
 def dumps(digests: dict[str, Any] | None) -> str | None:
@@ -156,29 +149,25 @@ def block_crcs(digests: dict[str, Any], algo: str) -> tuple[int, list[int]] | No
 
 def composite_of(algo: str, blocks: tuple[int, list[int]], size: int, part_size: int) -> str | None:
     """The S3 composite checksum (hex, without ``-N``) of a file of ``size`` bytes uploaded in parts of
-    ``part_size``, rebuilt from its block CRCs; None when the parts do not fall on block boundaries."""
+    ``part_size``, rebuilt from its block CRCs; None when the parts do not fall on block boundaries.
+    The part CRCs are combined by the agent's own ``crc_of_blocks``: the wire contract's one definition."""
     block, crcs = blocks
-    if part_size <= 0 or part_size % block:
+    try:
+        parts = crc_of_blocks(algo, crcs, block, size, part_size)
+    except ValueError:
         return None
-    per_part = part_size // block
     width = CRC_WIDTH[algo]
-    parts = bytearray()
-    for start in range(0, len(crcs), per_part):
-        chunk = crcs[start : start + per_part]
-        value = chunk[0]
-        for i, c in enumerate(chunk[1:], start=start + 1):
-            length = min(block, size - i * block)
-            value = crc_combine(algo, value, c, length)
-        parts += value.to_bytes(width, "big")
-    return crc(algo, bytes(parts)).to_bytes(width, "big").hex()
+    return crc(algo, b"".join(p.to_bytes(width, "big") for p in parts)).to_bytes(width, "big").hex()
 
 
-def full_from_blocks(algo: str, blocks: tuple[int, list[int]], size: int) -> str:
+def full_from_blocks(algo: str, blocks: tuple[int, list[int]], size: int) -> str | None:
+    """The CRC of the whole file, combined from its block CRCs (one part as long as the file)."""
     block, crcs = blocks
-    value = crcs[0]
-    for i, c in enumerate(crcs[1:], start=1):
-        value = crc_combine(algo, value, c, min(block, size - i * block))
-    return value.to_bytes(CRC_WIDTH[algo], "big").hex()
+    try:
+        (whole,) = crc_of_blocks(algo, crcs, block, size, len(crcs) * block)
+    except ValueError:
+        return None
+    return whole.to_bytes(CRC_WIDTH[algo], "big").hex()
 
 
 # --- comparing two files -------------------------------------------------------------------------
@@ -222,7 +211,9 @@ def compare(
     for algo in CRC_WIDTH:
         for a_digests, b in ((my_digests, theirs), (their_digests, mine)):
             if algo in b and (blocks := block_crcs(a_digests, algo)) is not None:
-                return Comparison(algo, full_from_blocks(algo, blocks, size) == b[algo])
+                whole = full_from_blocks(algo, blocks, size)
+                if whole is not None:
+                    return Comparison(algo, whole == b[algo])
     return None
 
 
