@@ -931,9 +931,14 @@ def _member_files(copy_ids: list[int]) -> dict[int, dict[str, tuple[str, FileFac
         else:
             where, params = f"copy_id IN ({', '.join(['%s'] * len(chunk))})", chunk
         if connection.vendor == "postgresql":
-            extra = "extract(epoch FROM mtime)::float8, digests::text, facts::text, first_checksum::text"
+            # Facts matter only for torch zips' member checks: the others' are not sent over the wire.
+            extra = (
+                "extract(epoch FROM mtime)::float8, digests::text, "
+                "CASE WHEN facts ? 'members_bad' THEN facts::text END, first_checksum::text"
+            )
         else:
-            extra = "mtime, digests, facts, first_checksum"
+            extra = "mtime, digests, CASE WHEN json_extract(facts, '$.members_bad') IS NOT NULL THEN facts END, "
+            extra += "first_checksum"
         epoch = float if connection.vendor == "postgresql" else _epoch
         with connection.cursor() as cursor:
             cursor.execute(
@@ -946,9 +951,7 @@ def _member_files(copy_ids: list[int]) -> dict[int, dict[str, tuple[str, FileFac
                 for copy_id, path, size, digest, algo, mtime, digests, facts, first in rows:
                     if copy_id != current_id:  # the index gives a copy's files together
                         current_id, current = copy_id, files[copy_id]
-                    # Facts matter only for torch zips' member checks: other files' are not kept.
-                    kept = facts if facts and '"members_bad"' in facts else None
-                    current[path] = (path, FileFacts(size, algo, digest, digests, epoch(mtime), kept, first))
+                    current[path] = (path, FileFacts(size, algo, digest, digests, epoch(mtime), facts, first))
     return files
 
 

@@ -671,3 +671,15 @@ def test_a_second_copy_with_the_same_content_is_verified_without_reading_the_fir
         line["mtime"], line["checksummed_at"] = 1763700900.0, 1763701000.0
     push(b, flipped)
     assert copy_at(b).verification == Verification.MISMATCH and copy_at(b).verification_basis == "source"
+
+
+def test_a_torch_zip_whose_member_crcs_the_agent_checked_settles_a_disagreement_through_ingestion(two_hosts, push):
+    a, b = two_hosts
+    checked = {"kind": "torch_file", "container": "zip", "complete": True, "members_checked": 3, "members_bad": []}
+    line = {"path": "vision/vit/epoch=1-step=200.ckpt", "size": 4096, "mtime": 1763700000.0}
+    push(a, [{**line, "sha256": sha("good"), "facts": checked}])
+    push(b, [{**line, "sha256": sha("bad"), "facts": {k: v for k, v in checked.items() if "members" not in k}}])
+    good = CheckpointCopy.objects.get(location=a.location, gone_at__isnull=True)
+    bad = CheckpointCopy.objects.get(location=b.location, gone_at__isnull=True)
+    assert (bad.state, bad.verification, bad.verification_basis) == ("corrupt", "mismatch", "format")
+    assert (good.verification, good.verification_basis) == ("verified", "format")
