@@ -1053,7 +1053,7 @@ def _verify_one(
                 files=borrowed[copy.pk] if copy.pk in borrowed else _relative_files(members, copy.path),
             )
         )
-    verdicts = judge(evidence)
+    verdicts = _same_print_verdicts(copies, evidence, bases, borrowed, prints or {}) or judge(evidence)
     by_copy = {e.id: e.files for e in evidence}
     now = timezone.now()
     dirty = []
@@ -1092,6 +1092,40 @@ def _verify_one(
             changed.append("judged_at")
         dirty.append((copy, changed))
     return dirty
+
+
+def _same_print_verdicts(
+    copies: list[Any],
+    evidence: list[CopyEvidence],
+    bases: Mapping[int, tuple[str | None, list[str]]],
+    borrowed: Mapping[int, Mapping[str, FileFacts]],
+    prints: Mapping[int, str],
+) -> dict[int, Verdict] | None:
+    """The verdicts ``judge`` gives when two or more copies hold the same content, decided from their content
+    prints alone; None when it takes the files. Every copy is complete by its formats and not a left-over, none
+    has a writer's manifest, and every one's print (read now, or stored for a copy whose files were not read)
+    is the same and not empty: no file keeps a first checksum, each has a content checksum, and the copies
+    hold the same paths, sizes and checksums. Then every file of each agrees with every other copy, as
+    ``_plain_agreement`` would find file by file (tested side by side)."""
+    if len(evidence) < 2:
+        return None
+    seen = set()
+    for copy, e in zip(copies, evidence, strict=True):
+        if e.temporary or e.manifest or bases[copy.pk][0] != CopyState.COMPLETE:
+            return None
+        seen.add(copy.content_print if copy.pk in borrowed else prints.get(copy.pk))
+    if len(seen) != 1 or not next(iter(seen)):
+        return None
+    total = len(evidence[0].files)
+    verdicts = {}
+    for e in evidence:
+        sources = {f"the copy at {d.where}" for d in evidence if d.id != e.id}
+        verdicts[e.id] = Verdict(
+            Verification.VERIFIED,
+            [f"all {_plural(total, 'file')} agree with {_names(sources)}"],
+            basis=VerificationBasis.PEERS,
+        )
+    return verdicts
 
 
 def _relative_files(members: Mapping[str, tuple[str, FileFacts]], copy_path: str) -> dict[str, FileFacts]:

@@ -20,6 +20,7 @@ from catalog.verification import (
     FileFacts,
     checkpoints_verify,
     checksum,
+    content_print,
     failure_domain,
     judge,
     relative_checksums,
@@ -637,6 +638,75 @@ class TestPlainAgreementShortcut:
                 )
             )
         assert judge(copies) == self.one_by_one(copies)
+
+
+class TestSamePrintShortcut:
+    """Copies with the same content print get from their prints alone exactly the verdicts judge gives."""
+
+    @given(
+        data=st.lists(
+            st.tuples(
+                st.sampled_from([CopyState.COMPLETE, CopyState.COMPLETE, CopyState.PARTIAL]),
+                st.booleans(),  # temporary
+                st.booleans(),  # the same files as the first copy
+                st.dictionaries(
+                    st.sampled_from(["a.bin", "b.bin", "c.bin"]),
+                    st.one_of(
+                        st.none(),
+                        st.sampled_from(["x", "y"]).map(lambda v: ("sha256", sha(v))),
+                        st.just(("crc32", "0a0b0c0d")),
+                    ),
+                    max_size=3,
+                ),
+                st.booleans(),  # read now, or its stored print stands for it
+            ),
+            min_size=1,
+            max_size=4,
+        ),
+        where=st.sampled_from(["gpu-a01:/mnt/nvme0", "s3-ckpt"]),
+    )
+    @hsettings(max_examples=300, deadline=None)
+    def test_it_gives_what_judging_the_files_gives(self, data, where):
+        from types import SimpleNamespace
+
+        from catalog.verification import _same_print_verdicts
+
+        first = None
+        rows, evidence, bases, borrowed, prints = [], [], {}, {}, {}
+        for i, (state, temporary, same, files, read) in enumerate(data, start=1):
+            facts = {rel: FileFacts(4096, *(value or ("", ""))) for rel, value in files.items()}
+            if first is None:
+                first = facts
+            elif same:
+                facts = dict(first)
+            stored = content_print(facts)
+            rows.append(SimpleNamespace(pk=i, content_print=stored))
+            evidence.append(copy(i, f"{where}-{i}", facts, state=state, temporary=temporary and i > 1))
+            bases[i] = (state, [])
+            if read:
+                prints[i] = stored
+            else:
+                borrowed[i] = facts
+        shortcut = _same_print_verdicts(rows, evidence, bases, borrowed, prints)
+        if shortcut is not None:
+            assert shortcut == judge(evidence)
+
+    def test_it_decides_three_agreeing_copies_and_leaves_the_rest_to_judge(self):
+        from types import SimpleNamespace
+
+        from catalog.verification import _same_print_verdicts
+
+        files = shards()
+        evidence = [copy(i, f"loc-{i}", dict(files)) for i in (1, 2, 3)]
+        rows = [SimpleNamespace(pk=i, content_print=content_print(files)) for i in (1, 2, 3)]
+        bases = {i: (CopyState.COMPLETE, []) for i in (1, 2, 3)}
+        prints = {1: content_print(files)}
+        borrowed = {2: files, 3: files}
+        shortcut = _same_print_verdicts(rows, evidence, bases, borrowed, prints)
+        assert shortcut == judge(evidence)
+        assert shortcut[1].reasons == ["all 2 files agree with the copy at loc-2 and the copy at loc-3"]
+        rows[2].content_print = ""  # a copy whose print is unknown: its files decide
+        assert _same_print_verdicts(rows, evidence, bases, borrowed, prints) is None
 
 
 def test_a_second_copy_with_the_same_content_is_verified_without_reading_the_first_ones_files_back(
