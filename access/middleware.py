@@ -15,7 +15,7 @@ from django.template.response import TemplateResponse
 
 from access.refusals import Refusal, refusals_collected
 from access.roles import roles_of
-from catalog.choices import EventSource
+from audit.choices import EventSource
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")

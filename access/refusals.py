@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from django.db import connection, transaction
 
-from catalog.audit import audit_record
-from catalog.choices import ActorKind
+from audit.choices import ActorKind
+from audit.services import audit_record
 
 log = logging.getLogger(__name__)
 

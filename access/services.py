@@ -10,9 +10,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from access.models import ApiToken
-from catalog.audit import audit_record
+from audit.actor import Actor
+from audit.services import audit_record
 from ckptfleet.errors import DomainError, NotAuthenticated
-from fleet.services import Actor
 
 TOKEN_PREFIX = "cfu"  # noqa: S105 - a public prefix; host agents' tokens start with "cfh"
 # A token's last use is written at most this often, so that a busy script does not write on every call.
@@ -97,7 +97,7 @@ def audit_chain_verify(*, actor: Actor, request_id: str = ""):
 
     The walk reads every event (about 75 µs each on PostgreSQL), so people start it as a task.
     """
-    from catalog.audit import audit_verify
+    from audit.services import audit_verify
 
     checked, broken, why = audit_verify()
     with transaction.atomic():

@@ -5,8 +5,8 @@ from __future__ import annotations
 from celery import shared_task
 from django.contrib.auth import get_user_model
 
-from catalog.choices import ActorKind, EventSource
-from fleet.services import Actor
+from audit.actor import Actor
+from audit.choices import ActorKind, EventSource
 
 
 @shared_task(acks_late=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from actions.models import DeletionItem, DeletionJob, Hold, Pin
-from catalog.admin import ReadOnlyAdmin
+from ckptfleet.admin_base import ReadOnlyAdmin
 
 
 @admin.register(Pin)

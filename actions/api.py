@@ -27,7 +27,7 @@ from access.middleware import request_id_of
 from access.scoping import restrict
 from actions import services
 from actions.models import DeletionItem, DeletionJob, Hold, Pin
-from catalog.choices import EventSource
+from audit.choices import EventSource
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from ckptfleet.errors import DomainError
 

@@ -37,8 +37,10 @@ from django.utils import timezone
 
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
 from actions.protection import OPEN_DELETION_STATES, active_holds, is_pinned
-from catalog.audit import audit_record
-from catalog.choices import ActorKind, CopyState, EventSource, Verification
+from audit.actor import Actor
+from audit.choices import ActorKind, EventSource
+from audit.services import audit_record
+from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
 from catalog.recovery import disputed_checkpoints, newest_restorable
 from ckptfleet.errors import DomainError, PermissionRefused
@@ -46,7 +48,6 @@ from fleet import s3
 from fleet.choices import LocationKind
 from fleet.models import Bucket, Host, StorageLocation
 from fleet.selectors import host_root_or_refuse
-from fleet.services import Actor
 
 log = logging.getLogger(__name__)
 

@@ -29,12 +29,12 @@ from django.utils import timezone
 
 from actions.models import Hold, MirrorState
 from actions.protection import protected_ids
-from catalog.audit import audit_record
-from catalog.choices import ActorKind, EventSource
+from audit.actor import Actor
+from audit.choices import ActorKind, EventSource
+from audit.services import audit_record
 from catalog.models import CheckpointCopy, ShardFile
 from fleet import s3
 from fleet.models import Bucket, Inventory
-from fleet.services import Actor
 
 log = logging.getLogger(__name__)
 MIRROR_ACTOR = Actor(kind=ActorKind.WORKER, label="worker: Object Lock mirror", source=EventSource.TASK)

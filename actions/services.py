@@ -31,14 +31,15 @@ from django.utils import timezone
 from access.roles import Role, has_role, require_role
 from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, MirrorState, Pin
 from actions.protection import OPEN_DELETION_STATES, active_holds
-from catalog.audit import audit_record
-from catalog.choices import ActorKind, CopyState, Importance, Verification
+from audit.actor import Actor
+from audit.choices import ActorKind
+from audit.services import audit_record
+from catalog.choices import CopyState, Importance, Verification
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, ShardFile
 from catalog.recovery import newest_restorable, newest_restorable_ids
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet.models import Bucket
 from fleet.pricebook import GIB, PriceBook, utc_today
-from fleet.services import Actor
 
 MAX_REASON = 2000
 MAX_CASE_REF = 200

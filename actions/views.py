@@ -24,7 +24,7 @@ from actions import services
 from actions.execution import last_progress
 from actions.models import DeletionJob, DeletionState, Hold, Pin
 from actions.protection import OPEN_DELETION_STATES
-from catalog.choices import EventSource
+from audit.choices import EventSource
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from catalog.templatetags.fleet_format import bytes_iec, count
 from ckptfleet.errors import DomainError

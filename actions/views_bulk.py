@@ -33,11 +33,11 @@ from access.roles import Role, has_role, require_role
 from access.scoping import restrict_runs
 from actions import services
 from actions.models import Hold, Pin
-from catalog.choices import EventSource
+from audit.actor import Actor
+from audit.choices import EventSource
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from catalog.templatetags.fleet_format import ckpt_label
 from ckptfleet.errors import DomainError, PermissionRefused
-from fleet.services import Actor
 
 MAX_ITEMS = 200
 KEEP_RESULTS = 5

@@ -620,10 +620,10 @@ def scan(
     endpoint: Endpoint, worker: Worker, location, *, label: str, expected_objects: int, profile: Path | None = None
 ) -> dict:
     """scan_start, then poll the inventory every 0.1 s until it is applied or failed."""
+    from audit.actor import Actor
     from catalog.models import CheckpointCopy
     from fleet.models import Bucket
     from fleet.scan import scan_start
-    from fleet.services import Actor
 
     pg_checkpoint()
     spy = None
@@ -995,8 +995,8 @@ def main(argv: list[str] | None = None) -> int:
         results["list_seq"] = listing_only(endpoint, "bench-main", parallel=False)
         results["list_par"] = listing_only(endpoint, "bench-main", parallel=True)
 
+        from audit.actor import Actor
         from fleet.scan import bucket_add
-        from fleet.services import Actor
 
         actor = Actor.command(label="bench/scan_bench.py")
 

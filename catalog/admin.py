@@ -8,58 +8,10 @@ both, so these admins show and search, and never add, change or delete.
 from __future__ import annotations
 
 from django.contrib import admin
-from django.core.paginator import Paginator
-from django.db import connection
-from django.utils.functional import cached_property
 
-from catalog.models import (
-    AuditChainHead,
-    AuditEvent,
-    Checkpoint,
-    CheckpointCopy,
-    IngestRow,
-    Run,
-    ShardFile,
-    Team,
-    UsageCursor,
-    UsageDaily,
-)
+from catalog.models import Checkpoint, CheckpointCopy, IngestRow, Run, ShardFile, Team, UsageCursor, UsageDaily
 from catalog.templatetags.fleet_format import bytes_iec
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Show and search only: writes belong to services, which audit them."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class EstimatedCountPaginator(Paginator):
-    """Exact counts, except for an unfiltered table on PostgreSQL, where the planner's estimate is used.
-
-    The admin counts the list on every page load; COUNT(*) over tens of millions of shard files
-    costs seconds and tells nobody anything the estimate does not.
-    """
-
-    @cached_property
-    def count(self) -> int:
-        query = getattr(self.object_list, "query", None)
-        if connection.vendor == "postgresql" and query is not None and not query.where:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-                    [self.object_list.model._meta.db_table],
-                )
-                row = cursor.fetchone()
-            if row and row[0] >= 0:
-                return int(row[0])
-        return super().count
+from ckptfleet.admin_base import EstimatedCountPaginator, ReadOnlyAdmin
 
 
 @admin.register(Team)
@@ -133,26 +85,6 @@ class IngestRowAdmin(ReadOnlyAdmin):
     raw_id_fields = ["inventory"]
     show_full_result_count = False
     paginator = EstimatedCountPaginator
-
-
-@admin.register(AuditEvent)
-class AuditEventAdmin(ReadOnlyAdmin):
-    """Audit events are append-only: no one, superusers included, adds, changes or deletes one here."""
-
-    list_display = ["at", "actor_label", "actor_kind", "source", "action", "target_type", "target_label"]
-    list_filter = ["actor_kind", "source"]
-    search_fields = ["^action", "target_label", "actor_label", "case_ref", "=request_id"]
-    raw_id_fields = ["actor"]
-    show_full_result_count = False
-    paginator = EstimatedCountPaginator
-
-    def get_actions(self, request):
-        return {}
-
-
-@admin.register(AuditChainHead)
-class AuditChainHeadAdmin(ReadOnlyAdmin):
-    list_display = ["last_hash", "count"]
 
 
 @admin.register(UsageDaily)

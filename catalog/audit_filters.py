@@ -8,8 +8,9 @@ import django_filters
 from django import forms
 from django.db.models import Q, QuerySet
 
-from catalog.choices import ActorKind, EventSource
-from catalog.models import AuditEvent, Checkpoint
+from audit.choices import ActorKind, EventSource
+from audit.models import AuditEvent
+from catalog.models import Checkpoint
 
 _NUMBER = forms.TextInput(attrs={"inputmode": "numeric", "pattern": "[0-9]*", "size": 8})
 _DAY = forms.DateInput(attrs={"placeholder": "YYYY-MM-DD", "size": 11})

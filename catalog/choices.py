@@ -40,19 +40,3 @@ class RunStatus(models.TextChoices):
     ACTIVE = "active", "Active"
     FINISHED = "finished", "Finished"
     DELETED = "deleted", "Finished and deleted"
-
-
-class ActorKind(models.TextChoices):
-    USER = "user", "Person"
-    HOST = "host", "Host agent"
-    WORKER = "worker", "Worker"
-    SYSTEM = "system", "System"
-
-
-class EventSource(models.TextChoices):
-    UI = "ui", "Web UI"
-    API = "api", "API"
-    ADMIN = "admin", "Admin"
-    COMMAND = "command", "Management command"
-    TASK = "task", "Task"
-    AGENT = "agent", "Agent"

@@ -22,8 +22,8 @@ from django.views.decorators.http import require_POST
 from access.roles import Role, has_role, require_role
 from access.scoping import restrict_events, scoped_team_names
 from access.services import AUDIT_VERIFY_ACTION
+from audit.models import AuditChainHead, AuditEvent
 from catalog.audit_filters import AuditEventFilter
-from catalog.models import AuditChainHead, AuditEvent
 from ckptfleet.errors import PermissionRefused
 from ckptfleet.params import positive_int_param
 

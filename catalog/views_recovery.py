@@ -13,8 +13,8 @@ from django.views.decorators.http import require_POST
 from access.roles import Role, has_role
 from access.scoping import restrict_runs
 from actions import protection, services
+from audit.choices import EventSource
 from catalog import selectors
-from catalog.choices import EventSource
 from catalog.models import Checkpoint, Run
 from catalog.recovery import recovery_for
 from ckptfleet.errors import DomainError

@@ -22,15 +22,15 @@ from django.utils import timezone
 
 from access.roles import Role, has_role, require_role
 from access.scoping import may_see_run, spend_team_ids
+from audit.actor import Actor
+from audit.choices import ActorKind, EventSource
 from catalog import spend
-from catalog.choices import ActorKind, EventSource
 from catalog.models import Run, Team
 from ckptfleet.errors import DomainError, PermissionRefused
 from ckptfleet.params import positive_int_param
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host, PriceBasis, StorageLocation
 from fleet.pricebook import price_set, utc_today
-from fleet.services import Actor
 
 RUNS_PER_PAGE = 100
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")

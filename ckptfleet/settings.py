@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "audit",
     "access",
     "fleet",
     "catalog",

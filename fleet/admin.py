@@ -11,13 +11,13 @@ from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db import models
 
-from catalog.admin import EstimatedCountPaginator, ReadOnlyAdmin
-from catalog.choices import ActorKind, EventSource
+from audit.actor import Actor
+from audit.choices import ActorKind, EventSource
 from catalog.templatetags.fleet_format import bytes_iec
+from ckptfleet.admin_base import EstimatedCountPaginator, ReadOnlyAdmin
 from ckptfleet.errors import DomainError
 from fleet.models import Bucket, Host, HostToken, Inventory, MultipartUpload, PricePoint, StorageLocation
 from fleet.pricebook import price_set, price_validate
-from fleet.services import Actor
 
 
 @admin.register(Host)

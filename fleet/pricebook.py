@@ -18,7 +18,7 @@ from decimal import Decimal, InvalidOperation
 from django.db import transaction
 from django.utils import timezone
 
-from catalog.audit import audit_record
+from audit.services import audit_record
 from ckptfleet.errors import DomainError
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host, PriceBasis, PricePoint, StorageLocation

@@ -81,8 +81,9 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from catalog.audit import audit_record
-from catalog.choices import ActorKind, EventSource
+from audit.actor import Actor
+from audit.choices import ActorKind, EventSource
+from audit.services import audit_record
 from catalog.digests import dumps as digests_dumps
 from catalog.digests import loads as digests_loads
 from catalog.formats.base import FileEntry
@@ -101,7 +102,7 @@ from fleet.models import (
     ObjectVersion,
     StorageLocation,
 )
-from fleet.services import Actor, location_add
+from fleet.services import location_add
 
 log = logging.getLogger(__name__)
 

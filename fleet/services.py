@@ -8,7 +8,6 @@ import hmac
 import json
 import secrets
 import zlib
-from dataclasses import dataclass
 from typing import BinaryIO
 
 from django.conf import settings
@@ -16,8 +15,8 @@ from django.core.files.base import File
 from django.db import transaction
 from django.utils import timezone
 
-from catalog.audit import audit_record
-from catalog.choices import ActorKind, EventSource
+from audit.actor import Actor
+from audit.services import audit_record
 from catalog.models import Team
 from ckptfleet.errors import DomainError, NotAuthenticated, PermissionRefused, TooLarge
 from fleet.choices import InventorySource, InventoryStatus, LocationKind, Tier
@@ -25,20 +24,6 @@ from fleet.models import Host, HostToken, Inventory, StorageLocation
 
 TOKEN_PREFIX = "cfh"  # noqa: S105 - the public marker of a host token, not a secret
 WIRE_FORMAT = "ckptfleet-inventory/1"
-
-
-@dataclass(frozen=True)
-class Actor:
-    """Who is acting, for the audit trail."""
-
-    kind: str
-    label: str
-    source: str
-    user: object | None = None
-
-    @classmethod
-    def command(cls, label: str = "manage.py") -> Actor:
-        return cls(kind=ActorKind.SYSTEM, label=label, source=EventSource.COMMAND)
 
 
 def _hash_token(raw: str) -> str:
@@ -270,7 +255,6 @@ def gzip_lines(lines) -> bytes:
 
 
 __all__ = [
-    "Actor",
     "InventoryStatus",
     "gzip_lines",
     "host_authenticate",

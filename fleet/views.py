@@ -10,7 +10,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from access.roles import Role, require_role
-from catalog.choices import ActorKind, EventSource
+from audit.actor import Actor
+from audit.choices import ActorKind, EventSource
 from catalog.templatetags.fleet_format import bytes_iec, count, location_href
 from ckptfleet.errors import DomainError
 from ckptfleet.params import positive_int_param
@@ -18,7 +19,6 @@ from fleet import selectors
 from fleet.choices import InventoryStatus
 from fleet.models import Inventory, StorageLocation
 from fleet.scan import scan_start
-from fleet.services import Actor
 
 HOSTS_PER_PAGE = 100
 CHANGED_FILES_SHOWN = 100

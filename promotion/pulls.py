@@ -23,12 +23,12 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from catalog.choices import ActorKind, EventSource
+from audit.actor import Actor
+from audit.choices import ActorKind, EventSource
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet import s3
 from fleet.models import Bucket, Host
 from fleet.selectors import host_root_or_refuse
-from fleet.services import Actor
 from promotion import runner
 from promotion.choices import ItemState, JobState, Method
 from promotion.models import PromotionItem, PromotionJob

@@ -18,10 +18,10 @@ from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
 from actions.protection import is_held
+from audit.actor import Actor
 from catalog.models import ShardFile
 from fleet import s3
 from fleet.models import Bucket
-from fleet.services import Actor
 from promotion.choices import ItemState, JobState, Method
 from promotion.models import PromotionItem, PromotionJob
 from promotion.services import WORKER, job_transition

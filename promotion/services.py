@@ -19,15 +19,16 @@ from django.utils import timezone
 
 from access.roles import Role, require_role
 from actions.protection import is_held
-from catalog.audit import audit_record
-from catalog.choices import ActorKind, CopyState, Verification
+from audit.actor import Actor
+from audit.choices import ActorKind
+from audit.services import audit_record
+from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
 from ckptfleet.errors import DomainError
 from fleet.choices import LocationKind, Tier
 from fleet.models import Bucket, StorageLocation
 from fleet.pricebook import GIB, PriceBook, book_currency, utc_today
 from fleet.s3 import RESTORE_CLASSES
-from fleet.services import Actor
 from promotion.choices import OPEN_STATES, ItemState, JobState, Method, RestoreTier
 from promotion.models import PromotionItem, PromotionJob
 

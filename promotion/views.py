@@ -15,11 +15,11 @@ from django.views.decorators.http import require_POST
 
 from access.roles import Role, has_role
 from access.scoping import may_see_run
+from audit.actor import Actor
+from audit.choices import ActorKind
 from catalog import selectors as catalog_selectors
-from catalog.choices import ActorKind
 from catalog.models import Checkpoint, CheckpointCopy
 from ckptfleet.errors import DomainError
-from fleet.services import Actor
 from promotion import selectors, services
 from promotion.choices import JobState
 from promotion.forms import PromotionForm

@@ -19,11 +19,11 @@ from access.middleware import request_id_of
 from access.permissions import role_required
 from access.roles import Role
 from access.scoping import restrict, restrict_policies, restrict_teams, visible_team_names
-from catalog.choices import ActorKind, EventSource
+from audit.actor import Actor
+from audit.choices import ActorKind, EventSource
 from catalog.models import Run, Team
 from ckptfleet.errors import DomainError
 from fleet.choices import Tier
-from fleet.services import Actor
 from retention import services
 from retention.models import RetentionPolicy
 from retention.rules import KeepRules

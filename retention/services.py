@@ -14,12 +14,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from access.roles import Role, require_role
-from catalog.audit import audit_record
-from catalog.choices import ActorKind, EventSource, Importance
+from audit.actor import Actor
+from audit.choices import ActorKind, EventSource
+from audit.services import audit_record
+from catalog.choices import Importance
 from catalog.models import Checkpoint, Run, Team
 from catalog.recovery import disputed_checkpoints, newest_restorable_ids
 from ckptfleet.errors import DomainError
-from fleet.services import Actor
 from retention.models import RetentionPolicy
 from retention.rules import KeepRules
 from retention.selectors import Scope, simulate

@@ -14,10 +14,11 @@ from django.shortcuts import redirect, render
 from access.middleware import request_id_of
 from access.roles import Role, has_role
 from access.scoping import restrict, restrict_policies, visible_team_names
-from catalog.choices import ActorKind, EventSource
-from catalog.models import AuditEvent, Run, Team
+from audit.actor import Actor
+from audit.choices import ActorKind, EventSource
+from audit.models import AuditEvent
+from catalog.models import Run, Team
 from ckptfleet.errors import DomainError
-from fleet.services import Actor
 from retention import services
 from retention.forms import MoveForm, NewPolicyForm, PolicyForm, RulesForm
 from retention.models import RetentionPolicy

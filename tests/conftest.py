@@ -14,8 +14,9 @@ from collections.abc import Callable
 import pytest
 from django.db import connection
 
+from audit.actor import Actor
 from ckptfleet.celery import app as celery_app
-from fleet.services import Actor, gzip_lines, host_register, host_token_issue, location_add
+from fleet.services import gzip_lines, host_register, host_token_issue, location_add
 
 pytest_plugins = ["tests.s3"]
 

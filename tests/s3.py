@@ -116,8 +116,8 @@ class S3Kit:
 
     def register(self, bucket: str, *, name: str = "", prefix: str = "", **kwargs: Any):
         """Register the bucket as a storage location pointing at this endpoint."""
+        from audit.actor import Actor
         from fleet.scan import bucket_add
-        from fleet.services import Actor
 
         kwargs.setdefault("endpoint_url", self.url)
         kwargs.setdefault("region_name", REGION)
@@ -174,8 +174,8 @@ def aws_env() -> dict[str, str]:
 @pytest.fixture
 def scan_now(django_capture_on_commit_callbacks):
     """Start a scan of a registered bucket and let its task run, as a worker would once the transaction commits."""
+    from audit.actor import Actor
     from fleet.scan import scan_start
-    from fleet.services import Actor
 
     def run(bucket):
         with django_capture_on_commit_callbacks(execute=True):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rest_framework import serializers, viewsets
 
 from access.scoping import restrict_events
+from audit.models import AuditEvent
 from catalog.audit_filters import AuditEventFilter
-from catalog.models import AuditEvent
 
 
 class AuditEventSerializer(serializers.ModelSerializer):

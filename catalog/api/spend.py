@@ -14,14 +14,14 @@ from rest_framework.views import APIView
 
 from access.roles import Role, has_role, require_role
 from access.scoping import restrict_runs, spend_team_ids
+from audit.actor import Actor
+from audit.choices import ActorKind, EventSource
 from catalog import spend
-from catalog.choices import ActorKind, EventSource
 from catalog.models import Run
 from ckptfleet.errors import PermissionRefused
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host, PriceBasis, StorageLocation
 from fleet.pricebook import price_set, utc_today
-from fleet.services import Actor
 
 PERIOD_PARAMETERS = [
     OpenApiParameter("month", str, description="The calendar month, YYYY-MM (default: this month, UTC)."),

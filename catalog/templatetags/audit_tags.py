@@ -6,8 +6,9 @@ from django import template
 from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
 
+from audit.models import AuditEvent
 from catalog.audit_filters import about_run
-from catalog.models import AuditEvent, Checkpoint, Run
+from catalog.models import Checkpoint, Run
 
 register = template.Library()
 

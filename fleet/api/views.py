@@ -12,7 +12,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from access.roles import Role, require_role
-from catalog.choices import ActorKind, EventSource
+from audit.actor import Actor
+from audit.choices import ActorKind, EventSource
 from ckptfleet.errors import PermissionRefused, TooLarge
 from fleet.api.auth import HostPrincipal, HostTokenAuthentication
 from fleet.api.serializers import (
@@ -24,7 +25,7 @@ from fleet.api.serializers import (
 )
 from fleet.models import Host, Inventory, StorageLocation
 from fleet.scan import scan_start
-from fleet.services import Actor, inventory_receive
+from fleet.services import inventory_receive
 
 
 class StreamParser(BaseParser):

@@ -8,10 +8,10 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from access.scoping import restrict_runs
-from catalog.choices import ActorKind
+from audit.actor import Actor
+from audit.choices import ActorKind
 from catalog.models import Checkpoint, CheckpointCopy
 from ckptfleet.errors import DomainError
-from fleet.services import Actor
 from promotion import selectors, services
 from promotion.api.serializers import (
     CancelSerializer,

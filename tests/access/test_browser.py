@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from catalog.audit import audit_record
+from audit.services import audit_record
 from tests.browser.test_pages import browser_page, shot  # noqa: F401 - the fixture
 from tests.conftest import give_roles
 

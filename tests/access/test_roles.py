@@ -9,12 +9,12 @@ from django.utils import timezone
 
 from access.refusals import Refusal, note_refusal, refusals_collected
 from access.roles import Role, require_role, roles_of
-from catalog.models import AuditEvent
+from audit.actor import Actor
+from audit.models import AuditEvent
 from ckptfleet.errors import PermissionRefused
 from fleet.choices import InventoryStatus
 from fleet.models import Inventory, PricePoint
 from fleet.pricebook import utc_today
-from fleet.services import Actor
 
 NO_ROLE = ""
 ROLES = [NO_ROLE, *Role.values]

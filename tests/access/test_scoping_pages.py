@@ -16,7 +16,8 @@ from django.utils import timezone
 from access.scoping import restrict_events
 from actions import services
 from actions.models import DeletionJob, Hold, Pin
-from catalog.choices import CopyState, EventSource
+from audit.choices import EventSource
+from catalog.choices import CopyState
 from catalog.models import ShardFile
 from catalog.usage import usage_refresh
 from fleet.pricebook import utc_today
@@ -259,7 +260,7 @@ def test_a_scoped_member_still_sees_the_fleets_own_events(fleet, scoping, signed
     """Events of no run (a location added, a price) are the fleet's, and stay in the trail for everyone."""
     from django.db import transaction
 
-    from catalog.audit import audit_record
+    from audit.services import audit_record
 
     with transaction.atomic():
         audit_record(
@@ -271,7 +272,7 @@ def test_a_scoped_member_still_sees_the_fleets_own_events(fleet, scoping, signed
 
 
 def test_a_scoped_members_audit_total_counts_only_the_events_they_see(fleet, scoping, signed_in_as):
-    from catalog.models import AuditChainHead, AuditEvent
+    from audit.models import AuditChainHead, AuditEvent
 
     client = in_team(signed_in_as, "vision")
     visible = restrict_events(AuditEvent.objects.all(), client.user).count()
@@ -323,7 +324,7 @@ def test_the_runs_list_refuses_another_teams_id_as_not_found(fleet, scoping, sig
 
 
 def test_the_retention_forms_refuse_another_teams_id_and_change_nothing(fleet, scoping, signed_in_as):
-    from catalog.models import AuditEvent
+    from audit.models import AuditEvent
     from retention.models import RetentionPolicy
 
     client = in_team(signed_in_as, "vision", "operator")

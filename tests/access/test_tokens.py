@@ -7,9 +7,9 @@ from django.core.management import CommandError, call_command
 
 from access.models import ApiToken
 from access.services import api_token_create, api_token_revoke, token_hash
-from catalog.models import AuditEvent
+from audit.actor import Actor
+from audit.models import AuditEvent
 from ckptfleet.errors import DomainError
-from fleet.services import Actor
 from tests.conftest import give_roles
 
 

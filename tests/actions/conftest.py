@@ -13,8 +13,10 @@ from django.utils import timezone
 
 from access.roles import Role
 from actions.services import person
-from catalog.choices import CopyState, EventSource, Importance, Verification
-from catalog.models import AuditEvent, Checkpoint, CheckpointCopy, Run, ShardFile, Team
+from audit.choices import EventSource
+from audit.models import AuditEvent
+from catalog.choices import CopyState, Importance, Verification
+from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
 from fleet.models import Host, StorageLocation
 
 

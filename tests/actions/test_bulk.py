@@ -11,8 +11,9 @@ from django.utils import timezone
 
 from actions import services
 from actions.models import DeletionItem, DeletionJob, Hold, Pin
+from audit.models import AuditEvent
 from catalog.choices import CopyState
-from catalog.models import AuditEvent, Checkpoint, CheckpointCopy
+from catalog.models import Checkpoint, CheckpointCopy
 from tests.actions.conftest import as_ui, events
 
 pytestmark = pytest.mark.django_db

@@ -13,8 +13,9 @@ from django.utils import timezone
 
 from actions import execution, services
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState, Pin
-from catalog.models import AuditEvent, Checkpoint, CheckpointCopy, ShardFile
-from fleet.services import Actor
+from audit.actor import Actor
+from audit.models import AuditEvent
+from catalog.models import Checkpoint, CheckpointCopy, ShardFile
 
 pytestmark = pytest.mark.django_db
 

@@ -13,9 +13,10 @@ from django.utils import timezone
 
 from actions import execution, services
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
-from catalog.models import AuditEvent, Checkpoint, CheckpointCopy, ShardFile
+from audit.actor import Actor
+from audit.models import AuditEvent
+from catalog.models import Checkpoint, CheckpointCopy, ShardFile
 from fleet import agent
-from fleet.services import Actor
 
 TREES = Path(__file__).resolve().parent.parent / "fixtures" / "trees"
 OPERATOR = Actor.command(label="tests: operator")

@@ -25,12 +25,13 @@ from django.utils import timezone
 from access.roles import Role
 from actions import execution, services
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
-from catalog.models import AuditEvent, Checkpoint, CheckpointCopy, Run, ShardFile, Team
+from audit.actor import Actor
+from audit.models import AuditEvent
+from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
 from ckptfleet.celery import app as celery_app
 from fleet.choices import InventoryStatus
 from fleet.models import Inventory
 from fleet.scan import scan_start
-from fleet.services import Actor
 from tests.actions.conftest import as_ui, make_person
 from tests.conftest import wait_for
 

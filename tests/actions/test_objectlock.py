@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from actions import execution, objectlock, services
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState, MirrorState
-from catalog.models import AuditEvent, Checkpoint, Run, ShardFile
+from audit.models import AuditEvent
+from catalog.models import Checkpoint, Run, ShardFile
 from ckptfleet.errors import DomainError
 from fleet.choices import InventoryStatus
 from fleet.models import Bucket

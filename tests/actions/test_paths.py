@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from actions import services
 from actions.models import DeletionJob, DeletionState, Hold, Pin
-from catalog.models import AuditEvent
+from audit.models import AuditEvent
 from tests.actions.conftest import as_ui, events
 from tests.conftest import queries_for
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.management import call_command
 
 from actions.models import DeletionJob, Hold, Pin
-from catalog.models import AuditEvent
+from audit.models import AuditEvent
 
 
 def test_the_demo_has_a_hold_a_pin_and_a_scheduled_deletion(db, tmp_path, settings):

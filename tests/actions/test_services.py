@@ -10,11 +10,13 @@ from django.utils import timezone
 
 from actions import services
 from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, Pin
-from catalog.choices import ActorKind, CopyState, EventSource, Importance, Verification
-from catalog.models import AuditEvent, Checkpoint
+from audit.actor import Actor
+from audit.choices import ActorKind, EventSource
+from audit.models import AuditEvent
+from catalog.choices import CopyState, Importance, Verification
+from catalog.models import Checkpoint
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet.models import Bucket, PricePoint, StorageLocation
-from fleet.services import Actor
 from tests.actions.conftest import add_copy, as_ui, events
 
 pytestmark = pytest.mark.django_db

@@ -29,13 +29,15 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule, 
 from actions import execution, services
 from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, ItemState, Pin
 from actions.protection import is_held, is_pinned
-from catalog.audit import audit_verify
-from catalog.choices import ActorKind, CopyState, EventSource, Verification
-from catalog.models import AuditEvent, Checkpoint, CheckpointCopy, Run, ShardFile, Team
+from audit.actor import Actor
+from audit.choices import ActorKind, EventSource
+from audit.models import AuditEvent
+from audit.services import audit_verify
+from catalog.choices import CopyState, Verification
+from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
 from catalog.recovery import newest_restorable
 from ckptfleet.errors import DomainError
 from fleet.models import Host, StorageLocation
-from fleet.services import Actor
 from tests.actions.conftest import as_ui, make_person
 
 POLICY = Actor(kind=ActorKind.WORKER, label="worker: retention", source=EventSource.TASK)

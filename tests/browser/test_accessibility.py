@@ -149,9 +149,9 @@ def promotable():
 
 def test_every_page_passes_axe_as_the_role_it_is_for(demo, person, django_user_model, tmp_path_factory):
     from actions.models import DeletionJob
+    from audit.actor import Actor
     from catalog.models import ShardFile
     from fleet.models import Bucket, Host
-    from fleet.services import Actor
     from retention.services import policy_create
 
     checkpoint = checkpoint_of(RUN, 300)

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from actions.models import Pin
+from audit.models import AuditEvent
 from catalog.choices import CopyState
-from catalog.models import AuditEvent, CheckpointCopy
+from catalog.models import CheckpointCopy
 from tests.actions.conftest import build_fleet, make_person
 from tests.browser.test_pages import browser_page, shot  # noqa: F401 - the fixture is used by name
 

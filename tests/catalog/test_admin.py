@@ -8,19 +8,12 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from catalog.audit import audit_record
-from catalog.models import (
-    AuditChainHead,
-    AuditEvent,
-    Checkpoint,
-    CheckpointCopy,
-    IngestRow,
-    Run,
-    ShardFile,
-    Team,
-)
+from audit.actor import Actor
+from audit.models import AuditChainHead, AuditEvent
+from audit.services import audit_record
+from catalog.models import Checkpoint, CheckpointCopy, IngestRow, Run, ShardFile, Team
 from fleet.models import Host, HostToken, Inventory, StorageLocation
-from fleet.services import Actor, host_token_issue
+from fleet.services import host_token_issue
 
 pytestmark = pytest.mark.django_db
 

@@ -6,8 +6,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 
-from catalog.audit import audit_record, audit_verify
-from catalog.models import AuditEvent
+from audit.models import AuditEvent
+from audit.services import audit_record, audit_verify
 from tests.conftest import is_postgres
 
 
@@ -104,7 +104,7 @@ def test_postgres_refuses_update_delete_and_truncate(db, statement):
 
 def _rehash(event: AuditEvent, **changes) -> str:
     """Edit an event the careful way: change it and recompute its own hash, as a forger would."""
-    from catalog.audit import _digest, event_fields
+    from audit.services import _digest, event_fields
 
     for name, value in changes.items():
         setattr(event, name, value)

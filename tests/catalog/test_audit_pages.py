@@ -11,8 +11,9 @@ from unittest import mock
 import pytest
 from django.db import transaction
 
-from catalog.audit import audit_record
-from catalog.models import AuditEvent, Checkpoint, Run, Team
+from audit.models import AuditEvent
+from audit.services import audit_record
+from catalog.models import Checkpoint, Run, Team
 from tests.catalog.test_audit import _tamper
 from tests.conftest import queries_for
 
@@ -40,7 +41,7 @@ def record(
                 target_label=target_label,
                 **fields,
             )
-        with mock.patch("catalog.audit.timezone.now", return_value=at):
+        with mock.patch("audit.services.timezone.now", return_value=at):
             return audit_record(
                 actor_kind="user",
                 actor_label=actor,

@@ -13,9 +13,11 @@ from django.contrib.auth.models import User
 
 from actions import services
 from actions.models import DeletionItem, DeletionJob, Hold, Pin
+from audit.choices import EventSource
+from audit.models import AuditEvent
 from catalog import selectors
-from catalog.choices import CopyState, EventSource, Verification
-from catalog.models import AuditEvent, CheckpointCopy
+from catalog.choices import CopyState, Verification
+from catalog.models import CheckpointCopy
 from catalog.recovery import newest_restorable, newest_restorable_ids, recovery_for
 from ckptfleet.errors import DomainError
 

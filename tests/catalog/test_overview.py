@@ -6,7 +6,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from catalog.audit import audit_record
+from audit.services import audit_record
 from catalog.choices import CopyState, Verification
 from catalog.models import Run
 from catalog.usage import usage_refresh

@@ -8,8 +8,9 @@ import pytest
 from django.utils import timezone
 
 from actions.models import Hold, Pin
+from audit.models import AuditEvent
 from catalog.choices import CopyState, Verification
-from catalog.models import AuditEvent, CopyTierUsage
+from catalog.models import CopyTierUsage
 from catalog.recovery import assumptions, recovery_for
 from fleet.models import Bucket, StorageLocation
 from fleet.restore_assumptions import parse_assumptions

@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from actions import services
 from actions.models import DeletionJob, DeletionState, Hold
+from audit.actor import Actor
 from catalog.choices import CopyState, Importance, Verification
 from catalog.models import Checkpoint
-from fleet.services import Actor
 from tests.catalog.test_placement import bucket, checkpoint, copy, host_location, make_run
 from tests.conftest import queries_for
 

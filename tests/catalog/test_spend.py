@@ -20,12 +20,12 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from audit.actor import Actor
 from catalog import spend
 from catalog.models import Run, Team, UsageDaily, UsageMonthly
 from catalog.usage import usage_carry_forward_all
 from fleet.models import PricePoint
 from fleet.pricebook import price_set
-from fleet.services import Actor
 from tests.catalog.test_usage import (
     GIB,
     Fleet,

@@ -8,10 +8,11 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from audit.actor import Actor
 from catalog.models import CopyTierUsage, Run, UsageCursor, UsageDaily, UsageMonthly
 from catalog.usage import money, usage_carry_forward_all, usage_monthly_rebuild, usage_refresh
 from fleet.models import MultipartUpload, PricePoint, StorageLocation
-from fleet.services import Actor, gzip_lines, host_register, host_token_issue, location_add
+from fleet.services import gzip_lines, host_register, host_token_issue, location_add
 from tests.conftest import HostKit
 
 GIB = 1024**3

@@ -22,7 +22,8 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 import fleet.s3 as s3lib
-from catalog.models import AuditEvent, Checkpoint, CheckpointCopy, Run, ShardFile
+from audit.models import AuditEvent
+from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile
 from ckptfleet.errors import DomainError
 from fleet import ingest
 from fleet import scan as scan_module

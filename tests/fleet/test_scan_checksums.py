@@ -24,14 +24,15 @@ import pytest
 from awscrt import checksums as crt
 from django.core.management import call_command
 
+from audit.actor import Actor
+from audit.models import AuditEvent
 from catalog.choices import CopyState, Verification, VerificationBasis
-from catalog.models import AuditEvent, CheckpointCopy, ShardFile
+from catalog.models import CheckpointCopy, ShardFile
 from fleet import s3 as s3lib
 from fleet.agent import stream_facts
 from fleet.choices import InventoryStatus
 from fleet.models import Bucket, HeadChunk
 from fleet.scan import bucket_set, recheck_due
-from fleet.services import Actor
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db]
 

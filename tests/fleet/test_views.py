@@ -204,8 +204,8 @@ def test_a_missing_inventory_gets_a_friendly_404(signed_in):
 
 
 def make_bucket(name: str = "ckpt-eu", **fields):
+    from audit.actor import Actor
     from fleet.scan import bucket_add
-    from fleet.services import Actor
 
     fields.setdefault("endpoint_url", "http://127.0.0.1:9")
     fields.setdefault("region_name", "eu-west-1")
@@ -447,7 +447,7 @@ def test_the_scan_button_is_a_post(signed_in):
 
 @pytest.mark.django_db(transaction=True)
 def test_scan_now_without_javascript_scans_and_says_how_it_went(signed_in, s3):
-    from catalog.models import AuditEvent
+    from audit.models import AuditEvent
 
     name = s3.bucket()
     s3.upload_tree(name, "nvme-a", prefix="fleet/")

@@ -10,9 +10,10 @@ import pytest
 from django.contrib.auth.models import Group
 
 from access.roles import Role
+from audit.actor import Actor
+from audit.models import AuditEvent
 from catalog.choices import CopyState, Verification
-from catalog.models import AuditEvent, Checkpoint, CheckpointCopy, Run, ShardFile, Team
-from fleet.services import Actor
+from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
 from tests.browser.test_pages import browser_page  # noqa: F401 - a fixture, for test_browser
 
 WHEN = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from catalog.models import AuditEvent, ShardFile
+from audit.models import AuditEvent
+from catalog.models import ShardFile
 from fleet import agent
 from promotion import pulls
 from promotion.choices import ItemState, JobState

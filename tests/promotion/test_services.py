@@ -9,10 +9,11 @@ from django.utils import timezone
 
 from access.refusals import refusals_collected
 from actions.models import Hold
+from audit.actor import Actor
+from audit.models import AuditEvent
 from catalog.choices import CopyState
-from catalog.models import AuditEvent, Checkpoint, CheckpointCopy, Run, ShardFile
+from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile
 from ckptfleet.errors import DomainError, NotAuthenticated, PermissionRefused
-from fleet.services import Actor
 from promotion import runner
 from promotion.choices import ItemState, JobState, Method
 from promotion.models import PromotionItem, PromotionJob

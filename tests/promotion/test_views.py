@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from catalog.models import AuditEvent
+from audit.models import AuditEvent
 from promotion.choices import JobState
 from promotion.models import PromotionJob
 from tests.conftest import queries_for

@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 
 from actions.models import DeletionJob
-from catalog.models import AuditEvent, Checkpoint, Run
-from fleet.services import Actor
+from audit.actor import Actor
+from audit.models import AuditEvent
+from catalog.models import Checkpoint, Run
 from retention import services
 from retention.rules import KeepRules, Reason
 from retention.selectors import Scope, simulate

@@ -6,11 +6,11 @@ import pytest
 
 from access.roles import Role
 from actions.models import DeletionJob, DeletionState
-from catalog.choices import ActorKind, EventSource
-from catalog.models import AuditEvent
+from audit.actor import Actor
+from audit.choices import ActorKind, EventSource
+from audit.models import AuditEvent
 from ckptfleet.celery import app as celery_app
 from ckptfleet.errors import DomainError, PermissionRefused
-from fleet.services import Actor
 from retention import services
 from retention.models import RetentionPolicy
 from retention.tasks import propose_retention_deletions

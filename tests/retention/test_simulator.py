@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from actions.models import DeletionJob
-from catalog.models import AuditEvent
+from audit.models import AuditEvent
 from retention.rules import KeepRules, Reason
 from retention.selectors import Scope, simulate
 from tests.conftest import queries_for

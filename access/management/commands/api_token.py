@@ -10,8 +10,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from access.models import ApiToken
 from access.services import api_token_create, api_token_revoke
+from audit.actor import Actor
 from ckptfleet.errors import DomainError
-from fleet.services import Actor
 
 
 class Command(BaseCommand):

@@ -21,7 +21,7 @@ from django.core.management.base import BaseCommand, CommandError
 from access.refusals import refusals_collected
 from actions import services
 from actions.models import DeletionJob, Hold
-from catalog.choices import EventSource
+from audit.choices import EventSource
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from catalog.templatetags.fleet_format import bytes_iec
 from ckptfleet.errors import DomainError

@@ -42,13 +42,14 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from access.roles import Role
+from audit.actor import Actor
 from catalog.models import Team
 from ckptfleet.errors import DomainError
 from fleet import agent, ingest
 from fleet.choices import InventoryStatus
 from fleet.models import Bucket, Host, Inventory, MultipartUpload, StorageLocation
 from fleet.scan import bucket_add, scan_run, scan_start
-from fleet.services import Actor, host_register, inventory_receive, location_add
+from fleet.services import host_register, inventory_receive, location_add
 
 FIXTURES = Path(settings.BASE_DIR) / "tests" / "fixtures" / "trees"
 DAY = 86400
@@ -496,7 +497,7 @@ class Command(BaseCommand):
         """A demo hold, pin and scheduled deletion, through the services, once (by the demo operator)."""
         from actions import services as actions
         from actions.models import DeletionJob, Hold, Pin
-        from catalog.choices import EventSource
+        from audit.choices import EventSource
         from catalog.models import Checkpoint
 
         operator = get_user_model().objects.filter(username="demo-operator").first()

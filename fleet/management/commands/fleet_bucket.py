@@ -17,12 +17,12 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
+from audit.actor import Actor
 from catalog.models import Team
 from ckptfleet.errors import DomainError
 from fleet.choices import AddressingStyle, InventoryStatus, Tier
 from fleet.models import Bucket, Inventory, StorageLocation
 from fleet.scan import bucket_add, bucket_set, scan_start
-from fleet.services import Actor
 
 
 def _tier_pair(text: str) -> tuple[str, str]:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from audit.actor import Actor
 from catalog.models import Team
 from ckptfleet.errors import DomainError
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host
-from fleet.services import Actor, host_register, host_token_issue, location_add
+from fleet.services import host_register, host_token_issue, location_add
 
 
 class Command(BaseCommand):

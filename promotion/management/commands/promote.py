@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy
 from catalog.templatetags.fleet_format import bytes_iec
 from ckptfleet.errors import DomainError
 from fleet.models import StorageLocation
-from fleet.services import Actor
 from promotion import services
 from promotion.choices import RestoreTier
 from promotion.models import PromotionJob

@@ -5,7 +5,7 @@ manage.py verify_audit        # exit 0 when intact, 1 with the first broken even
 
 from django.core.management.base import BaseCommand, CommandError
 
-from catalog.audit import audit_verify
+from audit.services import audit_verify
 
 
 class Command(BaseCommand):

@@ -1,4 +1,4 @@
-"""Writing the append-only audit trail. Every action calls ``audit_record`` inside its own transaction."""
+"""Writing the append-only audit trail. Every action calls ``audit`` (or ``audit_record``) in its own transaction."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from catalog.models import AuditChainHead, AuditEvent
+from audit.actor import Actor
+from audit.models import AuditChainHead, AuditEvent
 
 GENESIS = "0" * 64
 
@@ -83,6 +84,37 @@ def audit_record(
     event.save(force_insert=True)
     AuditChainHead.objects.filter(pk=1).update(last_hash=event.hash, count=head.count + 1)
     return event
+
+
+def audit(
+    actor: Actor,
+    action: str,
+    *,
+    target_type: str,
+    target_id: int | None = None,
+    target_label: str = "",
+    reason: str = "",
+    case_ref: str = "",
+    before: dict | None = None,
+    after: dict | None = None,
+    request_id: str = "",
+) -> AuditEvent:
+    """Record that ``actor`` did ``action`` to the target: the one call every service makes."""
+    return audit_record(
+        actor_kind=actor.kind,
+        actor=actor.user,
+        actor_label=actor.label,
+        source=actor.source,
+        action=action,
+        target_type=target_type,
+        target_id=target_id,
+        target_label=target_label,
+        reason=reason,
+        case_ref=case_ref,
+        before=before,
+        after=after,
+        request_id=request_id,
+    )
 
 
 def audit_verify() -> tuple[int, AuditEvent | None, str]:
