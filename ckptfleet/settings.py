@@ -80,6 +80,7 @@ INSTALLED_APPS = [
     "actions",
     "retention",
     "promotion",
+    "dashboard",
 ]
 
 MIDDLEWARE = [
@@ -98,7 +99,7 @@ if not DEBUG:
     # Production serves its own static files; in development runserver does.
     MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
 
-ROOT_URLCONF = "ckptfleet.urls"
+ROOT_URLCONF = "dashboard.site_urls"
 WSGI_APPLICATION = "ckptfleet.wsgi.application"
 
 TEMPLATES = [

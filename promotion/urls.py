@@ -1,4 +1,4 @@
-"""Pages and API of promotions, included once from ``ckptfleet.urls``."""
+"""Pages and API of promotions, included once from ``dashboard.site_urls``."""
 
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter

@@ -7,7 +7,7 @@ from io import StringIO
 from django.contrib.auth import get_user_model
 
 from access.roles import Role, roles_of
-from catalog.management.commands.seed_demo import Command
+from dashboard.management.commands.seed_demo import Command
 
 
 def test_seed_demo_makes_one_person_per_role_with_the_demo_password(db, settings, tmp_path, client):

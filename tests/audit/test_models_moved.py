@@ -52,7 +52,12 @@ def test_events_written_before_the_move_read_back_after_it_and_the_chain_verifie
     executor.migrate(latest())
 
     moved = AuditEvent.objects.get()
-    assert (moved.pk, moved.action, moved.after, moved.hash) == (event.pk, "checkpoint.hold", {"held": True}, event.hash)
+    assert (moved.pk, moved.action, moved.after, moved.hash) == (
+        event.pk,
+        "checkpoint.hold",
+        {"held": True},
+        event.hash,
+    )
     assert AuditEvent._meta.db_table == "catalog_auditevent"
     from django.contrib.contenttypes.models import ContentType as CurrentType
 

@@ -62,7 +62,7 @@ def test_filters_narrow_by_kind_and_state(signed_in, jobs):
 
 
 def test_a_scan_still_fetching_its_checksums_is_active_not_ended(signed_in, jobs):
-    from catalog.jobs import recent_jobs
+    from dashboard.jobs import recent_jobs
 
     Inventory.objects.filter(pk=jobs["applied"].pk).update(checksums_total=2000, checksums_done=500)
     active = {j.key for j in recent_jobs(kind="scan", state="active")}

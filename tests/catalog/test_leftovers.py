@@ -15,7 +15,7 @@ import pytest
 
 from catalog import recovery, selectors
 from catalog.models import CheckpointCopy, Run
-from catalog.run_filters import RunFilters
+from dashboard.run_filters import RunFilters
 from fleet import agent
 from fleet.services import gzip_lines
 from tests.fleet.test_ingest import post

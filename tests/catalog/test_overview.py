@@ -82,7 +82,7 @@ def test_the_copy_queue_lists_the_copies_with_their_reasons_and_links(signed_in)
 
 
 def test_the_queue_pages_with_a_keyset(signed_in, monkeypatch):
-    from catalog import views_overview
+    from dashboard import views_overview
 
     monkeypatch.setattr(views_overview, "QUEUE_PAGE", 2)
     a_fleet(runs=3)

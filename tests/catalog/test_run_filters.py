@@ -8,7 +8,7 @@ import pytest
 
 from catalog.choices import CopyState, Importance, RunStatus
 from catalog.models import CopyTierUsage, Run, Team
-from catalog.run_filters import SORTS, BadCursor, Cursor, RunFilters
+from dashboard.run_filters import SORTS, BadCursor, Cursor, RunFilters
 from tests.catalog.test_views import make_copy, make_location, make_run
 from tests.conftest import queries_for
 

@@ -307,7 +307,7 @@ def test_the_checkpoint_page_shows_each_copy_expected_against_actual(signed_in):
 def test_the_checkpoint_page_limits_files_and_counts_the_rest(signed_in):
     copy = make_copy(make_run(), 7, make_location(), files=205, size=10)
     html = signed_in.get(f"/checkpoints/{copy.checkpoint_id}/").content.decode()
-    assert "model-00049.safetensors" in html  # the first 50 (catalog.views.FILES_SHOWN)
+    assert "model-00049.safetensors" in html  # the first 50 (dashboard.views.FILES_SHOWN)
     assert "model-00050.safetensors" not in html
     assert "and 155 more files" in html
     assert f'href="/copies/{copy.pk}/files/"' in html

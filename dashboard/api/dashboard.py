@@ -1,6 +1,6 @@
 """API of the dashboard pages: the overview's numbers, a run's recovery answer, and the jobs list.
 
-The same functions build the pages (``catalog.views_overview``, ``catalog.recovery``, ``catalog.jobs``),
+The same functions build the pages (``dashboard.views_overview``, ``catalog.recovery``, ``dashboard.jobs``),
 so a script sees what a person sees.
 """
 
@@ -13,10 +13,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from access.scoping import restrict_runs
-from catalog.jobs import KINDS, STATES, recent_jobs
 from catalog.models import Run
 from catalog.recovery import recovery_for
-from catalog.views_overview import attention_items, overview_basis
+from dashboard.jobs import KINDS, STATES, recent_jobs
+from dashboard.views_overview import attention_items, overview_basis
 
 JOBS_LIMIT = 200
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from fleet import views
+from dashboard import views_fleet as views
 
 app_name = "fleet"
 urlpatterns = [

@@ -13,7 +13,9 @@ from rest_framework.response import Response
 
 from access.scoping import restrict_runs, restrict_teams, visible_orphans
 from catalog import placement, selectors
-from catalog.api.serializers import (
+from catalog.models import Checkpoint, CheckpointCopy, Run, Team
+from ckptfleet.errors import DomainError
+from dashboard.api.serializers import (
     CheckpointPlacementSerializer,
     CheckpointSerializer,
     FlagCountSerializer,
@@ -22,9 +24,7 @@ from catalog.api.serializers import (
     RunPlacementSerializer,
     RunSerializer,
 )
-from catalog.models import Checkpoint, CheckpointCopy, Run, Team
-from catalog.run_filters import SORTS, BadCursor, RunFilters
-from ckptfleet.errors import DomainError
+from dashboard.run_filters import SORTS, BadCursor, RunFilters
 from fleet.choices import Tier
 
 PLACEMENT_PAGE = 50

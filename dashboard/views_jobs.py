@@ -6,7 +6,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
 from django.shortcuts import render
 
-from catalog.jobs import KINDS, STATES, jobs_by_key, recent_jobs
+from dashboard.jobs import KINDS, STATES, jobs_by_key, recent_jobs
 
 JOBS_SHOWN = 100
 

@@ -23,9 +23,9 @@ from access.roles import Role, has_role, require_role
 from access.scoping import restrict_events, scoped_team_names
 from access.services import AUDIT_VERIFY_ACTION
 from audit.models import AuditChainHead, AuditEvent
-from catalog.audit_filters import AuditEventFilter
 from ckptfleet.errors import PermissionRefused
 from ckptfleet.params import positive_int_param
+from dashboard.audit_filters import AuditEventFilter
 
 EVENTS_PER_PAGE = 50
 VERIFY_ACTION = AUDIT_VERIFY_ACTION

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from catalog import views_jobs
+from dashboard import views_jobs
 
 app_name = "jobs"
 urlpatterns = [

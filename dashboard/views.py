@@ -21,9 +21,9 @@ from actions.protection import OPEN_DELETION_STATES
 from catalog import placement, recovery, selectors
 from catalog.choices import CopyState, RunStatus, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
-from catalog.run_filters import SORTS, BadCursor, RunFilters
 from catalog.verification import VerificationSummary, failure_domain, summarize
 from ckptfleet.params import positive_int_param
+from dashboard.run_filters import SORTS, BadCursor, RunFilters
 from fleet.choices import Tier
 
 RUNS_PER_PAGE = 50

@@ -18,11 +18,12 @@ from django.utils import timezone
 from access.roles import Role, has_role
 from access.scoping import restrict_events, restrict_runs, scoped_team_names, spend_team_ids
 from audit.models import AuditEvent
-from catalog import jobs, placement, spend
+from catalog import placement, spend
 from catalog.choices import CopyState, Verification
 from catalog.models import CheckpointCopy, UsageDaily, UsageState
 from catalog.views_spend import bytes_by_tier_chart
 from ckptfleet.params import positive_int_param
+from dashboard import jobs
 from fleet.choices import InventoryStatus
 from fleet.models import Inventory, StorageLocation
 from fleet.pricebook import utc_today

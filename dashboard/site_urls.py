@@ -6,10 +6,10 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from catalog.api import dashboard as dashboard_api
-from catalog.api.audit import AuditEventViewSet
-from catalog.api.views import CheckpointViewSet, OrphanListView, RunViewSet
 from ckptfleet.health import healthz
+from dashboard.api import dashboard as dashboard_api
+from dashboard.api.audit import AuditEventViewSet
+from dashboard.api.views import CheckpointViewSet, OrphanListView, RunViewSet
 from fleet.api.views import (
     AgentDeletionsView,
     AgentPromotionsView,
@@ -51,14 +51,14 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include(api)),
-    path("", include("catalog.urls_overview")),
-    path("", include("catalog.urls")),
-    path("fleet/", include("fleet.urls")),
+    path("", include("dashboard.urls_overview")),
+    path("", include("dashboard.urls")),
+    path("fleet/", include("dashboard.urls_fleet")),
     path("spend/", include("catalog.urls_spend")),
-    path("recovery/", include("catalog.urls_recovery")),
-    path("jobs/", include("catalog.urls_jobs")),
+    path("recovery/", include("dashboard.urls_recovery")),
+    path("jobs/", include("dashboard.urls_jobs")),
     path("actions/", include("actions.urls")),
-    path("audit/", include("catalog.urls_audit")),
+    path("audit/", include("dashboard.urls_audit")),
     path("retention/", include("retention.urls")),
     path("", include("promotion.urls")),  # /promotions/, /checkpoints/<pk>/promote/ and /api/v1/promotions/
 ]

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from catalog import views_recovery
+from dashboard import views_recovery
 
 app_name = "recovery"
 urlpatterns = [

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from catalog import views_audit
+from dashboard import views_audit
 
 app_name = "audit"
 urlpatterns = [

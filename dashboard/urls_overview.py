@@ -1,6 +1,6 @@
 from django.urls import path
 
-from catalog import views_overview
+from dashboard import views_overview
 
 app_name = "overview"
 urlpatterns = [

@@ -6,7 +6,7 @@ from rest_framework import serializers, viewsets
 
 from access.scoping import restrict_events
 from audit.models import AuditEvent
-from catalog.audit_filters import AuditEventFilter
+from dashboard.audit_filters import AuditEventFilter
 
 
 class AuditEventSerializer(serializers.ModelSerializer):

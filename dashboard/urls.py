@@ -1,6 +1,6 @@
 from django.urls import path
 
-from catalog import views
+from dashboard import views
 
 app_name = "catalog"
 urlpatterns = [

@@ -7,8 +7,8 @@ from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
 
 from audit.models import AuditEvent
-from catalog.audit_filters import about_run
 from catalog.models import Checkpoint, Run
+from dashboard.audit_filters import about_run
 
 register = template.Library()
 
