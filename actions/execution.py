@@ -28,7 +28,7 @@ import logging
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
@@ -40,6 +40,7 @@ from actions.protection import OPEN_DELETION_STATES, active_holds, is_pinned
 from audit.actor import Actor
 from audit.choices import ActorKind, EventSource
 from audit.services import audit_record
+from catalog import hooks
 from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
 from catalog.recovery import disputed_checkpoints, newest_restorable
@@ -486,7 +487,6 @@ def _finish(job: DeletionJob, state: str, outcome: str, *, actor: Actor) -> bool
 
 def _rejudge(job: DeletionJob, *, now: datetime) -> None:
     from catalog.services import location_recognize
-    from catalog.usage import usage_refresh
 
     touched = (
         DeletionItem.objects.filter(job=job)
@@ -496,7 +496,7 @@ def _rejudge(job: DeletionJob, *, now: datetime) -> None:
     )
     for location in StorageLocation.objects.filter(pk__in=list(touched)).order_by("pk").select_for_update():
         location_recognize(location=location)
-        usage_refresh(location=location, day=now.astimezone(UTC).date(), now=now)
+        hooks.location_rejudged(location, now)  # the usage rollups (spend) follow, in this transaction
 
 
 def fail(job_id: int, why: str) -> None:

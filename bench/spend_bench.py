@@ -342,7 +342,7 @@ def generate(files: int, shape: int | None = None) -> None:
         )
         say(f"{usage_rows:,} daily usage rows over {HISTORY_DAYS} days in {time.perf_counter() - t:.1f} s")
         t = time.perf_counter()
-        from catalog.usage import usage_monthly_rebuild
+        from spend.usage import usage_monthly_rebuild
 
         say(f"{usage_monthly_rebuild():,} monthly usage rows in {time.perf_counter() - t:.1f} s")
         cur.execute("CREATE TABLE bench_marker (files bigint, generated_at timestamptz)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from catalog.models import Checkpoint, CheckpointCopy, IngestRow, Run, ShardFile, Team, UsageCursor, UsageDaily
+from catalog.models import Checkpoint, CheckpointCopy, IngestRow, Run, ShardFile, Team
 from catalog.templatetags.fleet_format import bytes_iec
 from ckptfleet.admin_base import EstimatedCountPaginator, ReadOnlyAdmin
 
@@ -85,35 +85,3 @@ class IngestRowAdmin(ReadOnlyAdmin):
     raw_id_fields = ["inventory"]
     show_full_result_count = False
     paginator = EstimatedCountPaginator
-
-
-@admin.register(UsageDaily)
-class UsageDailyAdmin(ReadOnlyAdmin):
-    """The daily rollup is written by the ingest and beat only (``catalog.usage``): read-only here."""
-
-    list_display = ["day", "location", "run", "tier", "storage_class", "state", "size", "files", "cost", "carried"]
-    list_filter = ["state", "tier", "carried"]
-    list_select_related = ["location", "run__team"]
-    search_fields = ["run__name", "location__name", "team__name"]
-    raw_id_fields = ["location", "team", "run"]
-    date_hierarchy = "day"
-    show_full_result_count = False
-    paginator = EstimatedCountPaginator
-
-    @admin.display(description="size", ordering="bytes")
-    def size(self, obj: UsageDaily) -> str:
-        return bytes_iec(obj.bytes)
-
-    @admin.display(description="cost that day", ordering="cost_nanos")
-    def cost(self, obj: UsageDaily) -> str:
-        from catalog.usage import money
-
-        return "no price" if obj.cost_nanos is None else f"{money(obj.cost_nanos):.6f}"
-
-
-@admin.register(UsageCursor)
-class UsageCursorAdmin(ReadOnlyAdmin):
-    list_display = ["location", "day", "refreshed_day", "refreshed_at"]
-    list_select_related = ["location"]
-    search_fields = ["location__name"]
-    raw_id_fields = ["location"]

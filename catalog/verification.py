@@ -48,16 +48,18 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 
 from catalog.choices import CopyState, Verification, VerificationBasis
 from catalog.digests import Comparison, compare, full_digests, why_not_comparable
 from catalog.digests import loads as digests_loads
-from catalog.usage import copies_restated
+from catalog.hooks import copies_restated
 
 # Content digests and the length of their hex form.
 DIGEST_HEX_LENGTH: dict[str, int] = {
@@ -1176,3 +1178,40 @@ def _recognise_again(copy: Any, member_paths: list[str]) -> tuple[str, list[str]
         if found.path == copy.path:
             return found.state, list(found.reasons)
     return None
+
+
+# --- staleness: checksums go stale (bit rot, a rewrite the store did not show) ----------------------------
+
+
+def stale_days() -> int:
+    return settings.VERIFY_STALE_DAYS
+
+
+def stale_cutoff(now: datetime | None = None) -> datetime:
+    """Copies verified before this are flagged: checksums go stale (bit rot, a rewrite the store did not show)."""
+    return (now or timezone.now()) - timedelta(days=stale_days())
+
+
+def stale_verified_copies(now: datetime | None = None) -> Q:
+    """Present verified copies whose oldest checksum behind the verdict was taken before ``stale_cutoff``.
+
+    A copy verified before verification recorded its time (``verified_at`` empty) is not flagged: when it
+    was verified is unknown, and its next verification records it.
+    """
+    return Q(
+        gone_at__isnull=True,
+        temporary=False,
+        verification=Verification.VERIFIED,
+        verified_at__lt=stale_cutoff(now),
+    )
+
+
+def is_verification_stale(copy: Any, now: datetime | None = None) -> bool:
+    """``stale_verified_copies`` for one loaded copy."""
+    return (
+        copy.gone_at is None
+        and not copy.temporary
+        and copy.verification == Verification.VERIFIED
+        and copy.verified_at is not None
+        and copy.verified_at < stale_cutoff(now)
+    )

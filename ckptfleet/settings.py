@@ -80,6 +80,7 @@ INSTALLED_APPS = [
     "actions",
     "retention",
     "promotion",
+    "spend",
     "dashboard",
 ]
 

@@ -27,11 +27,12 @@ from urllib.parse import urlencode
 from django.db.models import BigIntegerField, Count, Exists, F, Max, OuterRef, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce
 
-from catalog import placement, selectors
+from catalog import selectors
 from catalog.choices import CopyState, RunStatus
 from catalog.models import CopyTierUsage, Run
 from ckptfleet.errors import DomainError
 from fleet.choices import Tier
+from spend import placement
 
 PAGE_SIZE = 50
 

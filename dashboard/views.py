@@ -18,13 +18,14 @@ from access.roles import Role, has_role
 from access.scoping import may_see_run, restrict_runs, restrict_teams, scoped_team_names, visible_orphans
 from actions.models import DeletionJob, Hold, Pin
 from actions.protection import OPEN_DELETION_STATES
-from catalog import placement, recovery, selectors
+from catalog import recovery, selectors
 from catalog.choices import CopyState, RunStatus, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from catalog.verification import VerificationSummary, failure_domain, summarize
 from ckptfleet.params import positive_int_param
 from dashboard.run_filters import SORTS, BadCursor, RunFilters
 from fleet.choices import Tier
+from spend import placement
 
 RUNS_PER_PAGE = 50
 CHECKPOINTS_PER_PAGE = 50

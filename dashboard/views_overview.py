@@ -1,6 +1,6 @@
 """The overview people land on, and the copy triage queues its counts link to.
 
-The overview reads rollups (UsageDaily through ``catalog.spend``), the placement flags, a few
+The overview reads rollups (UsageDaily through ``spend.report``), the placement flags, a few
 counts over copies and locations, and the newest audit events: a fixed number of queries whatever
 the size of the fleet.
 """
@@ -18,15 +18,17 @@ from django.utils import timezone
 from access.roles import Role, has_role
 from access.scoping import restrict_events, restrict_runs, scoped_team_names, spend_team_ids
 from audit.models import AuditEvent
-from catalog import placement, spend
 from catalog.choices import CopyState, Verification
-from catalog.models import CheckpointCopy, UsageDaily, UsageState
-from catalog.views_spend import bytes_by_tier_chart
+from catalog.models import CheckpointCopy
 from ckptfleet.params import positive_int_param
 from dashboard import jobs
 from fleet.choices import InventoryStatus
 from fleet.models import Inventory, StorageLocation
 from fleet.pricebook import utc_today
+from spend import placement
+from spend import report as spend
+from spend.models import UsageDaily, UsageState
+from spend.views import bytes_by_tier_chart
 
 RECENT_EVENTS = 8
 JOBS_ATTENTION_DAYS = 7

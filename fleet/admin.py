@@ -6,18 +6,12 @@ that write audit events; inventories are written by the ingest. The admin shows 
 
 from __future__ import annotations
 
-from django import forms
 from django.contrib import admin
-from django.core.exceptions import PermissionDenied
 from django.db import models
 
-from audit.actor import Actor
-from audit.choices import ActorKind, EventSource
 from catalog.templatetags.fleet_format import bytes_iec
 from ckptfleet.admin_base import EstimatedCountPaginator, ReadOnlyAdmin
-from ckptfleet.errors import DomainError
-from fleet.models import Bucket, Host, HostToken, Inventory, MultipartUpload, PricePoint, StorageLocation
-from fleet.pricebook import price_set, price_validate
+from fleet.models import Bucket, Host, HostToken, Inventory, MultipartUpload, StorageLocation
 
 
 @admin.register(Host)
@@ -144,93 +138,3 @@ class MultipartUploadAdmin(ReadOnlyAdmin):
     @admin.display(description="size of parts", ordering="bytes")
     def size(self, obj: MultipartUpload) -> str:
         return "unknown" if obj.bytes is None else bytes_iec(obj.bytes)
-
-
-class PricePointForm(forms.ModelForm):
-    """A new price point, checked by the price book's own rules (``fleet.pricebook.price_validate``)."""
-
-    price = forms.DecimalField(
-        min_value=0,
-        max_digits=20,
-        decimal_places=10,
-        help_text="In the basis: per GiB-month, per TiB-month, or the monthly cost of the host's drives.",
-    )
-
-    class Meta:
-        model = PricePoint
-        fields = [
-            "kind",
-            "tier",
-            "storage_class",
-            "location",
-            "host",
-            "basis",
-            "price",
-            "host_capacity_bytes",
-            "currency",
-            "effective_from",
-            "source",
-        ]
-
-    def clean(self):
-        data = super().clean()
-        if self.errors:
-            return data
-        try:
-            self.change = price_validate(**_price_arguments(data))
-        except DomainError as exc:
-            raise forms.ValidationError(exc.message) from None
-        return data
-
-
-def _price_arguments(data: dict) -> dict:
-    return {
-        "tier": data["tier"],
-        "price": data["price"],
-        "effective_from": data["effective_from"],
-        "basis": data["basis"],
-        "kind": data.get("kind") or "",
-        "storage_class": data.get("storage_class") or "",
-        "location": data.get("location"),
-        "host": data.get("host"),
-        "host_capacity_bytes": data.get("host_capacity_bytes"),
-        "currency": data.get("currency") or "",
-        "source": data.get("source") or "",
-    }
-
-
-@admin.register(PricePoint)
-class PricePointAdmin(ReadOnlyAdmin):
-    """Prices are added, never changed or deleted: a change is a new point from its day on.
-
-    Adding goes through ``fleet.pricebook.price_set``, which prices recorded days again and writes
-    the audit event, as the price book page does.
-    """
-
-    form = PricePointForm
-    list_display = ["tier", "storage_class", "scope", "price_per_gib_month", "currency", "effective_from", "created_by"]
-    list_filter = ["tier", "kind", "currency"]
-    list_select_related = ["location", "host"]
-    search_fields = ["source", "storage_class", "location__name", "host__name"]
-    raw_id_fields = ["location", "host"]
-
-    def has_add_permission(self, request):
-        return request.user.has_perm("fleet.add_pricepoint")
-
-    @admin.display(description="applies to")
-    def scope(self, obj: PricePoint) -> str:
-        return obj.scope_label
-
-    def save_model(self, request, obj, form, change):
-        user = request.user
-        actor = Actor(kind=ActorKind.USER, label=user.get_username(), source=EventSource.ADMIN, user=user)
-        try:
-            point = price_set(actor=actor, **_price_arguments(form.cleaned_data))
-        except DomainError as exc:  # the book changed since the form was checked
-            raise PermissionDenied(exc.message) from None
-        for f in PricePoint._meta.concrete_fields:
-            setattr(obj, f.attname, getattr(point, f.attname))
-        obj._state.adding = False
-
-    def log_addition(self, request, obj, message):
-        return None  # the audit trail has it, with before and after; the admin log would be a second story

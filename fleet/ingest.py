@@ -666,7 +666,7 @@ def _finish(
 
     ``totals`` ({copy id or None: (bytes, files)}) are given by an apply that wrote every present file itself.
     """
-    from catalog.usage import usage_refresh
+    from spend.usage import usage_refresh
 
     found = CheckpointCopy.objects.filter(location=location, gone_at__isnull=True).count()
     usage_refresh(location=location, day=now.astimezone(UTC).date(), now=now, totals=totals)

@@ -1791,7 +1791,7 @@ def _checksums_finished(inventory_id: int, location: StorageLocation, now: datet
         copies=Sum("copies"), failed=Sum("failed"), written=Sum("written"), attempts=Sum("attempts")
     )
     if sums["copies"]:
-        from catalog.usage import usage_refresh
+        from spend.usage import usage_refresh
 
         # Verification may have found a copy corrupt: today's usage states follow it.
         usage_refresh(location=location, day=now.astimezone(UTC).date(), now=now)

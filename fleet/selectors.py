@@ -9,10 +9,11 @@ from dataclasses import dataclass
 
 from django.db.models import Count, F, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 
-from catalog.models import ShardFile, UsageDaily, UsageState
+from catalog.models import ShardFile
 from ckptfleet.errors import DomainError
 from fleet.choices import InventoryStatus, Tier
 from fleet.models import Host, Inventory, MultipartUpload, ObjectVersion, StorageLocation
+from spend.models import UsageDaily, UsageState
 
 IN_PROGRESS = (InventoryStatus.RECEIVED, InventoryStatus.PROCESSING)
 

@@ -61,6 +61,6 @@ def scan_due_buckets() -> dict:
 @shared_task(acks_late=True)
 def carry_usage_forward() -> dict:
     """Carry every location's usage forward to today (UTC), so a day without an inventory still costs (hourly)."""
-    from catalog.usage import usage_carry_forward_all
+    from spend.usage import usage_carry_forward_all
 
     return usage_carry_forward_all()

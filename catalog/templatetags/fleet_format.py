@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from catalog.placement import is_verification_stale, stale_days
+from spend.placement import is_verification_stale, stale_days
 
 register = template.Library()
 

@@ -12,7 +12,7 @@ from rest_framework.pagination import BasePagination, PageNumberPagination
 from rest_framework.response import Response
 
 from access.scoping import restrict_runs, restrict_teams, visible_orphans
-from catalog import placement, selectors
+from catalog import selectors
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from ckptfleet.errors import DomainError
 from dashboard.api.serializers import (
@@ -26,6 +26,7 @@ from dashboard.api.serializers import (
 )
 from dashboard.run_filters import SORTS, BadCursor, RunFilters
 from fleet.choices import Tier
+from spend import placement
 
 PLACEMENT_PAGE = 50
 PLACEMENT_PAGE_MAX = 200

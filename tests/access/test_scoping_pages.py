@@ -19,10 +19,10 @@ from actions.models import DeletionJob, Hold, Pin
 from audit.choices import EventSource
 from catalog.choices import CopyState
 from catalog.models import ShardFile
-from catalog.usage import usage_refresh
 from fleet.pricebook import utc_today
 from promotion.models import PromotionJob
 from retention import services as retention
+from spend.usage import usage_refresh
 from tests.catalog.test_usage import flat_prices
 from tests.catalog.test_views import make_copy, make_location, make_run
 from tests.conftest import give_roles

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from catalog import placement
 from catalog.choices import Verification
-from catalog.placement import Flag
+from spend import placement
+from spend.placement import Flag
 from tests.catalog.test_disputed import copy_at, dcp, push  # noqa: F401 - push is a fixture
 from tests.conftest import queries_for
 

@@ -1,6 +1,6 @@
 """One verdict, every view: a change of a copy's state moves its bytes in today's rollups at once.
 
-``catalog.usage.copies_restated`` is what verification calls right after it writes verdicts; these tests
+``spend.usage.copies_restated`` is what verification calls right after it writes verdicts; these tests
 change a copy's state directly (as a verdict would) and call it, with copies at several locations.
 """
 
@@ -13,11 +13,12 @@ from django.db import connection
 from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
 
-from catalog import spend
 from catalog.choices import CopyState
-from catalog.models import CheckpointCopy, CopyTierUsage, UsageCursor, UsageDaily, UsageMonthly
-from catalog.usage import copies_restated, usage_monthly_rebuild, usage_refresh
+from catalog.models import CheckpointCopy, CopyTierUsage
 from fleet.pricebook import utc_today
+from spend import report as spend
+from spend.models import UsageCursor, UsageDaily, UsageMonthly
+from spend.usage import copies_restated, usage_monthly_rebuild, usage_refresh
 from tests.catalog.test_disputed import FLIPPED, copy_at, dcp, push  # noqa: F401 - push is a fixture
 
 COPY_BYTES = 900 + 2 * 4096

@@ -9,9 +9,9 @@ from django.utils import timezone
 from audit.services import audit_record
 from catalog.choices import CopyState, Verification
 from catalog.models import Run
-from catalog.usage import usage_refresh
 from fleet.models import Inventory
 from fleet.pricebook import utc_today
+from spend.usage import usage_refresh
 from tests.catalog.test_views import make_copy, make_location, make_run
 from tests.conftest import queries_for
 

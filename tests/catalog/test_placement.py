@@ -9,11 +9,12 @@ import pytest
 from django.utils import timezone
 
 from actions.models import Hold
-from catalog import placement, recovery, selectors
+from catalog import recovery, selectors
 from catalog.choices import CopyState, Importance, RunStatus, Verification
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, Team
-from catalog.placement import Flag
 from fleet.models import Host, StorageLocation
+from spend import placement
+from spend.placement import Flag
 from tests.conftest import queries_for
 
 pytestmark = pytest.mark.django_db

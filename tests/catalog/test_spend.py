@@ -21,11 +21,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from audit.actor import Actor
-from catalog import spend
-from catalog.models import Run, Team, UsageDaily, UsageMonthly
-from catalog.usage import usage_carry_forward_all
+from catalog.models import Run, Team
 from fleet.models import PricePoint
-from fleet.pricebook import price_set
+from spend import report as spend
+from spend.models import UsageDaily, UsageMonthly
+from spend.prices import price_set
+from spend.usage import usage_carry_forward_all
 from tests.catalog.test_usage import (
     GIB,
     Fleet,

@@ -13,10 +13,11 @@ from decimal import ROUND_HALF_UP, Decimal
 import pytest
 from django.utils import timezone
 
-from catalog import spend
-from catalog.models import Run, UsageDaily
+from catalog.models import Run
 from fleet.choices import InventoryStatus
 from fleet.models import PricePoint
+from spend import report as spend
+from spend.models import UsageDaily
 from tests.conftest import give_roles
 from tests.fleet.test_scan import tree_files
 

@@ -9,10 +9,11 @@ import pytest
 from django.utils import timezone
 
 from audit.actor import Actor
-from catalog.models import CopyTierUsage, Run, UsageCursor, UsageDaily, UsageMonthly
-from catalog.usage import money, usage_carry_forward_all, usage_monthly_rebuild, usage_refresh
+from catalog.models import CopyTierUsage, Run
 from fleet.models import MultipartUpload, PricePoint, StorageLocation
 from fleet.services import gzip_lines, host_register, host_token_issue, location_add
+from spend.models import UsageCursor, UsageDaily, UsageMonthly
+from spend.usage import money, usage_carry_forward_all, usage_monthly_rebuild, usage_refresh
 from tests.conftest import HostKit
 
 GIB = 1024**3

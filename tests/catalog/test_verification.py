@@ -458,7 +458,7 @@ def test_content_that_changes_under_an_unchanged_mtime_is_corrupt_and_its_first_
 
 
 def test_a_verdict_changed_by_another_locations_inventory_moves_this_locations_spend_rows_at_once(two_hosts, push):
-    from catalog.models import UsageDaily
+    from spend.models import UsageDaily
 
     a, b = two_hosts
     copied = dcp(100, **{"__1_0.distcp": "one flipped byte"})

@@ -14,11 +14,12 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from catalog.models import CheckpointCopy, CopyTierUsage, ShardFile, UsageDaily
+from catalog.models import CheckpointCopy, CopyTierUsage, ShardFile
 from fleet.choices import InventoryStatus
 from fleet.ingest import check_path
 from fleet.models import Inventory
 from fleet.services import gzip_lines
+from spend.models import UsageDaily
 from tests.conftest import is_postgres
 
 URL = "/api/v1/inventories/"
@@ -566,7 +567,7 @@ def test_the_one_pass_first_inventory_writes_what_the_line_by_line_one_writes(
     import logging
 
     import fleet.ingest
-    from catalog.usage import usage_refresh
+    from spend.usage import usage_refresh
 
     settings.INGEST_CHUNK_ROWS = 100  # judged and written in batches of 400 files, overlapping
     files = sorted(odd_files() + many(runs=3, steps=6, ranks=30), key=lambda f: f["path"].encode())

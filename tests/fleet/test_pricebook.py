@@ -11,12 +11,13 @@ from django.urls import reverse
 
 from audit.actor import Actor
 from audit.models import AuditEvent
-from catalog.models import UsageDaily
-from catalog.usage import usage_carry_forward_all, usage_refresh
 from ckptfleet.errors import DomainError
 from fleet.models import PriceBasis, PricePoint, StorageLocation
-from fleet.pricebook import GIB, PriceBook, price_set, utc_today
+from fleet.pricebook import GIB, PriceBook, utc_today
 from fleet.services import host_register, location_add
+from spend.models import UsageDaily
+from spend.prices import price_set
+from spend.usage import usage_carry_forward_all, usage_refresh
 from tests.catalog.test_usage import Fleet, dcp, utc
 from tests.conftest import give_roles
 

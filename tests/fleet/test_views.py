@@ -257,8 +257,8 @@ def add_files(
 
 def refresh_usage(location: StorageLocation) -> None:
     """Roll the location's present files up, as applying a scan does in the same transaction."""
-    from catalog.usage import usage_refresh
     from fleet.pricebook import utc_today
+    from spend.usage import usage_refresh
 
     usage_refresh(location=location, day=utc_today())
 

@@ -367,7 +367,7 @@ def test_a_host_target_records_an_agent_pull_with_the_exact_files(kit, make_host
 
 
 def test_the_plan_says_what_will_happen_with_bytes_tier_and_money(kit):
-    from fleet.pricebook import price_set
+    from spend.prices import price_set
 
     _checkpoint, copy = kit.checkpoint(240, {"a": (b"a" * 1024, "GLACIER"), "b": (b"b" * 1024, "STANDARD_IA")})
     target = kit.bucket()

@@ -50,7 +50,13 @@ from actions.models import Hold
 from catalog.choices import Importance, RunStatus, Verification
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run
 from catalog.recovery import is_restorable, restorable_copies
-from catalog.verification import failure_domain
+from catalog.verification import (
+    failure_domain,
+    is_verification_stale,
+    stale_cutoff,
+    stale_days,
+    stale_verified_copies,
+)
 from fleet.choices import Tier
 from fleet.models import StorageLocation
 
@@ -71,40 +77,6 @@ class Flag(models.TextChoices):
 
 def nvme_days() -> int:
     return settings.NVME_FINISHED_DAYS
-
-
-def stale_days() -> int:
-    return settings.VERIFY_STALE_DAYS
-
-
-def stale_cutoff(now: datetime | None = None) -> datetime:
-    """Copies verified before this are flagged: checksums go stale (bit rot, a rewrite the store did not show)."""
-    return (now or timezone.now()) - timedelta(days=stale_days())
-
-
-def stale_verified_copies(now: datetime | None = None) -> Q:
-    """Present verified copies whose oldest checksum behind the verdict was taken before ``stale_cutoff``.
-
-    A copy verified before verification recorded its time (``verified_at`` empty) is not flagged: when it
-    was verified is unknown, and its next verification records it.
-    """
-    return Q(
-        gone_at__isnull=True,
-        temporary=False,
-        verification=Verification.VERIFIED,
-        verified_at__lt=stale_cutoff(now),
-    )
-
-
-def is_verification_stale(copy: CheckpointCopy, now: datetime | None = None) -> bool:
-    """``stale_verified_copies`` for one loaded copy."""
-    return (
-        copy.gone_at is None
-        and not copy.temporary
-        and copy.verification == Verification.VERIFIED
-        and copy.verified_at is not None
-        and copy.verified_at < stale_cutoff(now)
-    )
 
 
 def flag_label(flag: str) -> str:

@@ -33,16 +33,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection, transaction
 from django.utils import timezone
 
-from catalog.models import CheckpointCopy, CopyTierUsage, UsageCursor, UsageDaily, UsageMonthly, UsageState
+from catalog.models import CheckpointCopy, CopyTierUsage
 from fleet.choices import DEFAULT_STORAGE_CLASS_TIERS, LocationKind
 from fleet.models import Bucket, StorageLocation
 from fleet.pricebook import GIB, PriceBook, Rule, month_days, utc_today
+from spend.models import UsageCursor, UsageDaily, UsageMonthly, UsageState
 
 NANOS = 10**9
 CENT = Decimal("0.01")
@@ -335,6 +336,11 @@ def usage_refresh(
 # The states of usage rows that come from a copy's own state (``_refresh_rows``): the ones a verdict moves.
 COPY_STATES = (UsageState.COMPLETE, UsageState.PARTIAL, UsageState.CORRUPT, UsageState.TEMPORARY)
 RESTATE_RUNS = 500  # runs per statement when today's rows of one location are rewritten
+
+
+def location_rejudged(location: StorageLocation, now: datetime) -> None:
+    """Today's usage rows of ``location`` follow its copies, just judged again (after a deletion job)."""
+    usage_refresh(location=location, day=now.astimezone(UTC).date(), now=now)
 
 
 def copies_restated(copy_ids: Iterable[int], *, today: date | None = None) -> int:

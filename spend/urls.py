@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from catalog import views_spend
+from spend import views as views_spend
 
 app_name = "spend"
 urlpatterns = [

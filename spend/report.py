@@ -1,9 +1,9 @@
 """Reads of spend, for the pages, the API and their CSV exports: every number comes from the usage rollups.
 
 A period is a calendar month or one UTC day. Spend of a period is the sum of its days' row costs
-(``catalog.usage``: bytes x the price in force that day / the days of that month). Sums over a month
+(``spend.usage``: bytes x the price in force that day / the days of that month). Sums over a month
 read the monthly rollup (``UsageMonthly``, exactly the sum of the month's daily rows, kept so by
-``catalog.usage``); what was stored on one day reads that day's daily rows. Each table is
+``spend.usage``); what was stored on one day reads that day's daily rows. Each table is
 built once here, as a ``Table`` of typed columns and raw values (Decimal money, integer bytes);
 the page renders it, the API serialises it, and the CSV export writes it, so they cannot disagree.
 
@@ -31,11 +31,12 @@ from django.db.models import F, Max, Q, Sum, Value
 from django.db.models.functions import Coalesce
 
 from catalog.choices import RunStatus
-from catalog.models import CopyTierUsage, Run, UsageCursor, UsageDaily, UsageMonthly, UsageState
-from catalog.usage import CENT, money
+from catalog.models import CopyTierUsage, Run
 from fleet.choices import LocationKind, Tier
 from fleet.models import PricePoint, StorageLocation
 from fleet.pricebook import GIB, PriceBook, book_currency, month_days, utc_today
+from spend.models import UsageCursor, UsageDaily, UsageMonthly, UsageState
+from spend.usage import CENT, money
 
 TOP_RUNS = 15
 TOP_LOCATIONS = 15  # the overview's table; a fleet of hundreds of hosts lists them all in the export

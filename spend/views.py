@@ -1,7 +1,7 @@
 """Pages of spend: a month or a day by team, cost center, run, tier and location; a run's spend; the price book.
 
-Views read the request, call ``catalog.spend`` and render; every table has a CSV export served by
-the API from the same ``Table`` (``catalog.api.spend``), and every chart is drawn from a table
+Views read the request, call ``spend.report`` and render; every table has a CSV export served by
+the API from the same ``Table`` (``spend.api``), and every chart is drawn from a table
 shown beside or under it.
 """
 
@@ -24,13 +24,14 @@ from access.roles import Role, has_role, require_role
 from access.scoping import may_see_run, spend_team_ids
 from audit.actor import Actor
 from audit.choices import ActorKind, EventSource
-from catalog import spend
 from catalog.models import Run, Team
 from ckptfleet.errors import DomainError, PermissionRefused
 from ckptfleet.params import positive_int_param
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host, PriceBasis, StorageLocation
-from fleet.pricebook import price_set, utc_today
+from fleet.pricebook import utc_today
+from spend import report as spend
+from spend.prices import price_set
 
 RUNS_PER_PAGE = 100
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
@@ -250,7 +251,7 @@ def spend_report(request):
     """A month's spend for finance, on paper: totals, breakdowns, waste, trend, forecast, the prices used.
 
     Finance-only like the exports (a read: refused with a 403 that says why, not audited). Every figure
-    comes from the same ``catalog.spend`` tables as the spend page, so the two cannot disagree.
+    comes from the same ``spend.report`` tables as the spend page, so the two cannot disagree.
     """
     if not has_role(request.user, Role.FINANCE):
         raise PermissionDenied(f"The printable spend report needs the finance role, which {request.user} lacks.")

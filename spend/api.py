@@ -1,6 +1,6 @@
 """API of spend: the headline numbers of a period, every spend table (JSON or CSV), and the price book.
 
-The tables are the ones the pages show (``catalog.spend``); ``?format=csv`` exports one.
+The tables are the ones the pages show (``spend.report``); ``?format=csv`` exports one.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ from access.roles import Role, has_role, require_role
 from access.scoping import restrict_runs, spend_team_ids
 from audit.actor import Actor
 from audit.choices import ActorKind, EventSource
-from catalog import spend
 from catalog.models import Run
 from ckptfleet.errors import PermissionRefused
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host, PriceBasis, StorageLocation
-from fleet.pricebook import price_set, utc_today
+from fleet.pricebook import utc_today
+from spend import report as spend
+from spend.prices import price_set
 
 PERIOD_PARAMETERS = [
     OpenApiParameter("month", str, description="The calendar month, YYYY-MM (default: this month, UTC)."),

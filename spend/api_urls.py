@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from catalog.api.spend import PricePointListView, SpendSummaryView, SpendTableView
+from spend.api import PricePointListView, SpendSummaryView, SpendTableView
 
 app_name = "spend-api"
 urlpatterns = [

@@ -1,0 +1,40 @@
+"""Work that apps above catalog attach to catalog's changes: a registry, so that catalog never imports them.
+
+An app registers its function in its ``AppConfig.ready`` (spend keeps its usage rollups in step this way). Every
+registered function runs in the caller's transaction, in the order registered: "one verdict, every view".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+_copies_restated: list[Callable[[list[int]], Any]] = []
+_location_rejudged: list[Callable[[Any, datetime], Any]] = []
+
+
+def on_copies_restated(fn: Callable[[list[int]], Any]) -> Callable[[list[int]], Any]:
+    """Register ``fn(copy_ids)``: called when verification changed these copies' state."""
+    if fn not in _copies_restated:
+        _copies_restated.append(fn)
+    return fn
+
+
+def on_location_rejudged(fn: Callable[[Any, datetime], Any]) -> Callable[[Any, datetime], Any]:
+    """Register ``fn(location, now)``: called when a location's copies were judged again outside an inventory
+    (after a deletion job removed files)."""
+    if fn not in _location_rejudged:
+        _location_rejudged.append(fn)
+    return fn
+
+
+def copies_restated(copy_ids: Iterable[int]) -> None:
+    ids = list(copy_ids)
+    for fn in _copies_restated:
+        fn(ids)
+
+
+def location_rejudged(location: Any, now: datetime) -> None:
+    for fn in _location_rejudged:
+        fn(location, now)
