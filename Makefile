@@ -51,9 +51,10 @@ $(STAMP): pyproject.toml | $(PY)
 demo: venv ## Run the product on SQLite with demo data at http://127.0.0.1:8000/ (PORT=... to change)
 	bash scripts/demo
 
-lint: venv ## ruff check and ruff format --check
+lint: venv ## ruff check, ruff format --check, and lint-imports (the floors of .importlinter only point down)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 test-deps: ## Install Chromium for the browser tests when missing (as root, with APT)
 	@if command -v chromium >/dev/null 2>&1; then \

@@ -25,6 +25,7 @@ What a scoped person sees beyond the run pages follows the same rule:
 
 from __future__ import annotations
 
+from django.apps import apps
 from django.conf import settings
 from django.db.models import Q, QuerySet
 
@@ -70,6 +71,12 @@ RUN_PATHS = {
 }
 
 
+def _model(label: str):
+    """A model of an app above access, by label from Django's app registry (as ``RUN_PATHS`` names them): access
+    scopes those apps' rows without importing them."""
+    return apps.get_model(label)
+
+
 def restrict(queryset: QuerySet, user) -> QuerySet:
     """``queryset`` (of a model in ``RUN_PATHS``) limited to what belongs to runs ``user`` may see."""
     return restrict_runs(queryset, user, run_path=RUN_PATHS[queryset.model._meta.label_lower])
@@ -80,9 +87,8 @@ def restrict_events(queryset: QuerySet, user) -> QuerySet:
     names = scoped_team_names(user)
     if names is None:
         return queryset
-    from catalog.models import Checkpoint, Run
-    from retention.models import RetentionPolicy
-
+    Checkpoint, Run = _model("catalog.Checkpoint"), _model("catalog.Run")
+    RetentionPolicy = _model("retention.RetentionPolicy")
     runs = Run.objects.filter(team__name__in=sorted(names)).values("pk")
     checkpoints = Checkpoint.objects.filter(run__team__name__in=sorted(names)).values("pk")
     policies = restrict_policies(RetentionPolicy.objects.all(), user).values("pk")
@@ -107,8 +113,7 @@ def spend_team_ids(user) -> tuple[int, ...] | None:
     names = scoped_team_names(user)
     if names is None:
         return None
-    from catalog.models import Team
-
+    Team = _model("catalog.Team")
     return tuple(Team.objects.filter(name__in=sorted(names)).order_by("pk").values_list("pk", flat=True))
 
 
@@ -133,8 +138,7 @@ def visible_orphans(groups: list, user) -> list:
     names = scoped_team_names(user)
     if names is None:
         return groups
-    from catalog.models import Run
-
+    Run = _model("catalog.Run")
     run_ids = {g.run_id for g in groups if g.run_id is not None}
     visible = set(Run.objects.filter(pk__in=run_ids, team__name__in=sorted(names)).values_list("pk", flat=True))
     return [g for g in groups if g.run_id in visible]

@@ -48,7 +48,7 @@ from ckptfleet.errors import DomainError, PermissionRefused
 from fleet import s3
 from fleet.choices import LocationKind
 from fleet.models import Bucket, Host, StorageLocation
-from fleet.selectors import host_root_or_refuse
+from fleet.services import host_root_or_refuse
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ The endpoint is moto's server in its own process, filled with DCP-like checkpoin
 (``{team}/{run}/step-N/__R_0.distcp`` plus a ``.metadata`` that really is a pickled DCP ``Metadata``
 naming every rank's file). The scan is the production path: a fresh PostgreSQL database
 (``--db-name``, default ``ckptfleet_scanbench``) migrated with ``manage.py migrate``,
-``fleet.scan.bucket_add``, a real ``celery worker`` process on Redis (``--redis-db``, default 12),
-and ``fleet.scan.scan_start`` queueing the task; the clock runs from ``scan_start`` until the
+``ingest.scan.bucket_add``, a real ``celery worker`` process on Redis (``--redis-db``, default 12),
+and ``ingest.scan.scan_start`` queueing the task; the clock runs from ``scan_start`` until the
 inventory is applied, and for a bucket that fetches checksums on until the HEADs that follow the
 snapshot in the same task are written. Measured in the same run against the same
 endpoint: ``aws s3api list-objects-v2 --bucket B --endpoint-url URL > /dev/null`` (the awscli
@@ -574,11 +574,11 @@ def aws_cli(endpoint: Endpoint, bucket: str, env: dict, aws: str = "aws") -> dic
 
 def listing_only(endpoint: Endpoint, bucket: str, *, parallel: bool) -> dict:
     """fleet.s3 listing the whole bucket, pages thrown away: sequential, or split by top-level prefix
-    across the scanner's own number of threads, as ``fleet.scan`` does for a big bucket."""
+    across the scanner's own number of threads, as ``ingest.scan`` does for a big bucket."""
     from concurrent.futures import ThreadPoolExecutor
 
     from fleet import s3
-    from fleet.scan import LISTING_THREADS
+    from ingest.scan import LISTING_THREADS
 
     client = s3.make_client(endpoint_url=endpoint.url, region_name=REGION, addressing_style="path")
     cpu0, moto0, load = time.process_time(), endpoint.cpu(), os.getloadavg()[0]
@@ -623,7 +623,7 @@ def scan(
     from audit.actor import Actor
     from catalog.models import CheckpointCopy
     from fleet.models import Bucket
-    from fleet.scan import scan_start
+    from ingest.scan import scan_start
 
     pg_checkpoint()
     spy = None
@@ -728,7 +728,7 @@ def scan(
 
 def page_query(location_ids: list[int]) -> dict:
     """The fleet page's bytes-by-tier query over every present object of the bench's buckets."""
-    from fleet.selectors import bytes_by_tier
+    from dashboard.selectors_fleet import bytes_by_tier
 
     times = []
     for _ in range(3):
@@ -996,7 +996,7 @@ def main(argv: list[str] | None = None) -> int:
         results["list_par"] = listing_only(endpoint, "bench-main", parallel=True)
 
         from audit.actor import Actor
-        from fleet.scan import bucket_add
+        from ingest.scan import bucket_add
 
         actor = Actor.command(label="bench/scan_bench.py")
 

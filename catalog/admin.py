@@ -10,8 +10,8 @@ from __future__ import annotations
 from django.contrib import admin
 
 from catalog.models import Checkpoint, CheckpointCopy, IngestRow, Run, ShardFile, Team
-from catalog.templatetags.fleet_format import bytes_iec
 from ckptfleet.admin_base import EstimatedCountPaginator, ReadOnlyAdmin
+from ckptfleet.units import bytes_iec
 
 
 @admin.register(Team)

@@ -393,7 +393,7 @@ def location_recognize(*, location: StorageLocation, inventory: Inventory | None
     Returns how many checkpoint copies are present in the groups looked at. Runs inside the caller's
     transaction over the stored shard files, one run directory at a time, relinking only the files
     whose copy changed; verification runs every few thousand files, so memory stays bounded.
-    (An ingest judges the staged rows instead, before it writes them: ``fleet.ingest``.)
+    (An ingest judges the staged rows instead, before it writes them: ``ingest.inventory``.)
     """
     judge = Judge(location)
     template = judge.template

@@ -10,11 +10,11 @@ app = Celery("ckptfleet")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 app.conf.beat_schedule = {
-    "sweep-inventories": {"task": "fleet.tasks.sweep_inventories", "schedule": 600.0},
+    "sweep-inventories": {"task": "ingest.tasks.sweep_inventories", "schedule": 600.0},
     # Each bucket has its own interval (Bucket.scan_every_minutes); this only looks for the due ones.
-    "scan-due-buckets": {"task": "fleet.tasks.scan_due_buckets", "schedule": 60.0},
+    "scan-due-buckets": {"task": "ingest.tasks.scan_due_buckets", "schedule": 60.0},
     # Daily usage of locations without a fresh inventory; hourly so that a missed run costs an hour, not a day.
-    "carry-usage-forward": {"task": "fleet.tasks.carry_usage_forward", "schedule": 3600.0},
+    "carry-usage-forward": {"task": "ingest.tasks.carry_usage_forward", "schedule": 3600.0},
     # Retention policies propose deletions once a day; each still waits for approval and the grace period.
     "propose-retention-deletions": {"task": "retention.tasks.propose_retention_deletions", "schedule": 86400.0},
     # Deletions whose grace period ended start here; running ones without progress for a while are resent.

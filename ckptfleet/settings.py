@@ -29,17 +29,22 @@ DEBUG = env_bool("CKPTFLEET_DEBUG", False)
 
 
 def _restore_assumptions() -> dict:
+    """The JSON object of CKPTFLEET_RESTORE_ASSUMPTIONS; its tiers and numbers are checked at start by the catalog
+    app (``CatalogConfig.ready``), which knows the tiers: settings import nothing of the apps."""
     import json
-
-    from fleet.restore_assumptions import parse_assumptions
 
     raw = env_str("CKPTFLEET_RESTORE_ASSUMPTIONS")
     if not raw:
         return {}
     try:
-        return parse_assumptions(json.loads(raw))
+        value = json.loads(raw)
     except ValueError as exc:  # json.JSONDecodeError is a ValueError too
         raise ImproperlyConfigured(f"CKPTFLEET_RESTORE_ASSUMPTIONS: {exc}") from None
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(
+            "CKPTFLEET_RESTORE_ASSUMPTIONS: must be a JSON object of tier -> {mib_per_s, delay_s}"
+        )
+    return value
 
 
 def _secret_key() -> str:
@@ -78,6 +83,7 @@ INSTALLED_APPS = [
     "fleet",
     "catalog",
     "actions",
+    "ingest",
     "retention",
     "promotion",
     "spend",

@@ -9,8 +9,7 @@ from rest_framework.routers import DefaultRouter
 from ckptfleet.health import healthz
 from dashboard.api import dashboard as dashboard_api
 from dashboard.api.audit import AuditEventViewSet
-from dashboard.api.views import CheckpointViewSet, OrphanListView, RunViewSet
-from fleet.api.views import (
+from dashboard.api.fleet import (
     AgentDeletionsView,
     AgentPromotionsView,
     HostViewSet,
@@ -19,6 +18,7 @@ from fleet.api.views import (
     InventoryViewSet,
     StorageLocationViewSet,
 )
+from dashboard.api.views import CheckpointViewSet, OrphanListView, RunViewSet
 
 router = DefaultRouter()
 router.register("runs", RunViewSet, basename="run")

@@ -15,10 +15,10 @@ from audit.choices import ActorKind, EventSource
 from catalog.templatetags.fleet_format import bytes_iec, count, location_href
 from ckptfleet.errors import DomainError
 from ckptfleet.params import positive_int_param
-from fleet import selectors
+from dashboard import selectors_fleet as selectors
 from fleet.choices import InventoryStatus
 from fleet.models import Inventory, StorageLocation
-from fleet.scan import scan_start
+from ingest.scan import scan_start
 
 HOSTS_PER_PAGE = 100
 CHANGED_FILES_SHOWN = 100

@@ -9,8 +9,8 @@ from __future__ import annotations
 from django.contrib import admin
 from django.db import models
 
-from catalog.templatetags.fleet_format import bytes_iec
 from ckptfleet.admin_base import EstimatedCountPaginator, ReadOnlyAdmin
+from ckptfleet.units import bytes_iec
 from fleet.models import Bucket, Host, HostToken, Inventory, MultipartUpload, StorageLocation
 
 
@@ -97,7 +97,7 @@ class InventoryAdmin(ReadOnlyAdmin):
 
 @admin.register(Bucket)
 class BucketAdmin(ReadOnlyAdmin):
-    """Buckets are registered by ``manage.py fleet_bucket add`` (``fleet.scan.bucket_add``), which audits it.
+    """Buckets are registered by ``manage.py fleet_bucket add`` (``ingest.scan.bucket_add``), which audits it.
 
     ``credentials`` is a reference (default, profile:NAME, file:NAME), never a key, so it may be shown.
     """

@@ -290,7 +290,7 @@ class HeadChunkState(models.TextChoices):
 
 
 class HeadChunk(models.Model):
-    """Up to ``fleet.scan.HEAD_CHUNK`` objects of one applied scan to HEAD for their stored checksums.
+    """Up to ``ingest.scan.HEAD_CHUNK`` objects of one applied scan to HEAD for their stored checksums.
 
     ``items`` is the list of ``[key below the prefix, ETag listed]``. A task HEADs them (conditional on
     the ETag), then, under the location's lock and in one transaction, writes what the store said to

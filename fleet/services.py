@@ -8,8 +8,9 @@ import hmac
 import json
 import secrets
 import zlib
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
+from celery import current_app
 from django.conf import settings
 from django.core.files.base import File
 from django.db import transaction
@@ -17,7 +18,6 @@ from django.utils import timezone
 
 from audit.actor import Actor
 from audit.services import audit_record
-from catalog.models import Team
 from ckptfleet.errors import DomainError, NotAuthenticated, PermissionRefused, TooLarge
 from fleet.choices import InventorySource, InventoryStatus, LocationKind, Tier
 from fleet.models import Host, HostToken, Inventory, StorageLocation
@@ -102,7 +102,7 @@ def location_add(
     tier: str,
     root_path: str = "",
     path_template: str = "{team}/{run}",
-    default_team: Team | None = None,
+    default_team: Any = None,  # catalog's Team (fleet.models names it by label, not by import)
     site: str = "",
     region: str = "",
     actor: Actor,
@@ -201,7 +201,6 @@ def inventory_receive(*, host: Host, stream: BinaryIO, content_encoding: str) ->
     The header is checked before anything is stored: a token reports for its own host only, and
     for one of that host's registered roots only.
     """
-    from fleet.tasks import ingest_inventory
 
     if content_encoding.strip().lower() != "gzip":
         raise DomainError("send the inventory gzip-compressed with Content-Encoding: gzip", code="bad_inventory")
@@ -244,8 +243,18 @@ def inventory_receive(*, host: Host, stream: BinaryIO, content_encoding: str) ->
             inventory.upload.save(f"{host.name}-{location.pk}.ndjson.gz", File(spool), save=False)
             inventory.save()
             Host.objects.filter(pk=host.pk).update(last_seen_at=timezone.now())
-            transaction.on_commit(lambda: ingest_inventory.delay(inventory.pk))
+            # By task name: ingestion sits above fleet (ingest.tasks), which starts it without importing it.
+            transaction.on_commit(lambda: current_app.tasks["ingest.tasks.ingest_inventory"].delay(inventory.pk))
     return inventory
+
+
+def host_root_or_refuse(host: Host, root: str) -> None:
+    """Refuse ``root`` unless it is a registered root of ``host``: an agent asks for work below its own roots only.
+
+    Raises ``DomainError`` (code ``unknown_root``). Shared by the agent's deletions and its promotion pulls.
+    """
+    if not StorageLocation.objects.filter(host=host, root_path=root).exists():
+        raise DomainError(f"{root!r} is not a registered root of {host.name}", code="unknown_root")
 
 
 def gzip_lines(lines) -> bytes:
@@ -259,6 +268,7 @@ __all__ = [
     "gzip_lines",
     "host_authenticate",
     "host_register",
+    "host_root_or_refuse",
     "host_token_issue",
     "inventory_receive",
     "location_add",

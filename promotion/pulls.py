@@ -28,7 +28,7 @@ from audit.choices import ActorKind, EventSource
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet import s3
 from fleet.models import Bucket, Host
-from fleet.selectors import host_root_or_refuse
+from fleet.services import host_root_or_refuse
 from promotion import runner
 from promotion.choices import ItemState, JobState, Method
 from promotion.models import PromotionItem, PromotionJob

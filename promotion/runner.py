@@ -368,7 +368,7 @@ def finish(job_id: int, *, frm: str, actor: Actor = WORKER) -> str:
 def _rescan(job_id: int) -> None:
     """Let the catalog see the new copy: scan the target bucket now (a running scan will see it anyway)."""
     from ckptfleet.errors import DomainError
-    from fleet.scan import scan_start
+    from ingest.scan import scan_start
     from promotion.services import WORKER
 
     job = PromotionJob.objects.select_related("target_location").get(pk=job_id)

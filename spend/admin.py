@@ -9,9 +9,9 @@ from django.core.exceptions import PermissionDenied
 
 from audit.actor import Actor
 from audit.choices import ActorKind, EventSource
-from catalog.templatetags.fleet_format import bytes_iec
 from ckptfleet.admin_base import EstimatedCountPaginator, ReadOnlyAdmin
 from ckptfleet.errors import DomainError
+from ckptfleet.units import bytes_iec
 from fleet.models import PricePoint
 from spend.models import UsageCursor, UsageDaily
 from spend.prices import price_set, price_validate

@@ -117,7 +117,7 @@ class S3Kit:
     def register(self, bucket: str, *, name: str = "", prefix: str = "", **kwargs: Any):
         """Register the bucket as a storage location pointing at this endpoint."""
         from audit.actor import Actor
-        from fleet.scan import bucket_add
+        from ingest.scan import bucket_add
 
         kwargs.setdefault("endpoint_url", self.url)
         kwargs.setdefault("region_name", REGION)
@@ -175,7 +175,7 @@ def aws_env() -> dict[str, str]:
 def scan_now(django_capture_on_commit_callbacks):
     """Start a scan of a registered bucket and let its task run, as a worker would once the transaction commits."""
     from audit.actor import Actor
-    from fleet.scan import scan_start
+    from ingest.scan import scan_start
 
     def run(bucket):
         with django_capture_on_commit_callbacks(execute=True):

@@ -13,6 +13,7 @@ class HostPrincipal:
     """The request.user of an agent request: a host, never a person."""
 
     is_authenticated = True
+    is_host = True  # what access.permissions looks for
     is_staff = False
     is_superuser = False
 

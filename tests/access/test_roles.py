@@ -29,7 +29,7 @@ def refusals() -> list[AuditEvent]:
 
 def bucket_with_a_running_scan():
     """A bucket whose scan is running: a permitted scan-now answers "already running", touching no network."""
-    from fleet.scan import bucket_add
+    from ingest.scan import bucket_add
 
     bucket = bucket_add(
         name="s3:ckpt-eu",

@@ -31,7 +31,7 @@ from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
 from ckptfleet.celery import app as celery_app
 from fleet.choices import InventoryStatus
 from fleet.models import Inventory
-from fleet.scan import scan_start
+from ingest.scan import scan_start
 from tests.actions.conftest import as_ui, make_person
 from tests.conftest import wait_for
 

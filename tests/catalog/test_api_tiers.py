@@ -16,7 +16,7 @@ import pytest
 from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
 from fleet.choices import DEFAULT_STORAGE_CLASS_TIERS, InventoryStatus
-from fleet.scan import bucket_add
+from ingest.scan import bucket_add
 from spend.usage import usage_refresh
 from tests.s3 import TREES
 

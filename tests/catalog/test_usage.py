@@ -313,15 +313,15 @@ def test_bytes_of_a_tier_without_a_price_cost_nothing(db):
 
 def test_beat_carries_usage_forward_every_hour():
     from ckptfleet.celery import app
-    from fleet.tasks import carry_usage_forward
+    from ingest.tasks import carry_usage_forward
 
     entry = app.conf.beat_schedule["carry-usage-forward"]
-    assert entry == {"task": "fleet.tasks.carry_usage_forward", "schedule": 3600.0}
+    assert entry == {"task": "ingest.tasks.carry_usage_forward", "schedule": 3600.0}
     assert carry_usage_forward.name == entry["task"]
 
 
 def test_the_beat_task_carries_every_location_behind(make_host, fleet):
-    from fleet.tasks import carry_usage_forward
+    from ingest.tasks import carry_usage_forward
 
     flat_prices(nvme="0.10")
     a = make_host("gpu-a", "/a")

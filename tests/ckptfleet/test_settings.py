@@ -86,6 +86,9 @@ def _start(extra: dict[str, str], tmp_path) -> subprocess.CompletedProcess:
         ({"CKPTFLEET_DEBUG": "0"}, "DJANGO_SECRET_KEY"),
         ({"CKPTFLEET_DEBUG": "1", "REDIS_URL": "localhost:6379"}, "REDIS_URL"),
         ({"CKPTFLEET_DEBUG": "1", "DATABASE_URL": "oracle://x/y"}, "DATABASE_URL"),
+        # Not JSON: settings say so; an unknown tier: the catalog app says so at start.
+        ({"CKPTFLEET_DEBUG": "1", "CKPTFLEET_RESTORE_ASSUMPTIONS": "{"}, "CKPTFLEET_RESTORE_ASSUMPTIONS"),
+        ({"CKPTFLEET_DEBUG": "1", "CKPTFLEET_RESTORE_ASSUMPTIONS": '{"tape": {}}'}, "unknown tier 'tape'"),
     ],
 )
 def test_the_app_refuses_to_start_on_a_bad_setting(tmp_path, extra, named):

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from catalog.models import CheckpointCopy, CopyTierUsage, ShardFile
 from fleet.choices import InventoryStatus
-from fleet.ingest import check_path
 from fleet.models import Inventory
 from fleet.services import gzip_lines
+from ingest.inventory import check_path
 from spend.models import UsageDaily
 from tests.conftest import is_postgres
 
@@ -307,7 +307,7 @@ def test_it_refuses_an_uncompressed_or_garbage_body(make_host, client):
 
 
 def test_an_inventory_is_ingested_once_even_if_the_task_runs_twice(make_host, push):
-    from fleet import ingest
+    from ingest import inventory as ingest
 
     kit = make_host()
     response = push(kit, kit.body(dcp(100)))
@@ -336,7 +336,7 @@ def test_the_sweeper_requeues_lost_fails_abandoned_and_removes_old_uploads(make_
 
     from django.utils import timezone
 
-    from fleet import ingest
+    from ingest import inventory as ingest
 
     kit = make_host()
     lost = post(client, kit, kit.body(dcp(100))).json()["id"]  # on_commit never ran: the message was lost
@@ -566,19 +566,19 @@ def test_the_one_pass_first_inventory_writes_what_the_line_by_line_one_writes(
 ):
     import logging
 
-    import fleet.ingest
+    import ingest.inventory
     from spend.usage import usage_refresh
 
     settings.INGEST_CHUNK_ROWS = 100  # judged and written in batches of 400 files, overlapping
     files = sorted(odd_files() + many(runs=3, steps=6, ranks=30), key=lambda f: f["path"].encode())
     direct_kit = make_host("gpu-a01", "/mnt/nvme0/ckpt")
     python_kit = make_host("gpu-a02", "/mnt/nvme0/ckpt")
-    with caplog.at_level(logging.INFO, logger="fleet.ingest"):
+    with caplog.at_level(logging.INFO, logger="ingest.inventory"):
         push(direct_kit, direct_kit.body(files))
     assert "applied (direct)" in caplog.text
     caplog.clear()
-    with monkeypatch.context() as patched, caplog.at_level(logging.INFO, logger="fleet.ingest"):
-        patched.setattr(fleet.ingest, "_ingest_direct", lambda inventory, started: None)
+    with monkeypatch.context() as patched, caplog.at_level(logging.INFO, logger="ingest.inventory"):
+        patched.setattr(ingest.inventory, "_ingest_direct", lambda inventory, started: None)
         push(python_kit, python_kit.body(files))
     assert "applied (staged)" in caplog.text
     for kit in (direct_kit, python_kit):
@@ -706,7 +706,7 @@ def test_the_one_pass_reader_rounds_mtimes_as_datetime_does(encode, mtimes):
     """The reader turns an mtime into COPY text and seconds without building a datetime: it must round
     to the microsecond exactly as datetime.fromtimestamp does, or a re-push would find rows changed."""
     from catalog.services import PathTemplate
-    from fleet.ingest import _Lines, _Reader
+    from ingest.inventory import _Lines, _Reader
 
     mtimes = [*_EDGE_MTIMES, *mtimes]
     lines = [{"type": "header", "format": "ckptfleet-inventory/1"}]

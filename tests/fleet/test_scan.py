@@ -25,13 +25,13 @@ import fleet.s3 as s3lib
 from audit.models import AuditEvent
 from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile
 from ckptfleet.errors import DomainError
-from fleet import ingest
-from fleet import scan as scan_module
 from fleet.agent import scan_root, stream_facts
 from fleet.choices import InventorySource, InventoryStatus
 from fleet.models import Bucket, Inventory, MultipartUpload, StorageLocation
-from fleet.scan import bucket_add, scan_due, scan_run, scan_start
-from fleet.tasks import ingest_inventory
+from ingest import inventory as ingest
+from ingest import scan as scan_module
+from ingest.scan import bucket_add, scan_due, scan_run, scan_start
+from ingest.tasks import ingest_inventory
 from tests.catalog.test_recognition_fixtures import EXPECTED
 from tests.s3 import TREES
 

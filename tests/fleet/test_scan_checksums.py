@@ -32,7 +32,7 @@ from fleet import s3 as s3lib
 from fleet.agent import stream_facts
 from fleet.choices import InventoryStatus
 from fleet.models import Bucket, HeadChunk
-from fleet.scan import bucket_set, recheck_due
+from ingest.scan import bucket_set, recheck_due
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db]
 

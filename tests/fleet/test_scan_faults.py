@@ -20,9 +20,9 @@ import pytest
 
 import fleet.s3 as s3lib
 from catalog.models import CheckpointCopy, ShardFile
-from fleet import scan as scan_module
 from fleet.choices import InventoryStatus
 from fleet.models import MultipartUpload, StorageLocation
+from ingest import scan as scan_module
 from tests.fleet.test_scan import snapshot, tree_files
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db]

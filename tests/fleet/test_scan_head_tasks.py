@@ -20,10 +20,10 @@ import fleet.s3 as s3lib
 from audit.actor import Actor
 from catalog.models import CheckpointCopy, ShardFile
 from ckptfleet.celery import app as celery_app
-from fleet import scan as scan_module
 from fleet.choices import InventorySource, InventoryStatus
 from fleet.models import HeadChunk, HeadChunkState, Inventory
-from fleet.scan import SCANNER, head_chunk_run, head_chunks_resend, scan_run, scan_start
+from ingest import scan as scan_module
+from ingest.scan import SCANNER, head_chunk_run, head_chunks_resend, scan_run, scan_start
 from tests.conftest import wait_for
 from tests.fleet.test_scan import tree_files
 from tests.fleet.test_scan_faults import FaultyEndpoint

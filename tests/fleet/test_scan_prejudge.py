@@ -1,8 +1,8 @@
-"""A first scan recognises run directories while it lists (``fleet.scan._PreJudge``), with the same result.
+"""A first scan recognises run directories while it lists (``ingest.scan._PreJudge``), with the same result.
 
 The run directories of a location's first listing are recognised as soon as the listing has passed
 them, and the apply at the end only writes. Every test compares with the same bucket applied the
-general way (``fleet.ingest.apply_staged``: recognised from the staged rows after the listing).
+general way (``ingest.inventory.apply_staged``: recognised from the staged rows after the listing).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from django.db import transaction
 import fleet.s3 as s3lib
 from catalog.models import CheckpointCopy, ShardFile
 from catalog.services import PathTemplate
-from fleet import ingest
-from fleet import scan as scan_module
 from fleet.choices import InventoryStatus
-from fleet.ingest import Row
+from ingest import inventory as ingest
+from ingest import scan as scan_module
+from ingest.inventory import Row
 from tests.catalog.test_recognition_fixtures import EXPECTED
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db]

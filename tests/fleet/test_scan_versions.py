@@ -19,9 +19,9 @@ from django.test.utils import CaptureQueriesContext
 
 import fleet.s3 as s3lib
 from catalog.models import CheckpointCopy, ShardFile
-from fleet import scan as scan_module
 from fleet.choices import InventoryStatus
 from fleet.models import ObjectVersion
+from ingest import scan as scan_module
 from tests.catalog.test_recognition_fixtures import EXPECTED
 from tests.fleet.test_scan import copies_at, snapshot, tree_files
 

@@ -15,7 +15,7 @@ from audit.actor import Actor
 from catalog.models import CheckpointCopy
 from fleet.choices import InventoryStatus
 from fleet.models import Inventory
-from fleet.scan import scan_start
+from ingest.scan import scan_start
 from tests.conftest import wait_for
 from tests.s3 import AWS_ENV
 

@@ -205,7 +205,7 @@ def test_a_missing_inventory_gets_a_friendly_404(signed_in):
 
 def make_bucket(name: str = "ckpt-eu", **fields):
     from audit.actor import Actor
-    from fleet.scan import bucket_add
+    from ingest.scan import bucket_add
 
     fields.setdefault("endpoint_url", "http://127.0.0.1:9")
     fields.setdefault("region_name", "eu-west-1")

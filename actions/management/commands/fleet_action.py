@@ -23,8 +23,8 @@ from actions import services
 from actions.models import DeletionJob, Hold
 from audit.choices import EventSource
 from catalog.models import Checkpoint, CheckpointCopy, Run
-from catalog.templatetags.fleet_format import bytes_iec
 from ckptfleet.errors import DomainError
+from ckptfleet.units import bytes_iec
 
 ACTIONS = ("pin", "unpin", "hold", "release", "preview", "schedule", "approve", "cancel")
 

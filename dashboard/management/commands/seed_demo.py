@@ -17,7 +17,7 @@ hold copies of the same runs, uploaded the way a copy job would (one with SHA256
 boto3's default CRC32): copies that agree with the hosts' (verified), one with a flipped byte, written
 after the hosts' checksums were taken (so the source's checksum settles it: that copy is corrupt), objects in
 archive storage classes, files of no checkpoint, an interrupted save's temporary directory and an
-incomplete multipart upload. They are registered with ``fleet.scan.bucket_add`` and scanned
+incomplete multipart upload. They are registered with ``ingest.scan.bucket_add`` and scanned
 through ``scan_start`` and ``scan_run``, as a worker would. An endpoint that forgets everything on
 restart (moto keeps it in memory) is filled again; one that still holds the objects is left as it is.
 """
@@ -45,11 +45,12 @@ from access.roles import Role
 from audit.actor import Actor
 from catalog.models import Team
 from ckptfleet.errors import DomainError
-from fleet import agent, ingest
+from fleet import agent
 from fleet.choices import InventoryStatus
 from fleet.models import Bucket, Host, Inventory, MultipartUpload, StorageLocation
-from fleet.scan import bucket_add, scan_run, scan_start
 from fleet.services import host_register, inventory_receive, location_add
+from ingest import inventory as ingest
+from ingest.scan import bucket_add, scan_run, scan_start
 
 FIXTURES = Path(settings.BASE_DIR) / "tests" / "fixtures" / "trees"
 DAY = 86400

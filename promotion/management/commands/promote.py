@@ -14,8 +14,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy
-from catalog.templatetags.fleet_format import bytes_iec
 from ckptfleet.errors import DomainError
+from ckptfleet.units import bytes_iec
 from fleet.models import StorageLocation
 from promotion import services
 from promotion.choices import RestoreTier

@@ -2,7 +2,8 @@
 
 from celery import shared_task
 
-from fleet import ingest, scan
+from ingest import inventory as ingest
+from ingest import scan
 
 
 @shared_task(acks_late=True, bind=True, max_retries=3, default_retry_delay=30)

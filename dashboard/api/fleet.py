@@ -15,17 +15,17 @@ from access.roles import Role, require_role
 from audit.actor import Actor
 from audit.choices import ActorKind, EventSource
 from ckptfleet.errors import PermissionRefused, TooLarge
-from fleet.api.auth import HostPrincipal, HostTokenAuthentication
-from fleet.api.serializers import (
+from dashboard.api.fleet_serializers import (
     AgentPullListSerializer,
     AgentPullReportSerializer,
     HostSerializer,
     InventorySerializer,
     StorageLocationSerializer,
 )
+from fleet.api.auth import HostPrincipal, HostTokenAuthentication
 from fleet.models import Host, Inventory, StorageLocation
-from fleet.scan import scan_start
 from fleet.services import inventory_receive
+from ingest.scan import scan_start
 
 
 class StreamParser(BaseParser):

@@ -22,7 +22,7 @@ from catalog.models import Team
 from ckptfleet.errors import DomainError
 from fleet.choices import AddressingStyle, InventoryStatus, Tier
 from fleet.models import Bucket, Inventory, StorageLocation
-from fleet.scan import bucket_add, bucket_set, scan_start
+from ingest.scan import bucket_add, bucket_set, scan_start
 
 
 def _tier_pair(text: str) -> tuple[str, str]:

@@ -618,7 +618,7 @@ def _ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
     waiting = Q(status=InventoryStatus.RECEIVED)
     if claim:
         waiting |= Q(status=InventoryStatus.PROCESSING, claimed_by=claim)
-    # Scans have no upload: they are applied by fleet.scan.scan_run, never here.
+    # Scans have no upload: they are applied by ingest.scan.scan_run, never here.
     claimed = Inventory.objects.filter(waiting, pk=inventory_id, source=InventorySource.AGENT).update(
         status=InventoryStatus.PROCESSING, started_at=timezone.now(), claimed_by=claim
     )
@@ -1166,7 +1166,7 @@ def sweep(*, now: datetime | None = None) -> SweepCounts:
     - claimed but not finished long after (the worker died and its message is gone): failed, with why;
     - stored uploads removed once applied (a day later) or failed (a month later, for diagnosis).
     """
-    from fleet.tasks import ingest_inventory, scan_bucket
+    from ingest.tasks import ingest_inventory, scan_bucket
 
     now = now or timezone.now()
     counts = SweepCounts()

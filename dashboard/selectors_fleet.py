@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from django.db.models import Count, F, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 
 from catalog.models import ShardFile
-from ckptfleet.errors import DomainError
 from fleet.choices import InventoryStatus, Tier
 from fleet.models import Host, Inventory, MultipartUpload, ObjectVersion, StorageLocation
 from spend.models import UsageDaily, UsageState
@@ -223,12 +222,3 @@ def files_changed_by(inventory: Inventory, *, limit: int) -> list[ShardFile]:
         .order_by()[:limit]
     )
     return sorted(sample, key=lambda f: f.path)
-
-
-def host_root_or_refuse(host: Host, root: str) -> None:
-    """Refuse ``root`` unless it is a registered root of ``host``: an agent asks for work below its own roots only.
-
-    Raises ``DomainError`` (code ``unknown_root``). Shared by the agent's deletions and its promotion pulls.
-    """
-    if not StorageLocation.objects.filter(host=host, root_path=root).exists():
-        raise DomainError(f"{root!r} is not a registered root of {host.name}", code="unknown_root")

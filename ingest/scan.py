@@ -1,7 +1,7 @@
 """Bucket scans: registering buckets, starting scans one at a time, and applying what a scan finds.
 
 A scan turns a bucket (below its prefix) into the same staged snapshot a host inventory becomes,
-and applies it through the same set-based merge (``fleet.ingest``): all or nothing, a full
+and applies it through the same set-based merge (``ingest.inventory``): all or nothing, a full
 snapshot when it succeeds, nothing applied and nothing marked gone when it fails.
 
 Where the objects come from:
@@ -92,7 +92,6 @@ from ckptfleet.errors import DomainError
 from fleet import s3
 from fleet.agent import facts_kind, stream_facts
 from fleet.choices import AddressingStyle, InventorySource, InventoryStatus, LocationKind, Tier
-from fleet.ingest import InventoryError, Row, apply_staged, check_path, fail, stage_rows, unstage
 from fleet.models import (
     Bucket,
     HeadChunk,
@@ -103,6 +102,7 @@ from fleet.models import (
     StorageLocation,
 )
 from fleet.services import location_add
+from ingest.inventory import InventoryError, Row, apply_staged, check_path, fail, stage_rows, unstage
 
 log = logging.getLogger(__name__)
 
@@ -339,7 +339,7 @@ def scan_start(*, location: StorageLocation, actor: Actor, audit: bool = True) -
     each other cannot both win; the loser gets ``DomainError(code="scan_running")``. On-demand scans
     are audited; the scheduled ones (``audit=False``) would only repeat the schedule.
     """
-    from fleet.tasks import scan_bucket
+    from ingest.tasks import scan_bucket
 
     bucket = Bucket.objects.filter(location_id=location.pk).values("inventory_report_uri").first()
     if bucket is None:
@@ -613,7 +613,7 @@ class _PreJudge:
 
     A listing returns keys in order within each top-level prefix (the parallel listing splits by those),
     so a run directory is complete once its prefix's listing has passed the end of its range (the same
-    rule as ``fleet.ingest``'s one-pass ingest of a sorted upload). Each complete directory's files are
+    rule as ``ingest.inventory``'s one-pass ingest of a sorted upload). Each complete directory's files are
     recognised (``catalog.recognition.recognize``: pure Python, no database) by a thread of its own and
     kept with the verdict, so that the apply, still one transaction after the whole listing, only writes
     (``_apply_first``). The entries are what the apply would read back from the staged rows. A listing
@@ -767,7 +767,7 @@ class _NewFiles:
         if not self.rows:
             return
         from catalog.models import IngestRow
-        from fleet.ingest import STAGED_COLUMNS
+        from ingest.inventory import STAGED_COLUMNS
 
         low = min(path for path, _ in self.rows)
         high = max(path for path, _ in self.rows)
@@ -800,7 +800,7 @@ class _NewFiles:
 
 
 def _apply_first(inventory: Inventory, prejudged: _PreJudge, *, files: int, total: int, started: float) -> Inventory:
-    """``fleet.ingest.apply_staged`` for a location's first snapshot whose run directories were recognised
+    """``ingest.inventory.apply_staged`` for a location's first snapshot whose run directories were recognised
     while listing: in one transaction, the copies are written and the staged rows inserted linked to them.
 
     Every staged path is new (the location has no shard-file rows, checked under its lock), so there
@@ -808,7 +808,7 @@ def _apply_first(inventory: Inventory, prejudged: _PreJudge, *, files: int, tota
     ``apply_staged`` would; those recognised while listing are not read back nor recognised again.
     """
     from catalog.services import Judge
-    from fleet.ingest import MergeCounts, _end_apply, _flush_every, _log_applied, _staged_group
+    from ingest.inventory import MergeCounts, _end_apply, _flush_every, _log_applied, _staged_group
 
     location = inventory.location
     try:
@@ -1215,7 +1215,7 @@ class _Scanner:
         listing's path: the snapshot is applied first (new objects unverified, with the reason that
         their checksum is unknown), with the objects this scan added or changed split into chunks of
         ``HEAD_CHUNK`` (``_plan_heads``, in the same transaction). Each chunk is a task
-        (``fleet.tasks.head_chunk``) that HEADs its objects, writes what the store says and verifies
+        (``ingest.tasks.head_chunk``) that HEADs its objects, writes what the store says and verifies
         their checkpoints again (``head_chunk_run``), retried with backoff while the store struggles.
         The chunks go to the queue this scan came from. In-process (``CELERY_TASK_ALWAYS_EAGER``) they
         run here, one after another.
@@ -1567,7 +1567,7 @@ class ChunkRetry(Exception):
 
 def head_chunks_queue(inventory_id: int, *, queue: str | None = None) -> int:
     """Queue a task for each pending chunk of one scan's checksum phase (once this transaction commits)."""
-    from fleet.tasks import head_chunk
+    from ingest.tasks import head_chunk
 
     ids = list(
         HeadChunk.objects.filter(inventory_id=inventory_id, state=HeadChunkState.PENDING)
