@@ -44,6 +44,7 @@ from catalog import hooks
 from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
 from catalog.recovery import disputed_checkpoints, newest_restorable
+from ckptfleet.celery import task
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet import s3
 from fleet.choices import LocationKind
@@ -203,7 +204,6 @@ def last_progress(job: DeletionJob, *, now: datetime | None = None) -> str:
 
 def start(job_id: int, *, now: datetime | None = None) -> bool:
     """Move one due job from scheduled to running, with its audit event; queue its task after commit."""
-    from actions.tasks import execute_deletion
 
     now = now or timezone.now()
     with transaction.atomic():
@@ -218,20 +218,19 @@ def start(job_id: int, *, now: datetime | None = None) -> bool:
             before={"state": job.state},
             after={"state": DeletionState.RUNNING, "items": job.items_total, "bytes": job.bytes_total},
         )
-        transaction.on_commit(lambda: execute_deletion.delay(job_id))
+        transaction.on_commit(lambda: task("actions.tasks.execute_deletion").delay(job_id))
     return True
 
 
 def start_due(*, now: datetime | None = None) -> dict:
     """Start every due job and send a worker to every stale running one (beat, every minute)."""
-    from actions.tasks import execute_deletion
 
     now = now or timezone.now()
     started = [pk for pk in due_jobs(now).order_by("execute_after", "pk").values_list("pk", flat=True)[:1000]]
     started = [pk for pk in started if start(pk, now=now)]
     resent = list(stale_jobs(now).order_by("pk").values_list("pk", flat=True)[:1000])
     for pk in resent:
-        execute_deletion.delay(pk)
+        task("actions.tasks.execute_deletion").delay(pk)
     if started or resent:
         log.info("deletions started: %s; sent again after no progress: %s", started, resent)
     return {"started": started, "resent": resent}

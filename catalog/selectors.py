@@ -29,8 +29,8 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, RowNumber, Substr
 
 from catalog.choices import CopyState, RunStatus, Verification
+from catalog.layout import PathTemplate
 from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
-from catalog.services import PathTemplate
 from catalog.verification import VerificationSummary, summarize
 from fleet.models import MultipartUpload, StorageLocation
 

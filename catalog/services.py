@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from catalog.choices import Importance
 from catalog.formats.base import FileEntry, Found
+from catalog.layout import PathTemplate, group_files, subtree
 from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
 from catalog.verification import FileFacts, carried_over, checkpoints_verify, relative_checksums
 from fleet.models import Inventory, StorageLocation
@@ -21,55 +19,6 @@ from fleet.models import Inventory, StorageLocation
 UNASSIGNED_TEAM = "unassigned"
 # Verification runs after this many files have been judged (and at the end), so memory stays bounded.
 VERIFY_EVERY_FILES = 20_000
-_TEMPLATE_PART = re.compile(r"^\{(team|run|any)\}$|^\*$")
-
-
-@dataclass(frozen=True)
-class PathTemplate:
-    """How teams and runs are laid out below a location root, e.g. ``{team}/{run}`` or ``prod/{run}``."""
-
-    parts: tuple[str, ...]
-
-    @classmethod
-    def parse(cls, template: str) -> PathTemplate:
-        parts = tuple(p for p in template.strip("/").split("/") if p)
-        if "{run}" not in parts:
-            raise ValueError("the path template must contain {run}")
-        return cls(parts)
-
-    @property
-    def depth(self) -> int:
-        """How many leading path components name the run directory."""
-        return self.parts.index("{run}") + 1
-
-    def match(self, path: str) -> dict[str, str] | None:
-        """The team and run a path below the root belongs to, if it is a run directory or lies inside one."""
-        comps = path.split("/")
-        if len(comps) < self.depth:
-            return None
-        found: dict[str, str] = {}
-        for part, comp in zip(self.parts[: self.depth], comps, strict=False):
-            if part in ("{team}", "{run}"):
-                found[part[1:-1]] = comp
-            elif part in ("{any}", "*"):
-                continue
-            elif part != comp:
-                return None
-        return found
-
-    def group_of(self, path: str) -> str:
-        """The directory whose subtree is recognised together: the run directory, when the path has one."""
-        comps = path.split("/")
-        if len(comps) > self.depth:
-            return "/".join(comps[: self.depth])
-        return "/".join(comps[:-1])
-
-
-def _subtree(prefix: str) -> Q:
-    """Every path strictly below directory ``prefix`` (bytewise, so it is one index range)."""
-    if not prefix:
-        return Q()
-    return Q(path__gte=prefix + "/", path__lt=prefix + "0")  # '0' is the byte after '/'
 
 
 def _affected_groups(location: StorageLocation, template: PathTemplate, inventory: Inventory | None) -> list[str]:
@@ -80,59 +29,6 @@ def _affected_groups(location: StorageLocation, template: PathTemplate, inventor
     for path in files.values_list("path", flat=True).iterator(chunk_size=5000):
         groups.add(template.group_of(path))
     return sorted(groups)
-
-
-def _group_files(
-    location: StorageLocation, template: PathTemplate, group: str
-) -> Iterator[tuple[int, int | None, FileEntry]]:
-    """The present files of one run directory, read with a plain cursor.
-
-    This is the hottest read of ingestion (every file of every touched run): the ORM's per-row
-    datetime and JSON conversion cost about as much as the query, so mtime comes back as epoch
-    seconds and facts are decoded only where present (they are on manifests alone).
-    """
-    depth = len(group.split("/")) if group else 0
-    shallow = depth < template.depth
-    where = ["location_id = %s", "gone_at IS NULL"]
-    params: list = [location.pk]
-    if group:
-        where.append("path >= %s AND path < %s")
-        params += [group + "/", group + "0"]  # '0' is the byte after '/': the subtree is one range
-    if connection.vendor == "postgresql":
-        columns = (
-            "id, copy_id, path, size, extract(epoch FROM mtime)::float8, facts::text, checksum, checksum_algo, "
-            "digests::text, first_checksum::text"
-        )
-    else:
-        columns = "id, copy_id, path, size, mtime, facts, checksum, checksum_algo, digests, first_checksum"
-    table = ShardFile._meta.db_table
-    sql = f"SELECT {columns} FROM {table} WHERE {' AND '.join(where)}"  # noqa: S608 - fixed names
-    epoch = _sqlite_epoch if connection.vendor != "postgresql" else float
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        while rows := cursor.fetchmany(5000):
-            for pk, copy_id, path, size, mtime, facts, checksum, algo, digests, first in rows:
-                # A group shallower than a run directory holds only its own direct files.
-                if shallow and template.group_of(path) != group:
-                    continue
-                entry = FileEntry(
-                    path=path,
-                    size=size,
-                    mtime=epoch(mtime),
-                    facts=json.loads(facts) if facts else None,
-                    checksum=checksum or None,
-                    checksum_algo=algo or None,
-                    digests=digests or None,
-                    first=first or None,
-                )
-                yield pk, copy_id, entry
-
-
-def _sqlite_epoch(value) -> float:
-    """SQLite hands back Django's stored text ('YYYY-MM-DD HH:MM:SS[.ffffff]', UTC)."""
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=UTC).timestamp() if value.tzinfo is None else value.timestamp()
-    return datetime.fromisoformat(value).replace(tzinfo=UTC).timestamp()
 
 
 def _team_and_run_names(location: StorageLocation, template: PathTemplate, found: Found) -> tuple[str, str]:
@@ -197,7 +93,7 @@ class Judge:
             return {}
         copies = CheckpointCopy.objects.filter(location=self.location)
         if group:
-            copies = copies.filter(Q(path=group) | _subtree(group))
+            copies = copies.filter(Q(path=group) | subtree(group))
         existing = {c.path: c for c in copies}
         if group and len(group.split("/")) < self.template.depth:
             existing = {p: c for p, c in existing.items() if self.template.group_of(p) == group}
@@ -400,7 +296,7 @@ def location_recognize(*, location: StorageLocation, inventory: Inventory | None
     for group in _affected_groups(location, template, inventory):
         files: list[GroupFile] = []
         ids: dict[str, int] = {}
-        for pk, copy_id, entry in _group_files(location, template, group):
+        for pk, copy_id, entry in group_files(location, template, group):
             files.append(GroupFile(entry, True, copy_id))
             ids[entry.path] = pk
         targets = judge.group(group, [f.entry for f in files])

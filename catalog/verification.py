@@ -60,6 +60,7 @@ from catalog.choices import CopyState, Verification, VerificationBasis
 from catalog.digests import Comparison, compare, full_digests, why_not_comparable
 from catalog.digests import loads as digests_loads
 from catalog.hooks import copies_restated
+from catalog.layout import PathTemplate, group_files, sqlite_epoch
 
 # Content digests and the length of their hex form.
 DIGEST_HEX_LENGTH: dict[str, int] = {
@@ -941,7 +942,7 @@ def _member_files(copy_ids: list[int]) -> dict[int, dict[str, tuple[str, FileFac
         else:
             extra = "mtime, digests, CASE WHEN json_extract(facts, '$.members_bad') IS NOT NULL THEN facts END, "
             extra += "first_checksum"
-        epoch = float if connection.vendor == "postgresql" else _epoch
+        epoch = float if connection.vendor == "postgresql" else sqlite_epoch
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT copy_id, path, size, checksum, checksum_algo, {extra} "  # noqa: S608 - fixed names
@@ -955,13 +956,6 @@ def _member_files(copy_ids: list[int]) -> dict[int, dict[str, tuple[str, FileFac
                         current_id, current = copy_id, files[copy_id]
                     current[path] = (path, FileFacts(size, algo, digest, digests, epoch(mtime), facts, first))
     return files
-
-
-def _epoch(value: Any) -> float:
-    """SQLite hands back Django's stored text ('YYYY-MM-DD HH:MM:SS[.ffffff]', UTC)."""
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=UTC).timestamp() if value.tzinfo is None else value.timestamp()
-    return datetime.fromisoformat(value).replace(tzinfo=UTC).timestamp()
 
 
 def _verified_at(files: Mapping[str, FileFacts]) -> datetime | None:
@@ -1167,13 +1161,12 @@ def _base_verdict(
 def _recognise_again(copy: Any, member_paths: list[str]) -> tuple[str, list[str]] | None:
     """The formats' verdict on one copy, from the files of its run directory at its location."""
     from catalog.recognition import recognize
-    from catalog.services import PathTemplate, _group_files
 
     if not member_paths:
         return None
     template = PathTemplate.parse(copy.location.path_template)
     group = template.group_of(min(member_paths))
-    entries = [entry for _, _, entry in _group_files(copy.location, template, group)]
+    entries = [entry for _, _, entry in group_files(copy.location, template, group)]
     for found in recognize(entries):
         if found.path == copy.path:
             return found.state, list(found.reasons)

@@ -22,3 +22,9 @@ app.conf.beat_schedule = {
     # Promotions: restores due for a status poll (each job every PROMOTION_POLL_SECONDS), and lost jobs resent.
     "advance-promotions": {"task": "promotion.tasks.advance_promotions", "schedule": 60.0},
 }
+
+
+def task(name: str):
+    """The task registered as ``name`` (``"ingest.tasks.scan_bucket"``). A module whose work a task module runs
+    starts that task by name, through here, rather than importing the task module that imports it."""
+    return app.tasks[name]

@@ -10,7 +10,6 @@ import secrets
 import zlib
 from typing import Any, BinaryIO
 
-from celery import current_app
 from django.conf import settings
 from django.core.files.base import File
 from django.db import transaction
@@ -18,6 +17,7 @@ from django.utils import timezone
 
 from audit.actor import Actor
 from audit.services import audit_record
+from ckptfleet.celery import task
 from ckptfleet.errors import DomainError, NotAuthenticated, PermissionRefused, TooLarge
 from fleet.choices import InventorySource, InventoryStatus, LocationKind, Tier
 from fleet.models import Host, HostToken, Inventory, StorageLocation
@@ -244,7 +244,7 @@ def inventory_receive(*, host: Host, stream: BinaryIO, content_encoding: str) ->
             inventory.save()
             Host.objects.filter(pk=host.pk).update(last_seen_at=timezone.now())
             # By task name: ingestion sits above fleet (ingest.tasks), which starts it without importing it.
-            transaction.on_commit(lambda: current_app.tasks["ingest.tasks.ingest_inventory"].delay(inventory.pk))
+            transaction.on_commit(lambda: task("ingest.tasks.ingest_inventory").delay(inventory.pk))
     return inventory
 
 

@@ -39,6 +39,7 @@ from django.utils import timezone
 from catalog.digests import dumps as digests_dumps
 from catalog.digests import from_line
 from catalog.models import CheckpointCopy, IngestRow, ShardFile
+from ckptfleet.celery import task
 from fleet.choices import InventorySource, InventoryStatus
 from fleet.models import Inventory, StorageLocation
 
@@ -541,7 +542,8 @@ def _new_paths(inventory: Inventory, location: StorageLocation) -> Iterator[str]
 def _staged_group(inventory: Inventory, location: StorageLocation, template, group: str) -> list:
     """The staged files of one run directory, with what the location stores for each (if anything)."""
     from catalog.formats.base import FileEntry
-    from catalog.services import GroupFile, _sqlite_epoch
+    from catalog.layout import sqlite_epoch
+    from catalog.services import GroupFile
 
     depth = len(group.split("/")) if group else 0
     shallow = depth < template.depth
@@ -562,7 +564,7 @@ def _staged_group(inventory: Inventory, location: StorageLocation, template, gro
         LEFT JOIN {ShardFile._meta.db_table} f ON f.location_id = %s AND f.path = s.path
         WHERE {" AND ".join(where)}
     """
-    epoch = float if pg else _sqlite_epoch
+    epoch = float if pg else sqlite_epoch
     out = []
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -1166,13 +1168,14 @@ def sweep(*, now: datetime | None = None) -> SweepCounts:
     - claimed but not finished long after (the worker died and its message is gone): failed, with why;
     - stored uploads removed once applied (a day later) or failed (a month later, for diagnosis).
     """
-    from ingest.tasks import ingest_inventory, scan_bucket
 
     now = now or timezone.now()
     counts = SweepCounts()
     waiting = Inventory.objects.filter(status=InventoryStatus.RECEIVED, received_at__lt=now - RESEND_AFTER)
     for pk, source in waiting.values_list("pk", "source")[:1000]:
-        (ingest_inventory if source == InventorySource.AGENT else scan_bucket).delay(pk)
+        task("ingest.tasks.ingest_inventory" if source == InventorySource.AGENT else "ingest.tasks.scan_bucket").delay(
+            pk
+        )
         counts.resent += 1
     processing = Inventory.objects.filter(status=InventoryStatus.PROCESSING)
     stale = list(

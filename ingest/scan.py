@@ -88,6 +88,7 @@ from catalog.digests import dumps as digests_dumps
 from catalog.digests import loads as digests_loads
 from catalog.formats.base import FileEntry
 from catalog.models import ShardFile, Team
+from ckptfleet.celery import task
 from ckptfleet.errors import DomainError
 from fleet import s3
 from fleet.agent import facts_kind, stream_facts
@@ -339,7 +340,6 @@ def scan_start(*, location: StorageLocation, actor: Actor, audit: bool = True) -
     each other cannot both win; the loser gets ``DomainError(code="scan_running")``. On-demand scans
     are audited; the scheduled ones (``audit=False``) would only repeat the schedule.
     """
-    from ingest.tasks import scan_bucket
 
     bucket = Bucket.objects.filter(location_id=location.pk).values("inventory_report_uri").first()
     if bucket is None:
@@ -363,7 +363,7 @@ def scan_start(*, location: StorageLocation, actor: Actor, audit: bool = True) -
                     target_label=location.name,
                     after={"inventory": inventory.pk, "source": source},
                 )
-            transaction.on_commit(lambda: scan_bucket.delay(inventory.pk))
+            transaction.on_commit(lambda: task("ingest.tasks.scan_bucket").delay(inventory.pk))
     except IntegrityError:
         running = (
             Inventory.objects.filter(location_id=location.pk, status__in=ACTIVE)
@@ -622,7 +622,7 @@ class _PreJudge:
     """
 
     def __init__(self, location: StorageLocation) -> None:
-        from catalog.services import PathTemplate
+        from catalog.layout import PathTemplate
 
         self.template = PathTemplate.parse(location.path_template)
         self.depth = self.template.depth
@@ -1567,7 +1567,6 @@ class ChunkRetry(Exception):
 
 def head_chunks_queue(inventory_id: int, *, queue: str | None = None) -> int:
     """Queue a task for each pending chunk of one scan's checksum phase (once this transaction commits)."""
-    from ingest.tasks import head_chunk
 
     ids = list(
         HeadChunk.objects.filter(inventory_id=inventory_id, state=HeadChunkState.PENDING)
@@ -1576,7 +1575,7 @@ def head_chunks_queue(inventory_id: int, *, queue: str | None = None) -> int:
     )
     options = {"queue": queue} if queue else {}
     for pk in ids:
-        transaction.on_commit(lambda pk=pk: head_chunk.apply_async((pk,), **options))
+        transaction.on_commit(lambda pk=pk: task("ingest.tasks.head_chunk").apply_async((pk,), **options))
     return len(ids)
 
 

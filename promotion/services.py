@@ -24,6 +24,7 @@ from audit.choices import ActorKind
 from audit.services import audit_record
 from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
+from ckptfleet.celery import task
 from ckptfleet.errors import DomainError
 from fleet.choices import LocationKind, Tier
 from fleet.models import Bucket, StorageLocation
@@ -433,7 +434,6 @@ def promote(
     Locks the checkpoint and the copy, checks (``promotion_plan``), freezes the file list, writes one
     ``promotion.request`` event, and queues the work once the transaction commits.
     """
-    from promotion import tasks
 
     if copy is None and checkpoint is None:
         raise DomainError("name a checkpoint or one of its copies to promote", code="no_source")
@@ -511,7 +511,7 @@ def promote(
             request_id=request_id,
         )
         if not agent:
-            transaction.on_commit(lambda: tasks.promotion_start.delay(job.pk))
+            transaction.on_commit(lambda: task("promotion.tasks.promotion_start").delay(job.pk))
     return job
 
 
