@@ -857,7 +857,7 @@ def report(r: dict) -> str:
     row("upload (POST -> 202)", f"{first['upload_s']:.2f} s", "gunicorn spools the body to the media dir")
     row("queue (received -> task started)", f"{first['queue_s']:.2f} s", "")
     row("task (started -> finished)", f"{first['task_s']:.2f} s", "from the inventory's timestamps")
-    # The log line's four phases mean different things per apply mode (ingest.inventory._log_applied's callers).
+    # The log line's four phases mean different things per apply mode (ingest.inventory.log_applied's callers).
     labels = {
         "direct": (
             "one pass: parse, recognise, judge, COPY (beside the next batch)",

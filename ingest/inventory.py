@@ -539,7 +539,7 @@ def _new_paths(inventory: Inventory, location: StorageLocation) -> Iterator[str]
                 yield path
 
 
-def _staged_group(inventory: Inventory, location: StorageLocation, template, group: str) -> list:
+def staged_group(inventory: Inventory, location: StorageLocation, template, group: str) -> list:
     """The staged files of one run directory, with what the location stores for each (if anything)."""
     from catalog.formats.base import FileEntry
     from catalog.layout import sqlite_epoch
@@ -595,7 +595,7 @@ def _write_links(links: _Links, files: list, targets: dict[str, int | None]) -> 
             links.add(f.entry.path, target, new=False)
 
 
-def _flush_every() -> int:
+def flush_every() -> int:
     """Files judged between two writes of links and verification: bounds the worker's memory."""
     return settings.INGEST_CHUNK_ROWS * 4
 
@@ -686,7 +686,7 @@ def _finish(
     )
 
 
-def _log_applied(inventory, mode, files, counts, judged, t0, t1, t2, t3) -> None:
+def log_applied(inventory, mode, files, counts, judged, t0, t1, t2, t3) -> None:
     log.info(
         "inventory %s applied (%s): staged %s rows in %.2f s, merged (+%s ~%s -%s) in %.2f s, "
         "judged %s checkpoint copies in %.2f s, committed in %.2f s",
@@ -704,7 +704,7 @@ def _log_applied(inventory, mode, files, counts, judged, t0, t1, t2, t3) -> None
     )
 
 
-def _end_apply(inventory: Inventory, location: StorageLocation, links, judge, *, now, files, total, counts) -> None:
+def end_apply(inventory: Inventory, location: StorageLocation, links, judge, *, now, files, total, counts) -> None:
     """The end of an apply that writes its new files a batch at a time (``links``, with ``flush``, ``close``
     and ``added``): the last batch and its verification, then ``_finish``."""
     links.flush()
@@ -743,16 +743,16 @@ def apply_staged(inventory: Inventory, *, files: int, total: int, started: float
             t2 = time.monotonic()
             links = _Links(inventory, location, now)
             for group in sorted(groups):
-                group_files = _staged_group(inventory, location, template, group)
+                group_files = staged_group(inventory, location, template, group)
                 _write_links(links, group_files, judge.group(group, [f.entry for f in group_files]))
-                if judge.pending_files >= _flush_every():
+                if judge.pending_files >= flush_every():
                     links.flush()
                     judge.verify()
-            _end_apply(inventory, location, links, judge, now=now, files=files, total=total, counts=counts)
+            end_apply(inventory, location, links, judge, now=now, files=files, total=total, counts=counts)
             t3 = time.monotonic()
     finally:
         unstage(inventory.pk)
-    _log_applied(inventory, "staged", files, counts, judge.found, started, t1, t2, t3)
+    log_applied(inventory, "staged", files, counts, judge.found, started, t1, t2, t3)
     inventory.refresh_from_db()
     return inventory
 
@@ -1081,7 +1081,7 @@ def _ingest_direct(inventory: Inventory, *, started: float) -> Inventory | None:
             lines = _Lines(stream, settings.INVENTORY_MAX_LINE)
             reader = _Reader(lines, judge.template, settings.INVENTORY_MAX_LINE, pg=connection.vendor == "postgresql")
             writer = _Writer(location, inventory, now)
-            flush_every = _flush_every()
+            flush_at = flush_every()
             batch: list[tuple] = []
             batch_files = 0
             totals: dict[int | None, list[int]] = {}  # copy id (None: no copy) -> [bytes, files]
@@ -1109,7 +1109,7 @@ def _ingest_direct(inventory: Inventory, *, started: float) -> Inventory | None:
                     # Recognition is pure Python: it runs while PostgreSQL writes the previous batch.
                     batch.append((group, entries, extras, recognize(entries)))
                     batch_files += len(entries)
-                    if batch_files >= flush_every:
+                    if batch_files >= flush_at:
                         flush()
                         batch_files = 0
                 files, total = reader.files, reader.total
@@ -1131,7 +1131,7 @@ def _ingest_direct(inventory: Inventory, *, started: float) -> Inventory | None:
     except (DatabaseError, connection.Database.Error) as exc:
         log.info("inventory %s: the one-pass ingest leaves it to the line-by-line one (%s)", inventory.pk, exc)
         return None
-    _log_applied(inventory, "direct", files, counts, judge.found, started, t1, t2, t3)
+    log_applied(inventory, "direct", files, counts, judge.found, started, t1, t2, t3)
     inventory.refresh_from_db()
     return inventory
 

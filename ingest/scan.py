@@ -103,7 +103,21 @@ from fleet.models import (
     StorageLocation,
 )
 from fleet.services import location_add
-from ingest.inventory import InventoryError, Row, apply_staged, check_path, fail, stage_rows, unstage
+from ingest.inventory import (
+    STAGED_COLUMNS,
+    InventoryError,
+    MergeCounts,
+    Row,
+    apply_staged,
+    check_path,
+    end_apply,
+    fail,
+    flush_every,
+    log_applied,
+    stage_rows,
+    staged_group,
+    unstage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -767,7 +781,6 @@ class _NewFiles:
         if not self.rows:
             return
         from catalog.models import IngestRow
-        from ingest.inventory import STAGED_COLUMNS
 
         low = min(path for path, _ in self.rows)
         high = max(path for path, _ in self.rows)
@@ -808,7 +821,6 @@ def _apply_first(inventory: Inventory, prejudged: _PreJudge, *, files: int, tota
     ``apply_staged`` would; those recognised while listing are not read back nor recognised again.
     """
     from catalog.services import Judge
-    from ingest.inventory import MergeCounts, _end_apply, _flush_every, _log_applied, _staged_group
 
     location = inventory.location
     try:
@@ -843,20 +855,20 @@ def _apply_first(inventory: Inventory, prejudged: _PreJudge, *, files: int, tota
                     batch.append((group, done[0].entries(), done[1]))
                     size += len(done[0])
                 else:
-                    entries = [f.entry for f in _staged_group(inventory, location, template, group)]
+                    entries = [f.entry for f in staged_group(inventory, location, template, group)]
                     batch.append((group, entries, None))
                     size += len(entries)
-                if size >= _flush_every():
+                if size >= flush_every():
                     judge_batch()
                     links.flush()
                     judge.verify()
                     size = 0
             judge_batch()
-            _end_apply(inventory, location, links, judge, now=now, files=files, total=total, counts=counts)
+            end_apply(inventory, location, links, judge, now=now, files=files, total=total, counts=counts)
             t3 = time.monotonic()
     finally:
         unstage(inventory.pk)
-    _log_applied(inventory, "prejudged", files, counts, judge.found, started, t1, t2, t3)
+    log_applied(inventory, "prejudged", files, counts, judge.found, started, t1, t2, t3)
     inventory.refresh_from_db()
     return inventory
 

@@ -159,13 +159,13 @@ def test_run_directories_beyond_the_memory_bound_are_recognised_at_the_apply(s3,
     monkeypatch.setattr(s3lib, "PAGE_SIZE", 4)
     monkeypatch.setattr(scan_module, "PREJUDGE_MAX_FILES", 12)
     read_back: list[str] = []
-    original = ingest._staged_group
+    original = ingest.staged_group
 
     def spy(inventory, location, template, group):
         read_back.append(group)
         return original(inventory, location, template, group)
 
-    monkeypatch.setattr(ingest, "_staged_group", spy)
+    monkeypatch.setattr(ingest, "staged_group", spy)
     bucket = s3.register(fill(s3))
 
     fast, general = scanned_twice(scan_now, bucket, monkeypatch)
