@@ -321,8 +321,8 @@ def test_the_admin_adds_a_price_through_the_service_and_never_changes_one(admin_
     assert admin_client.post(change, {"source": "edited"}).status_code == 403
     delete = reverse("admin:fleet_pricepoint_delete", args=[new.pk])
     assert admin_client.post(delete, {"post": "yes"}).status_code == 403
-    assert admin_client.get(reverse("admin:catalog_usagedaily_changelist")).status_code == 200
-    assert admin_client.get(reverse("admin:catalog_usagedaily_add")).status_code == 403
+    assert admin_client.get(reverse("admin:spend_usagedaily_changelist")).status_code == 200
+    assert admin_client.get(reverse("admin:spend_usagedaily_add")).status_code == 403
 
 
 def test_the_admin_explains_a_refused_price(admin_client):
