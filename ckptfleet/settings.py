@@ -296,8 +296,62 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
 
+# HTTPS, in production (CKPTFLEET_DEBUG=0). The app is taken to be reached over TLS: cookies are Secure, plain
+# HTTP is redirected to HTTPS and HSTS tells browsers to stay there. Behind a proxy or load balancer that
+# terminates TLS, CKPTFLEET_BEHIND_TLS_PROXY=1 trusts its X-Forwarded-Proto header (the proxy must set it and
+# drop any a client sent). Serving plain HTTP (a private network with no TLS anywhere, docker-compose.yml as
+# shipped) is a deliberate CKPTFLEET_PLAIN_HTTP=1. The variables are read in development too, so that a bad value
+# is refused there as well, but applied only in production.
+_plain_http = env_bool("CKPTFLEET_PLAIN_HTTP", False)
+_behind_tls_proxy = env_bool("CKPTFLEET_BEHIND_TLS_PROXY", False)
+if _plain_http and _behind_tls_proxy:
+    raise ImproperlyConfigured(
+        "CKPTFLEET_PLAIN_HTTP=1 and CKPTFLEET_BEHIND_TLS_PROXY=1 contradict each other: set the one that is true"
+    )
+# Off when the proxy in front redirects to HTTPS itself and passes no X-Forwarded-Proto.
+_ssl_redirect = env_bool("CKPTFLEET_SSL_REDIRECT", not _plain_http)
+if _plain_http and _ssl_redirect:
+    raise ImproperlyConfigured(
+        "CKPTFLEET_SSL_REDIRECT=1 with CKPTFLEET_PLAIN_HTTP=1 would send every request to an HTTPS that is not there"
+    )
+# A year, as Django's deployment checklist and hstspreload.org ask; browsers only honour it over HTTPS.
+_hsts_seconds = env_int("CKPTFLEET_HSTS_SECONDS", 0 if _plain_http else 365 * 24 * 3600, minimum=0)
+_hsts_include_subdomains = env_bool("CKPTFLEET_HSTS_INCLUDE_SUBDOMAINS", True)
+# Preloading commits the whole registrable domain to HTTPS in browsers for months: its owner decides, so off.
+_hsts_preload = env_bool("CKPTFLEET_HSTS_PRELOAD", False)
+_x_frame_options = env_choice("CKPTFLEET_X_FRAME_OPTIONS", "DENY", frozenset({"DENY", "SAMEORIGIN"}))
+_referrer_policy = env_choice(
+    "CKPTFLEET_REFERRER_POLICY",
+    "same-origin",
+    frozenset(
+        {
+            "no-referrer",
+            "no-referrer-when-downgrade",
+            "origin",
+            "origin-when-cross-origin",
+            "same-origin",
+            "strict-origin",
+            "strict-origin-when-cross-origin",
+            "unsafe-url",
+        }
+    ),
+)
+
 if not DEBUG:
+    SESSION_COOKIE_SECURE = not _plain_http
+    CSRF_COOKIE_SECURE = not _plain_http
     SESSION_COOKIE_HTTPONLY = True
-    CSRF_COOKIE_HTTPONLY = False
-    X_FRAME_OPTIONS = "DENY"
+    # No script reads the CSRF cookie: the pages' scripts take the token from the form's hidden field
+    # (static/js/scan.js) and the API docs page has it rendered in by the server.
+    CSRF_COOKIE_HTTPONLY = True
+    SECURE_SSL_REDIRECT = _ssl_redirect
+    # Compose, Kubernetes and load balancers probe the health check over plain HTTP from inside the network.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz/$"]
+    if _behind_tls_proxy:
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = _hsts_seconds
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = _hsts_include_subdomains
+    SECURE_HSTS_PRELOAD = _hsts_preload
     SECURE_CONTENT_TYPE_NOSNIFF = True
+    SECURE_REFERRER_POLICY = _referrer_policy
+    X_FRAME_OPTIONS = _x_frame_options

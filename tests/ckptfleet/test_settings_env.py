@@ -1,4 +1,5 @@
-"""Every setting comes from the strict env module: a bad value stops settings import naming the variable.
+"""Every setting comes from the strict env module: a bad value stops settings import naming the variable,
+and production (CKPTFLEET_DEBUG=0) is served over HTTPS unless plain HTTP is chosen on purpose.
 
 Most cases execute ckptfleet/settings.py afresh in this process (what importing it does, without a Python
 start per case); two start manage.py to show that the same refusal stops the real start.
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
 
 from fleet import s3
 
@@ -66,6 +68,15 @@ BAD = [
     ("CKPTFLEET_RETENTION_REQUEST_PRICE_PER_1000", '{"DEEP_ARCHIVE": true}', "is not a price"),
     ("CKPTFLEET_DEMO_S3", "127.0.0.1:5055", "is not a http/https URL"),
     ("LOG_LEVEL", "verbose", "is not one of"),
+    ("CKPTFLEET_PLAIN_HTTP", "maybe", "is not a boolean"),
+    ("CKPTFLEET_BEHIND_TLS_PROXY", "nginx", "is not a boolean"),
+    ("CKPTFLEET_SSL_REDIRECT", "sometimes", "is not a boolean"),
+    ("CKPTFLEET_HSTS_SECONDS", "-1", "must be at least 0"),
+    ("CKPTFLEET_HSTS_SECONDS", "1y", "is not an integer"),
+    ("CKPTFLEET_HSTS_INCLUDE_SUBDOMAINS", "all", "is not a boolean"),
+    ("CKPTFLEET_HSTS_PRELOAD", "please", "is not a boolean"),
+    ("CKPTFLEET_X_FRAME_OPTIONS", "ALLOW-FROM https://portal.example.com", "is not one of DENY, SAMEORIGIN"),
+    ("CKPTFLEET_REFERRER_POLICY", "never", "is not one of"),
 ]
 
 
@@ -83,8 +94,21 @@ def test_a_bad_value_is_refused_in_development_too(monkeypatch, tmp_path, name, 
 
 
 @pytest.mark.parametrize(
+    "contradiction",
+    [
+        {"CKPTFLEET_PLAIN_HTTP": "1", "CKPTFLEET_BEHIND_TLS_PROXY": "1"},
+        {"CKPTFLEET_PLAIN_HTTP": "1", "CKPTFLEET_SSL_REDIRECT": "1"},
+    ],
+)
+def test_plain_http_contradicting_https_settings_is_refused(monkeypatch, tmp_path, contradiction):
+    with pytest.raises(ImproperlyConfigured) as refused:
+        production(monkeypatch, tmp_path, **contradiction)
+    assert all(name in str(refused.value) for name in contradiction)
+
+
+@pytest.mark.parametrize(
     ("name", "value"),
-    [("CKPTFLEET_RETENTION_MIN_STORAGE_DAYS", '{"GLACIER": -1}'), ("CKPTFLEET_PROMOTION_LEASE_SECONDS", "1")],
+    [("CKPTFLEET_RETENTION_MIN_STORAGE_DAYS", '{"GLACIER": -1}'), ("CKPTFLEET_HSTS_SECONDS", "a year")],
 )
 def test_the_refusal_stops_the_real_start(tmp_path, name, value):
     environ = {k: v for k, v in os.environ.items() if not k.startswith(_OURS)}
@@ -134,3 +158,65 @@ def test_the_new_variables_are_read(monkeypatch, tmp_path):
     }
     assert values["DEMO_S3_ENDPOINT"] == "http://127.0.0.1:5055"
     assert values["LOGGING"]["root"]["level"] == "WARNING"
+
+
+def test_production_is_https_with_secure_httponly_cookies_and_hsts(monkeypatch, tmp_path):
+    values = production(monkeypatch, tmp_path)
+    assert values["SESSION_COOKIE_SECURE"] and values["CSRF_COOKIE_SECURE"]
+    assert values["SESSION_COOKIE_HTTPONLY"] and values["CSRF_COOKIE_HTTPONLY"]
+    assert values["SECURE_SSL_REDIRECT"]
+    assert values["SECURE_HSTS_SECONDS"] == 365 * 24 * 3600
+    assert values["SECURE_HSTS_INCLUDE_SUBDOMAINS"] and not values["SECURE_HSTS_PRELOAD"]
+    assert values["SECURE_CONTENT_TYPE_NOSNIFF"]
+    assert (values["X_FRAME_OPTIONS"], values["SECURE_REFERRER_POLICY"]) == ("DENY", "same-origin")
+    # The proxy's header is trusted only when a variable says there is a proxy that sets it.
+    assert "SECURE_PROXY_SSL_HEADER" not in values
+
+
+def test_behind_a_tls_proxy_its_forwarded_proto_is_trusted(monkeypatch, tmp_path):
+    values = production(monkeypatch, tmp_path, CKPTFLEET_BEHIND_TLS_PROXY="1", CKPTFLEET_HSTS_PRELOAD="1")
+    assert values["SECURE_PROXY_SSL_HEADER"] == ("HTTP_X_FORWARDED_PROTO", "https")
+    assert values["SECURE_SSL_REDIRECT"] and values["SESSION_COOKIE_SECURE"] and values["SECURE_HSTS_PRELOAD"]
+
+
+def test_plain_http_is_a_deliberate_setting(monkeypatch, tmp_path):
+    values = production(monkeypatch, tmp_path, CKPTFLEET_PLAIN_HTTP="1")
+    assert not values["SESSION_COOKIE_SECURE"] and not values["CSRF_COOKIE_SECURE"]
+    assert not values["SECURE_SSL_REDIRECT"] and values["SECURE_HSTS_SECONDS"] == 0
+    assert values["SESSION_COOKIE_HTTPONLY"] and values["CSRF_COOKIE_HTTPONLY"]
+
+
+def test_a_proxy_that_redirects_itself_can_turn_the_redirect_off(monkeypatch, tmp_path):
+    values = production(monkeypatch, tmp_path, CKPTFLEET_SSL_REDIRECT="0")
+    assert not values["SECURE_SSL_REDIRECT"] and values["SESSION_COOKIE_SECURE"]
+
+
+def test_development_keeps_djangos_defaults(monkeypatch, tmp_path):
+    values = load(monkeypatch, tmp_path, CKPTFLEET_DEBUG="1")
+    for name in ("SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS"):
+        assert name not in values
+
+
+def _https_settings(values: dict) -> dict:
+    names = [name for name in values if name.startswith(("SECURE_", "SESSION_COOKIE_", "CSRF_COOKIE_"))]
+    return {name: values[name] for name in names}
+
+
+def test_the_health_check_answers_plain_http_while_pages_go_to_https(client, db, monkeypatch, tmp_path):
+    with override_settings(**_https_settings(production(monkeypatch, tmp_path))):
+        probe = client.get("/healthz/")
+        assert probe.status_code == 200 and probe.json() == {"status": "ok"}
+        page = client.get("/accounts/login/")
+        assert page.status_code == 301 and page["Location"] == "https://testserver/accounts/login/"
+        secure = client.get("/healthz/", secure=True)
+        assert secure["Strict-Transport-Security"] == "max-age=31536000; includeSubDomains"
+
+
+def test_behind_the_proxy_a_forwarded_https_request_is_served(client, db, monkeypatch, tmp_path):
+    values = production(monkeypatch, tmp_path, CKPTFLEET_BEHIND_TLS_PROXY="1")
+    with override_settings(**_https_settings(values)):
+        page = client.get("/accounts/login/", headers={"X-Forwarded-Proto": "https"})
+        assert page.status_code == 200
+        assert page["Strict-Transport-Security"].startswith("max-age=31536000")
+        assert client.get("/healthz/").status_code == 200
+        assert client.get("/accounts/login/").status_code == 301
