@@ -413,7 +413,7 @@ def newest_excluding(run_id: int, exclude_copy_ids: set[int]) -> tuple[int | Non
 
 
 def grace_days() -> int:
-    days = int(getattr(settings, "DELETION_GRACE_DAYS", 7))
+    days = settings.DELETION_GRACE_DAYS
     if days <= 0 and not settings.DEBUG:
         raise DomainError("the deletion grace period is zero, which only development settings allow")
     return max(days, 0)
@@ -501,7 +501,7 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
         newest_after=after,
         newest_after_verified=after_verified,
         surviving_copies=surviving,
-        grace_days=max(int(getattr(settings, "DELETION_GRACE_DAYS", 7)), 0),
+        grace_days=max(settings.DELETION_GRACE_DAYS, 0),
     )
 
     def refuse(message: str, code: str, promise: int | None = None) -> DeletionPreview:
@@ -572,7 +572,7 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
             5,
         )
 
-    threshold = int(getattr(settings, "DELETION_APPROVAL_BYTES", 10 * 1024**4))
+    threshold = settings.DELETION_APPROVAL_BYTES
     reasons = preview.approval_reasons
     if preview.bytes > threshold:
         reasons.append(f"it frees more than the approval threshold of {threshold:,} bytes")

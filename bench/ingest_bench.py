@@ -1069,7 +1069,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_debug:
         import secrets
 
-        env.update(CKPTFLEET_DEBUG="0", DJANGO_SECRET_KEY=secrets.token_urlsafe(50))
+        # gunicorn answers the agent over plain HTTP on 127.0.0.1: no redirect to HTTPS.
+        env.update(CKPTFLEET_DEBUG="0", CKPTFLEET_PLAIN_HTTP="1", DJANGO_SECRET_KEY=secrets.token_urlsafe(50))
     (tmp / "var").mkdir()
     (tmp / "media").mkdir()
     services = Services(env, tmp, args.web_workers)

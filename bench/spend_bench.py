@@ -497,6 +497,7 @@ def child(args) -> None:
     os.environ["DATABASE_URL"] = PG.format(db=args.db)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ckptfleet.settings")
     os.environ["CKPTFLEET_DEBUG"] = "0"
+    os.environ["CKPTFLEET_PLAIN_HTTP"] = "1"  # the test client asks over plain HTTP: no redirect to HTTPS
     os.environ.setdefault("DJANGO_SECRET_KEY", "spend-bench-throwaway-key-not-a-secret-0123456789")
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     import django

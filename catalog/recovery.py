@@ -134,7 +134,7 @@ class Assumption:
 
 def assumptions() -> dict[str, Assumption]:
     """The restore assumptions in force: the defaults, overridden per tier by settings."""
-    overrides = getattr(settings, "RESTORE_ASSUMPTIONS", {}) or {}
+    overrides = settings.RESTORE_ASSUMPTIONS
     result = {}
     for tier in Tier:
         merged = {**DEFAULT_ASSUMPTIONS[tier], **overrides.get(tier.value, {})}

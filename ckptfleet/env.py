@@ -6,6 +6,7 @@ bad deployment fails at start with a message instead of misbehaving later.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -32,7 +33,7 @@ def env_bool(name: str, default: bool = False) -> bool:
     raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -42,7 +43,32 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
         raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name}={value} must be at most {maximum}")
     return value
+
+
+def env_choice(name: str, default: str, choices: set[str] | frozenset[str]) -> str:
+    """One of ``choices``, compared without regard to case and returned as the choice is spelled."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    spelled = {choice.lower(): choice for choice in choices}
+    try:
+        return spelled[raw.strip().lower()]
+    except KeyError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not one of {', '.join(sorted(choices))}") from None
+
+
+def env_json(name: str, default):
+    """The JSON value of NAME, or ``default`` when it is unset or empty; its shape is the caller's to check."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return json.loads(raw)
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        raise ImproperlyConfigured(f"{name} is not valid JSON: {exc}") from None
 
 
 def env_list(name: str, default: list[str]) -> list[str]:

@@ -7,7 +7,9 @@ Celery worker and beat as separate processes. See README.md for every variable.
 
 from __future__ import annotations
 
+import re
 import secrets
+from decimal import Decimal
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -15,7 +17,9 @@ from django.core.exceptions import ImproperlyConfigured
 from ckptfleet.env import (
     check_url,
     env_bool,
+    env_choice,
     env_int,
+    env_json,
     env_list,
     env_secret,
     env_str,
@@ -45,6 +49,41 @@ def _restore_assumptions() -> dict:
             "CKPTFLEET_RESTORE_ASSUMPTIONS: must be a JSON object of tier -> {mib_per_s, delay_s}"
         )
     return value
+
+
+# A storage class as the stores spell it (fleet/pricebook.py and promotion/services.py accept the same).
+_STORAGE_CLASS = re.compile(r"^[A-Z][A-Z0-9_]{0,31}$")
+
+
+def _days(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(value)
+    return value
+
+
+def _price(value) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(value)
+    price = Decimal(str(value).strip())
+    if not price.is_finite() or price < 0:
+        raise ValueError(value)
+    return price
+
+
+def _by_storage_class(name: str, value_of, what: str, example: str) -> dict:
+    """A JSON object from NAME mapping storage classes to values, each checked by ``value_of``."""
+    table = env_json(name, {})
+    if not isinstance(table, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object by storage class, e.g. {example}")
+    parsed = {}
+    for key, value in table.items():
+        if not _STORAGE_CLASS.match(key):
+            raise ImproperlyConfigured(f"{name}: {key!r} is not a storage class (upper case, e.g. GLACIER_IR)")
+        try:
+            parsed[key] = value_of(value)
+        except (ValueError, ArithmeticError):  # decimal.InvalidOperation is an ArithmeticError
+            raise ImproperlyConfigured(f"{name}: {key}={value!r} is not {what}") from None
+    return parsed
 
 
 def _secret_key() -> str:
@@ -222,6 +261,32 @@ VERIFY_STALE_DAYS = env_int("CKPTFLEET_VERIFY_STALE_DAYS", 30, minimum=1)
 # Recovery view: per-tier restore throughput and first-byte delay overriding the defaults in
 # fleet/restore_assumptions.py, as JSON, e.g. {"archive": {"mib_per_s": 200, "delay_s": 10800}}.
 RESTORE_ASSUMPTIONS = _restore_assumptions()
+# Promotions, in the workers: a restore under way is asked about every PROMOTION_POLL_SECONDS, and a job whose
+# worker has shown no progress for PROMOTION_LEASE_SECONDS is taken to be lost and sent again (beat looks every
+# minute, so a shorter lease would only send live jobs twice).
+PROMOTION_POLL_SECONDS = env_int("CKPTFLEET_PROMOTION_POLL_SECONDS", 300, minimum=1)
+PROMOTION_LEASE_SECONDS = env_int("CKPTFLEET_PROMOTION_LEASE_SECONDS", 600, minimum=60)
+# Server-side copies: an object larger than the threshold is copied in parts of PART_SIZE. S3's own limits bound
+# both: CopyObject copies at most 5 GiB, and a part is 5 MiB to 5 GiB. The defaults are fleet.s3's
+# MULTIPART_COPY_THRESHOLD and MULTIPART_COPY_PART_SIZE (not imported here: settings load before boto3).
+PROMOTION_MULTIPART_THRESHOLD = env_int(
+    "CKPTFLEET_PROMOTION_MULTIPART_THRESHOLD", 5 * 1024**3, minimum=0, maximum=5 * 1024**3
+)
+PROMOTION_MULTIPART_PART_SIZE = env_int(
+    "CKPTFLEET_PROMOTION_MULTIPART_PART_SIZE", 512 * 1024**2, minimum=5 * 1024**2, maximum=5 * 1024**3
+)
+# Tiering what-if: minimum storage durations (days) and request prices (USD per 1,000 PUTs or transitions) by
+# storage class, merged over the published defaults in retention/tiering.py.
+RETENTION_MIN_STORAGE_DAYS = _by_storage_class(
+    "CKPTFLEET_RETENTION_MIN_STORAGE_DAYS", _days, "a whole number of days, 0 or more", '{"GLACIER_IR": 90}'
+)
+RETENTION_REQUEST_PRICE_PER_1000 = _by_storage_class(
+    "CKPTFLEET_RETENTION_REQUEST_PRICE_PER_1000", _price, "a price, 0 or more", '{"DEEP_ARCHIVE": "0.05"}'
+)
+# manage.py seed_demo also fills demo buckets on this S3-compatible endpoint (scripts/demo sets it).
+DEMO_S3_ENDPOINT = env_str("CKPTFLEET_DEMO_S3")
+if DEMO_S3_ENDPOINT:
+    check_url("CKPTFLEET_DEMO_S3", DEMO_S3_ENDPOINT, {"http", "https"})
 # Django's own cap on in-memory request bodies does not apply to the streamed inventory upload.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024**2
 
@@ -230,17 +295,72 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024**2
 CKPTFLEET_ACCESS_CONTACT = env_str("CKPTFLEET_ACCESS_CONTACT", "")
 CKPTFLEET_TEAM_SCOPING = env_bool("CKPTFLEET_TEAM_SCOPING", False)
 
+_LOG_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env_choice("LOG_LEVEL", "INFO", _LOG_LEVELS)},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
 
+# HTTPS, in production (CKPTFLEET_DEBUG=0). The app is taken to be reached over TLS: cookies are Secure, plain
+# HTTP is redirected to HTTPS and HSTS tells browsers to stay there. Behind a proxy or load balancer that
+# terminates TLS, CKPTFLEET_BEHIND_TLS_PROXY=1 trusts its X-Forwarded-Proto header (the proxy must set it and
+# drop any a client sent). Serving plain HTTP (a private network with no TLS anywhere, docker-compose.yml as
+# shipped) is a deliberate CKPTFLEET_PLAIN_HTTP=1. The variables are read in development too, so that a bad value
+# is refused there as well, but applied only in production.
+_plain_http = env_bool("CKPTFLEET_PLAIN_HTTP", False)
+_behind_tls_proxy = env_bool("CKPTFLEET_BEHIND_TLS_PROXY", False)
+if _plain_http and _behind_tls_proxy:
+    raise ImproperlyConfigured(
+        "CKPTFLEET_PLAIN_HTTP=1 and CKPTFLEET_BEHIND_TLS_PROXY=1 contradict each other: set the one that is true"
+    )
+# Off when the proxy in front redirects to HTTPS itself and passes no X-Forwarded-Proto.
+_ssl_redirect = env_bool("CKPTFLEET_SSL_REDIRECT", not _plain_http)
+if _plain_http and _ssl_redirect:
+    raise ImproperlyConfigured(
+        "CKPTFLEET_SSL_REDIRECT=1 with CKPTFLEET_PLAIN_HTTP=1 would send every request to an HTTPS that is not there"
+    )
+# A year, as Django's deployment checklist and hstspreload.org ask; browsers only honour it over HTTPS.
+_hsts_seconds = env_int("CKPTFLEET_HSTS_SECONDS", 0 if _plain_http else 365 * 24 * 3600, minimum=0)
+_hsts_include_subdomains = env_bool("CKPTFLEET_HSTS_INCLUDE_SUBDOMAINS", True)
+# Preloading commits the whole registrable domain to HTTPS in browsers for months: its owner decides, so off.
+_hsts_preload = env_bool("CKPTFLEET_HSTS_PRELOAD", False)
+_x_frame_options = env_choice("CKPTFLEET_X_FRAME_OPTIONS", "DENY", frozenset({"DENY", "SAMEORIGIN"}))
+_referrer_policy = env_choice(
+    "CKPTFLEET_REFERRER_POLICY",
+    "same-origin",
+    frozenset(
+        {
+            "no-referrer",
+            "no-referrer-when-downgrade",
+            "origin",
+            "origin-when-cross-origin",
+            "same-origin",
+            "strict-origin",
+            "strict-origin-when-cross-origin",
+            "unsafe-url",
+        }
+    ),
+)
+
 if not DEBUG:
+    SESSION_COOKIE_SECURE = not _plain_http
+    CSRF_COOKIE_SECURE = not _plain_http
     SESSION_COOKIE_HTTPONLY = True
-    CSRF_COOKIE_HTTPONLY = False
-    X_FRAME_OPTIONS = "DENY"
+    # No script reads the CSRF cookie: the pages' scripts take the token from the form's hidden field
+    # (static/js/scan.js) and the API docs page has it rendered in by the server.
+    CSRF_COOKIE_HTTPONLY = True
+    SECURE_SSL_REDIRECT = _ssl_redirect
+    # Compose, Kubernetes and load balancers probe the health check over plain HTTP from inside the network.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz/$"]
+    if _behind_tls_proxy:
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = _hsts_seconds
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = _hsts_include_subdomains
+    SECURE_HSTS_PRELOAD = _hsts_preload
     SECURE_CONTENT_TYPE_NOSNIFF = True
+    SECURE_REFERRER_POLICY = _referrer_policy
+    X_FRAME_OPTIONS = _x_frame_options

@@ -34,19 +34,19 @@ SOURCE_ETAG_META = "ckptfleet-source-etag"
 
 
 def poll_seconds() -> int:
-    return int(getattr(settings, "PROMOTION_POLL_SECONDS", 300))
+    return settings.PROMOTION_POLL_SECONDS
 
 
 def lease_seconds() -> int:
-    return int(getattr(settings, "PROMOTION_LEASE_SECONDS", 600))
+    return settings.PROMOTION_LEASE_SECONDS
 
 
 def multipart_threshold() -> int:
-    return int(getattr(settings, "PROMOTION_MULTIPART_THRESHOLD", s3.MULTIPART_COPY_THRESHOLD))
+    return settings.PROMOTION_MULTIPART_THRESHOLD
 
 
 def multipart_part_size() -> int:
-    return int(getattr(settings, "PROMOTION_MULTIPART_PART_SIZE", s3.MULTIPART_COPY_PART_SIZE))
+    return settings.PROMOTION_MULTIPART_PART_SIZE
 
 
 def _job(job_id: int) -> PromotionJob:

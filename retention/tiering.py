@@ -84,11 +84,11 @@ TARGET_CLASSES = ("STANDARD", "STANDARD_IA", "ONEZONE_IA", "GLACIER_IR", "GLACIE
 
 
 def min_storage_days() -> dict[str, int]:
-    return {**MIN_STORAGE_DAYS, **getattr(settings, "RETENTION_MIN_STORAGE_DAYS", {})}
+    return {**MIN_STORAGE_DAYS, **settings.RETENTION_MIN_STORAGE_DAYS}
 
 
 def request_prices() -> dict[str, Decimal]:
-    overrides = getattr(settings, "RETENTION_REQUEST_PRICE_PER_1000", {})
+    overrides = settings.RETENTION_REQUEST_PRICE_PER_1000
     return {**REQUEST_PRICE_PER_1000, **{k: Decimal(str(v)) for k, v in overrides.items()}}
 
 

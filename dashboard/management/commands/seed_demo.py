@@ -331,7 +331,7 @@ class Command(BaseCommand):
         parser.add_argument("--dir", default=str(Path(settings.VAR_DIR) / "demo"), help="where the trees go")
         parser.add_argument(
             "--s3-endpoint",
-            default=os.environ.get("CKPTFLEET_DEMO_S3", ""),
+            default=settings.DEMO_S3_ENDPOINT,
             metavar="URL",
             help="an S3-compatible endpoint for demo buckets, e.g. moto's server (default: $CKPTFLEET_DEMO_S3)",
         )
