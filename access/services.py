@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from access.models import ApiToken
 from audit.actor import Actor
-from audit.services import audit_record
+from audit.services import audit
 from ckptfleet.errors import DomainError, NotAuthenticated
 
 TOKEN_PREFIX = "cfu"  # noqa: S105 - a public prefix; host agents' tokens start with "cfh"
@@ -34,12 +34,9 @@ def api_token_create(*, user, label: str = "", actor: Actor) -> tuple[ApiToken, 
     raw = f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
         token = ApiToken.objects.create(user=user, prefix=prefix, token_hash=token_hash(raw), label=label)
-        audit_record(
-            actor_kind=actor.kind,
-            actor=actor.user,
-            actor_label=actor.label,
-            source=actor.source,
-            action="api_token.create",
+        audit(
+            actor,
+            "api_token.create",
             target_type="user",
             target_id=user.pk,
             target_label=user.get_username(),
@@ -59,12 +56,9 @@ def api_token_revoke(*, user, actor: Actor, prefix: str = "") -> int:
             which = f"with prefix {prefix!r} " if prefix else ""
             raise DomainError(f"{user.get_username()} has no active token {which}to revoke", code="not_found")
         ApiToken.objects.filter(prefix__in=prefixes).update(revoked_at=timezone.now())
-        audit_record(
-            actor_kind=actor.kind,
-            actor=actor.user,
-            actor_label=actor.label,
-            source=actor.source,
-            action="api_token.revoke",
+        audit(
+            actor,
+            "api_token.revoke",
             target_type="user",
             target_id=user.pk,
             target_label=user.get_username(),
@@ -101,12 +95,9 @@ def audit_chain_verify(*, actor: Actor, request_id: str = ""):
 
     checked, broken, why = audit_verify()
     with transaction.atomic():
-        return audit_record(
-            actor_kind=actor.kind,
-            actor=actor.user,
-            actor_label=actor.label,
-            source=actor.source,
-            action=AUDIT_VERIFY_ACTION,
+        return audit(
+            actor,
+            AUDIT_VERIFY_ACTION,
             target_type="audit_chain",
             target_label="audit chain",
             after={"intact": not why, "checked": checked, "broken_event": broken.pk if broken else None, "why": why},

@@ -6,7 +6,7 @@ from celery import shared_task
 from django.contrib.auth import get_user_model
 
 from audit.actor import Actor
-from audit.choices import ActorKind, EventSource
+from audit.choices import EventSource
 
 
 @shared_task(acks_late=True)
@@ -15,6 +15,6 @@ def verify_audit_chain(user_id: int, request_id: str = "") -> dict:
     from access.services import audit_chain_verify
 
     user = get_user_model().objects.get(pk=user_id)
-    actor = Actor(kind=ActorKind.USER, label=user.get_username(), source=EventSource.UI, user=user)
+    actor = Actor.person(user, EventSource.UI)
     event = audit_chain_verify(actor=actor, request_id=request_id)
     return {"event": event.pk, **event.after}

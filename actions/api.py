@@ -27,13 +27,9 @@ from access.middleware import request_id_of
 from access.scoping import restrict
 from actions import services
 from actions.models import DeletionItem, DeletionJob, Hold, Pin
-from audit.choices import EventSource
+from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from ckptfleet.errors import DomainError
-
-
-def _actor(request):
-    return services.person(request.user, EventSource.API)
 
 
 def _get(model, pk, what: str, request):
@@ -157,7 +153,10 @@ class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         data = _valid(PinInput, request)
         checkpoint = _get(Checkpoint, data["checkpoint"], "checkpoint", request)
         made = services.pin(
-            checkpoint=checkpoint, reason=data["reason"], actor=_actor(request), request_id=request_id_of(request)
+            checkpoint=checkpoint,
+            reason=data["reason"],
+            actor=Actor.for_request(request),
+            request_id=request_id_of(request),
         )
         return Response(PinSerializer(made).data, status=status.HTTP_201_CREATED)
 
@@ -168,7 +167,7 @@ class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         done = services.unpin(
             pin=_get(Pin, pk, "pin", request),
             reason=data["reason"],
-            actor=_actor(request),
+            actor=Actor.for_request(request),
             request_id=request_id_of(request),
         )
         return Response(PinSerializer(done).data)
@@ -192,7 +191,7 @@ class HoldViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
             checkpoint=checkpoint,
             reason=data["reason"],
             case_ref=data["case_ref"],
-            actor=_actor(request),
+            actor=Actor.for_request(request),
             request_id=request_id_of(request),
         )
         return Response(HoldSerializer(made).data, status=status.HTTP_201_CREATED)
@@ -204,7 +203,7 @@ class HoldViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         done = services.release(
             hold=_get(Hold, pk, "hold", request),
             reason=data["reason"],
-            actor=_actor(request),
+            actor=Actor.for_request(request),
             request_id=request_id_of(request),
         )
         return Response(HoldSerializer(done).data)
@@ -227,7 +226,7 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             checkpoint=checkpoint,
             copy=copy,
             reason=data["reason"],
-            actor=_actor(request),
+            actor=Actor.for_request(request),
             request_id=request_id_of(request),
         )
         return Response(DeletionJobSerializer(job).data, status=status.HTTP_201_CREATED)
@@ -289,7 +288,9 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         job = services.approve(
-            job=_get(DeletionJob, pk, "deletion", request), actor=_actor(request), request_id=request_id_of(request)
+            job=_get(DeletionJob, pk, "deletion", request),
+            actor=Actor.for_request(request),
+            request_id=request_id_of(request),
         )
         return Response(DeletionJobSerializer(job).data)
 
@@ -300,7 +301,7 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         job = services.cancel(
             job=_get(DeletionJob, pk, "deletion", request),
             reason=data["reason"],
-            actor=_actor(request),
+            actor=Actor.for_request(request),
             request_id=request_id_of(request),
         )
         return Response(DeletionJobSerializer(job).data)

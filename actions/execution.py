@@ -38,8 +38,8 @@ from django.utils import timezone
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
 from actions.protection import OPEN_DELETION_STATES, active_holds, is_pinned
 from audit.actor import Actor
-from audit.choices import ActorKind, EventSource
-from audit.services import audit_record
+from audit.choices import EventSource
+from audit.services import audit
 from catalog import hooks
 from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
@@ -63,19 +63,16 @@ TERMINAL_ACTIONS = {
     DeletionState.FAILED: "deletion.fail",
 }
 HOST_KINDS = (LocationKind.NVME, LocationKind.PFS)
-WORKER = Actor(kind=ActorKind.WORKER, label="deletion worker", source=EventSource.TASK)
+WORKER = Actor.worker("deletion worker")
 _GONE_CODES = frozenset({"NoSuchKey", "NoSuchVersion", "404", "NotFound"})
 _CHANGED_CODES = frozenset({"PreconditionFailed", "412"})
 
 
 def _audit(job: DeletionJob, actor: Actor, action: str, *, after: dict, reason: str = "", before=None) -> None:
     """One event on the checkpoint's history, naming the deletion, as the scheduling services write them."""
-    audit_record(
-        actor_kind=actor.kind,
-        actor=actor.user,
-        actor_label=actor.label,
-        source=actor.source,
-        action=action,
+    audit(
+        actor,
+        action,
         target_type="checkpoint",
         target_id=job.checkpoint_id,
         target_label=str(job.checkpoint),
@@ -531,7 +528,7 @@ def agent_pending(*, host: Host, root: str = "", limit: int = BATCH) -> list[dic
                 continue
             why = blocker(job)
             if why:
-                actor = Actor(kind=ActorKind.SYSTEM, label="deletion check", source=EventSource.AGENT)
+                actor = Actor.system("deletion check", EventSource.AGENT)
                 _finish(job, DeletionState.BLOCKED, f"stopped before it was done: {why}", actor=actor)
                 continue
         allowed.append(job_id)
@@ -585,7 +582,7 @@ def agent_report(*, host: Host, results: list) -> dict[str, int]:
         raise PermissionRefused(
             f"items {', '.join(map(str, sorted(foreign)[:10]))} are not files of host {host.name}; nothing was recorded"
         )
-    actor = Actor(kind=ActorKind.HOST, label=host.name, source=EventSource.AGENT)
+    actor = Actor.agent(host.name)
     recorded = ignored = 0
     by_job: dict[int, list[int]] = defaultdict(list)
     for pk, job_id in DeletionItem.objects.filter(pk__in=list(parsed)).values_list("pk", "job_id"):

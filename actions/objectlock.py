@@ -30,14 +30,13 @@ from django.utils import timezone
 from actions.models import Hold, MirrorState
 from actions.protection import protected_ids
 from audit.actor import Actor
-from audit.choices import ActorKind, EventSource
-from audit.services import audit_record
+from audit.services import audit
 from catalog.models import CheckpointCopy, ShardFile
 from fleet import s3
 from fleet.models import Bucket, Inventory
 
 log = logging.getLogger(__name__)
-MIRROR_ACTOR = Actor(kind=ActorKind.WORKER, label="worker: Object Lock mirror", source=EventSource.TASK)
+MIRROR_ACTOR = Actor.worker("worker: Object Lock mirror")
 ERRORS_KEPT = 5
 
 
@@ -113,11 +112,9 @@ def mirror_hold(hold_id: int, *, missing_only: bool = False) -> dict:
         current.mirrored_at = timezone.now()
         current.save(update_fields=["mirror_state", "mirror_detail", "mirrored_at"])
         target = current.checkpoint or current.run
-        audit_record(
-            actor_kind=MIRROR_ACTOR.kind,
-            actor_label=MIRROR_ACTOR.label,
-            source=MIRROR_ACTOR.source,
-            action="hold.mirror",
+        audit(
+            MIRROR_ACTOR,
+            "hold.mirror",
             target_type="checkpoint" if current.checkpoint_id else "run",
             target_id=target.pk,
             target_label=str(target),

@@ -33,7 +33,7 @@ from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, Mirro
 from actions.protection import OPEN_DELETION_STATES, active_holds
 from audit.actor import Actor
 from audit.choices import ActorKind
-from audit.services import audit_record
+from audit.services import audit
 from catalog.choices import CopyState, Importance, Verification
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, ShardFile
 from catalog.recovery import newest_restorable, newest_restorable_ids
@@ -101,12 +101,9 @@ def _audit(actor: Actor, action: str, *, target, request_id: str = "", **fields)
         target_type, label = "run", str(target)
     else:
         target_type, label = "checkpoint", str(target)
-    audit_record(
-        actor_kind=actor.kind,
-        actor=actor.user,
-        actor_label=actor.label,
-        source=actor.source,
-        action=action,
+    audit(
+        actor,
+        action,
         target_type=target_type,
         target_id=target.pk,
         target_label=label,
@@ -820,8 +817,3 @@ def cancel(*, job: DeletionJob, reason: str, actor: Actor, request_id: str = "")
             request_id=request_id,
         )
     return current
-
-
-def person(user, source: str) -> Actor:
-    """The actor for a signed-in person acting through ``source`` (ui, api, admin, command)."""
-    return Actor(kind=ActorKind.USER, label=user.get_username(), source=source, user=user)

@@ -24,17 +24,13 @@ from actions import services
 from actions.execution import last_progress
 from actions.models import DeletionJob, DeletionState, Hold, Pin
 from actions.protection import OPEN_DELETION_STATES
-from audit.choices import EventSource
+from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from catalog.templatetags.fleet_format import bytes_iec, count
 from ckptfleet.errors import DomainError
 
 ITEMS_PER_PAGE = 200
 JOBS_PER_PAGE = 50
-
-
-def _actor(request):
-    return services.person(request.user, EventSource.UI)
 
 
 def _back(request, default: str):
@@ -60,7 +56,7 @@ def pin(request, pk: int):
         services.pin(
             checkpoint=checkpoint,
             reason=request.POST.get("reason", ""),
-            actor=_actor(request),
+            actor=Actor.for_request(request),
             request_id=request_id_of(request),
         )
     except DomainError as exc:
@@ -76,7 +72,10 @@ def unpin(request, pk: int):
     current = get_object_or_404(restrict(Pin.objects.select_related("checkpoint__run__team"), request.user), pk=pk)
     try:
         services.unpin(
-            pin=current, reason=request.POST.get("reason", ""), actor=_actor(request), request_id=request_id_of(request)
+            pin=current,
+            reason=request.POST.get("reason", ""),
+            actor=Actor.for_request(request),
+            request_id=request_id_of(request),
         )
     except DomainError as exc:
         messages.error(request, f"Not unpinned: {exc.message}")
@@ -104,7 +103,7 @@ def hold(request, pk: int):
             checkpoint=checkpoint,
             reason=request.POST.get("reason", ""),
             case_ref=request.POST.get("case_ref", ""),
-            actor=_actor(request),
+            actor=Actor.for_request(request),
             request_id=request_id_of(request),
         )
     except DomainError as exc:
@@ -124,7 +123,7 @@ def release(request, pk: int):
         services.release(
             hold=current,
             reason=request.POST.get("reason", ""),
-            actor=_actor(request),
+            actor=Actor.for_request(request),
             request_id=request_id_of(request),
         )
     except DomainError as exc:
@@ -162,7 +161,7 @@ def schedule(request, pk: int):
                 checkpoint=checkpoint,
                 copy=copy,
                 reason=reason,
-                actor=_actor(request),
+                actor=Actor.for_request(request),
                 request_id=request_id_of(request),
             )
         except DomainError as exc:
@@ -249,7 +248,7 @@ def deletion_detail(request, pk: int):
 def approve(request, pk: int):
     job = get_object_or_404(restrict(DeletionJob.objects.all(), request.user), pk=pk)
     try:
-        services.approve(job=job, actor=_actor(request), request_id=request_id_of(request))
+        services.approve(job=job, actor=Actor.for_request(request), request_id=request_id_of(request))
     except DomainError as exc:
         messages.error(request, f"Not approved: {exc.message}")
     else:
@@ -263,7 +262,10 @@ def cancel(request, pk: int):
     job = get_object_or_404(restrict(DeletionJob.objects.all(), request.user), pk=pk)
     try:
         services.cancel(
-            job=job, reason=request.POST.get("reason", ""), actor=_actor(request), request_id=request_id_of(request)
+            job=job,
+            reason=request.POST.get("reason", ""),
+            actor=Actor.for_request(request),
+            request_id=request_id_of(request),
         )
     except DomainError as exc:
         messages.error(request, f"Not cancelled: {exc.message}")

@@ -34,7 +34,6 @@ from access.scoping import restrict_runs
 from actions import services
 from actions.models import Hold, Pin
 from audit.actor import Actor
-from audit.choices import EventSource
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from catalog.templatetags.fleet_format import ckpt_label
 from ckptfleet.errors import DomainError, PermissionRefused
@@ -446,7 +445,7 @@ def bulk(request):
         return _render_preview(
             request, selection, reason=reason, case_ref=case_ref, status=400 if selection.errors else 200
         )
-    actor = services.person(request.user, EventSource.UI)
+    actor = Actor.for_request(request)
     try:
         require_operator(actor, selection.action)
     except DomainError as exc:
@@ -659,7 +658,7 @@ class BulkApiView(APIView):
             raise DomainError("; ".join(selection.errors))
         if not data["confirm"]:
             return Response(preview_data(preview(selection, case_ref=data["case_ref"])))
-        actor = services.person(request.user, EventSource.API)
+        actor = Actor.for_request(request)
         require_operator(actor, selection.action)
         problems = check_input(selection.action, data["reason"], data["case_ref"])
         if problems:

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_POST
 
 from access.roles import Role, require_role
 from audit.actor import Actor
-from audit.choices import ActorKind, EventSource
+from audit.choices import EventSource
 from catalog.templatetags.fleet_format import bytes_iec, count, location_href
 from ckptfleet.errors import DomainError
 from ckptfleet.params import positive_int_param
@@ -59,7 +59,7 @@ def location_scan(request, pk: int):
     """Scan a bucket now (the form behind the button; with JavaScript the button uses the API and polls)."""
     location = get_object_or_404(StorageLocation, pk=pk)
     user = request.user
-    actor = Actor(kind=ActorKind.USER, label=user.get_username(), source=EventSource.UI, user=user)
+    actor = Actor.person(user, EventSource.UI)
     try:
         require_role(user, Role.OPERATOR, doing=f"Scanning {location.name}", target_type="location", target_id=pk)
         inventory = scan_start(location=location, actor=actor)

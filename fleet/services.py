@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.actor import Actor
-from audit.services import audit_record
+from audit.services import audit
 from ckptfleet.celery import task
 from ckptfleet.errors import DomainError, NotAuthenticated, PermissionRefused, TooLarge
 from fleet.choices import InventorySource, InventoryStatus, LocationKind, Tier
@@ -35,12 +35,9 @@ def host_register(*, name: str, site: str = "", region: str = "", description: s
         if Host.objects.filter(name=name).exists():
             raise DomainError(f"a host named {name!r} is already registered", code="exists")
         host = Host.objects.create(name=name, site=site, region=region, description=description)
-        audit_record(
-            actor_kind=actor.kind,
-            actor=actor.user,
-            actor_label=actor.label,
-            source=actor.source,
-            action="host.register",
+        audit(
+            actor,
+            "host.register",
             target_type="host",
             target_id=host.pk,
             target_label=host.name,
@@ -63,12 +60,9 @@ def host_token_issue(*, host: Host, actor: Actor, revoke_others: bool = True) ->
         if revoke_others:
             revoked = HostToken.objects.filter(host=host, revoked_at__isnull=True).update(revoked_at=now)
         token = HostToken.objects.create(host=host, prefix=prefix, token_hash=_hash_token(raw))
-        audit_record(
-            actor_kind=actor.kind,
-            actor=actor.user,
-            actor_label=actor.label,
-            source=actor.source,
-            action="host.token_issue",
+        audit(
+            actor,
+            "host.token_issue",
             target_type="host",
             target_id=host.pk,
             target_label=host.name,
@@ -133,12 +127,9 @@ def location_add(
             site=site,
             region=region,
         )
-        audit_record(
-            actor_kind=actor.kind,
-            actor=actor.user,
-            actor_label=actor.label,
-            source=actor.source,
-            action="location.add",
+        audit(
+            actor,
+            "location.add",
             target_type="location",
             target_id=location.pk,
             target_label=location.name,

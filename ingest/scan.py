@@ -82,8 +82,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from audit.actor import Actor
-from audit.choices import ActorKind, EventSource
-from audit.services import audit_record
+from audit.services import audit
 from catalog.digests import dumps as digests_dumps
 from catalog.digests import loads as digests_loads
 from catalog.formats.base import FileEntry
@@ -139,7 +138,7 @@ MAX_RECHECK_DAYS = 3650
 # the run directories beyond this are recognised at the apply, from the staged rows. Bounds the memory.
 PREJUDGE_MAX_FILES = 250_000
 WHOLE_KINDS = frozenset({"dcp_metadata", "hf_index", "trainer_state", "json"})  # facts read from the whole file
-BEAT_ACTOR = Actor(kind=ActorKind.SYSTEM, label="beat: scheduled bucket scan", source=EventSource.TASK)
+BEAT_ACTOR = Actor.system("beat: scheduled bucket scan")
 ACTIVE = (InventoryStatus.RECEIVED, InventoryStatus.PROCESSING)
 
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
@@ -284,12 +283,9 @@ def bucket_add(
             recheck_days=recheck_days,
             inventory_report_uri=inventory_report_uri,
         )
-        audit_record(
-            actor_kind=actor.kind,
-            actor=actor.user,
-            actor_label=actor.label,
-            source=actor.source,
-            action="bucket.add",
+        audit(
+            actor,
+            "bucket.add",
             target_type="location",
             target_id=location.pk,
             target_label=location.name,
@@ -329,12 +325,9 @@ def bucket_set(*, location: StorageLocation, recheck_days: int, actor: Actor) ->
         if before != recheck_days:
             bucket.recheck_days = recheck_days
             bucket.save(update_fields=["recheck_days"])
-            audit_record(
-                actor_kind=actor.kind,
-                actor=actor.user,
-                actor_label=actor.label,
-                source=actor.source,
-                action="bucket.set",
+            audit(
+                actor,
+                "bucket.set",
                 target_type="location",
                 target_id=location.pk,
                 target_label=location.name,
@@ -366,12 +359,9 @@ def scan_start(*, location: StorageLocation, actor: Actor, audit: bool = True) -
         with transaction.atomic():
             inventory = Inventory.objects.create(location_id=location.pk, source=source, agent=SCANNER)
             if audit:
-                audit_record(
-                    actor_kind=actor.kind,
-                    actor=actor.user,
-                    actor_label=actor.label,
-                    source=actor.source,
-                    action="location.scan",
+                audit(
+                    actor,
+                    "location.scan",
                     target_type="location",
                     target_id=location.pk,
                     target_label=location.name,

@@ -24,7 +24,6 @@ from django.db.models import F
 from django.utils import timezone
 
 from audit.actor import Actor
-from audit.choices import ActorKind, EventSource
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet import s3
 from fleet.models import Bucket, Host
@@ -48,7 +47,7 @@ def presign_seconds() -> int:
 
 
 def _host_actor(host: Host) -> Actor:
-    return Actor(kind=ActorKind.HOST, label=host.name, source=EventSource.AGENT)
+    return Actor.agent(host.name)
 
 
 def _pending_items(host: Host, root: str):

@@ -21,7 +21,7 @@ from access.roles import Role, require_role
 from actions.protection import is_held
 from audit.actor import Actor
 from audit.choices import ActorKind
-from audit.services import audit_record
+from audit.services import audit
 from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
 from ckptfleet.celery import task
@@ -496,12 +496,9 @@ def promote(
             bytes_total=plan.bytes,
         )
         _freeze_items(job, copy, target_location)
-        audit_record(
-            actor_kind=actor.kind,
-            actor=actor.user,
-            actor_label=actor.label,
-            source=actor.source,
-            action="promotion.request",
+        audit(
+            actor,
+            "promotion.request",
             target_type="checkpoint",
             target_id=checkpoint.pk,
             target_label=str(checkpoint),
@@ -572,12 +569,9 @@ def cancel(*, job: PromotionJob, actor: Actor, reason: str = "", request_id: str
         job.cancelled_label = actor.label
         job.claimed_by = ""
         job.save(update_fields=["state", "finished_at", "cancelled_label", "claimed_by"])
-        audit_record(
-            actor_kind=actor.kind,
-            actor=actor.user,
-            actor_label=actor.label,
-            source=actor.source,
-            action="promotion.cancel",
+        audit(
+            actor,
+            "promotion.cancel",
             target_type="checkpoint",
             target_id=job.checkpoint_id,
             target_label=str(job.checkpoint),
@@ -591,7 +585,7 @@ def cancel(*, job: PromotionJob, actor: Actor, reason: str = "", request_id: str
 
 # --- outcomes of the work, recorded by the worker ---------------------------------------------------
 
-WORKER = Actor(kind=ActorKind.WORKER, label="promotion worker", source="task")
+WORKER = Actor.worker("promotion worker")
 
 
 def job_transition(
@@ -632,11 +626,9 @@ def job_transition(
             fields.append("error")
         job.save(update_fields=fields)
         if action:
-            audit_record(
-                actor_kind=actor.kind,
-                actor_label=actor.label,
-                source=actor.source,
-                action=action,
+            audit(
+                actor,
+                action,
                 target_type="checkpoint",
                 target_id=job.checkpoint_id,
                 target_label=str(job.checkpoint),

@@ -16,7 +16,6 @@ from django.views.decorators.http import require_POST
 from access.roles import Role, has_role
 from access.scoping import may_see_run
 from audit.actor import Actor
-from audit.choices import ActorKind
 from catalog import selectors as catalog_selectors
 from catalog.models import Checkpoint, CheckpointCopy
 from ckptfleet.errors import DomainError
@@ -27,11 +26,6 @@ from promotion.models import PromotionJob
 
 JOBS_PER_PAGE = 50
 ITEMS_PER_PAGE = 200
-
-
-def _actor(request) -> Actor:
-    user = request.user
-    return Actor(kind=ActorKind.USER, label=user.get_username(), source="ui", user=user)
 
 
 def progress_of(job: PromotionJob) -> dict:
@@ -102,7 +96,10 @@ def job_cancel(request, pk: int):
     job = get_object_or_404(selectors.job_list(user=request.user), pk=pk)
     try:
         services.cancel(
-            job=job, actor=_actor(request), reason=request.POST.get("reason", ""), request_id=request.request_id
+            job=job,
+            actor=Actor.for_request(request),
+            reason=request.POST.get("reason", ""),
+            request_id=request.request_id,
         )
     except DomainError as exc:
         messages.error(request, exc.message)
@@ -142,7 +139,11 @@ def promote(request, pk: int):
         }
         if request.method == "POST":
             job = services.promote(
-                copy=copy, actor=_actor(request), reason=values["reason"], request_id=request.request_id, **kwargs
+                copy=copy,
+                actor=Actor.for_request(request),
+                reason=values["reason"],
+                request_id=request.request_id,
+                **kwargs,
             )
             messages.success(request, f"Promotion #{job.pk} requested: {job.get_method_display().lower()}.")
             return redirect("promotion:job-detail", pk=job.pk)

@@ -20,7 +20,6 @@ from access.permissions import role_required
 from access.roles import Role
 from access.scoping import restrict, restrict_policies, restrict_teams, visible_team_names
 from audit.actor import Actor
-from audit.choices import ActorKind, EventSource
 from catalog.models import Run, Team
 from ckptfleet.errors import DomainError
 from fleet.choices import Tier
@@ -256,10 +255,6 @@ class PolicySerializer(serializers.ModelSerializer):
         validators = []  # uniqueness and the one-scope rule are the service's, with its own messages
 
 
-def _actor(request) -> Actor:
-    return Actor(kind=ActorKind.USER, label=request.user.get_username(), source=EventSource.API, user=request.user)
-
-
 class PolicyListView(APIView):
     """Retention policies; POST creates one (operator role), audited."""
 
@@ -284,7 +279,9 @@ class PolicyListView(APIView):
         ):
             raise Http404("no such run or team")
         policy = services.policy_create(
-            actor=_actor(request), request_id=getattr(request, "request_id", None) or request_id_of(request), **d
+            actor=Actor.for_request(request),
+            request_id=getattr(request, "request_id", None) or request_id_of(request),
+            **d,
         )
         return Response(PolicySerializer(policy).data, status=status.HTTP_201_CREATED)
 
@@ -313,7 +310,7 @@ class PolicyDetailView(APIView):
         reason = d.pop("reason", "")
         policy = services.policy_update(
             policy_id=pk,
-            actor=_actor(request),
+            actor=Actor.for_request(request),
             reason=reason,
             request_id=getattr(request, "request_id", None) or request_id_of(request),
             **d,

@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from access.roles import Role, require_role
 from audit.actor import Actor
-from audit.choices import ActorKind, EventSource
-from audit.services import audit_record
+from audit.choices import ActorKind
+from audit.services import audit
 from catalog.choices import Importance
 from catalog.models import Checkpoint, Run, Team
 from catalog.recovery import disputed_checkpoints, newest_restorable_ids
@@ -62,12 +62,9 @@ def _clean(values: dict) -> dict:
 def _audit(
     policy: RetentionPolicy, *, actor: Actor, action: str, before: dict | None, reason: str = "", request_id: str = ""
 ) -> None:
-    audit_record(
-        actor_kind=actor.kind,
-        actor=actor.user,
-        actor_label=actor.label,
-        source=actor.source,
-        action=action,
+    audit(
+        actor,
+        action,
         target_type="retention_policy",
         target_id=policy.pk,
         target_label=str(policy),
@@ -190,7 +187,7 @@ class Proposal:
 
 
 def policy_actor(policy: RetentionPolicy) -> Actor:
-    return Actor(kind=ActorKind.SYSTEM, label=f"retention policy {policy.pk}", source=EventSource.TASK)
+    return Actor.system(f"retention policy {policy.pk}")
 
 
 def _refusal(decision, rules: KeepRules, newest: set[int], disputed: set[int]) -> str:

@@ -15,7 +15,6 @@ from access.middleware import request_id_of
 from access.roles import Role, has_role
 from access.scoping import restrict, restrict_policies, visible_team_names
 from audit.actor import Actor
-from audit.choices import ActorKind, EventSource
 from audit.models import AuditEvent
 from catalog.models import Run, Team
 from ckptfleet.errors import DomainError
@@ -26,11 +25,6 @@ from retention.selectors import Scope, simulate
 from retention.tiering import Move, tiering_whatif
 
 DETAIL_LIMIT = 2000  # checkpoint decisions listed on the page; beyond, the per-run summary and the API
-
-
-def _actor(request) -> Actor:
-    user = request.user
-    return Actor(kind=ActorKind.USER, label=user.get_username(), source=EventSource.UI, user=user)
 
 
 def _scope(data: dict, user) -> tuple[Scope, Team | None, Run | None]:
@@ -105,7 +99,7 @@ def policy_list(request):
             else:
                 try:
                     policy = services.policy_create(
-                        actor=_actor(request),
+                        actor=Actor.for_request(request),
                         request_id=getattr(request, "request_id", None) or request_id_of(request),
                         name=d["name"],
                         team=d.get("team"),
@@ -146,7 +140,7 @@ def policy_detail(request, pk: int):
             try:
                 services.policy_update(
                     policy_id=policy.pk,
-                    actor=_actor(request),
+                    actor=Actor.for_request(request),
                     request_id=getattr(request, "request_id", None) or request_id_of(request),
                     reason=d["reason"],
                     **{k: d[k] for k in services.EDITABLE},

@@ -8,7 +8,7 @@ from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 
 from audit.actor import Actor
-from audit.choices import ActorKind, EventSource
+from audit.choices import EventSource
 from ckptfleet.admin_base import EstimatedCountPaginator, ReadOnlyAdmin
 from ckptfleet.errors import DomainError
 from ckptfleet.units import bytes_iec
@@ -94,7 +94,7 @@ class PricePointAdmin(ReadOnlyAdmin):
 
     def save_model(self, request, obj, form, change):
         user = request.user
-        actor = Actor(kind=ActorKind.USER, label=user.get_username(), source=EventSource.ADMIN, user=user)
+        actor = Actor.person(user, EventSource.ADMIN)
         try:
             point = price_set(actor=actor, **_price_arguments(form.cleaned_data))
         except DomainError as exc:  # the book changed since the form was checked

@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 from access.roles import Role, has_role, require_role
 from access.scoping import restrict_runs, spend_team_ids
 from audit.actor import Actor
-from audit.choices import ActorKind, EventSource
+from audit.choices import EventSource
 from catalog.models import Run
 from ckptfleet.errors import PermissionRefused
 from fleet.choices import LocationKind, Tier
@@ -176,6 +176,6 @@ class PricePointListView(APIView):
             currency=data["currency"],
             effective_from=data["effective_from"],
             source=data["source"],
-            actor=Actor(kind=ActorKind.USER, label=user.get_username(), source=EventSource.API, user=user),
+            actor=Actor.person(user, EventSource.API),
         )
         return Response(PricePointSerializer(point).data, status=status.HTTP_201_CREATED)

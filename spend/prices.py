@@ -10,7 +10,7 @@ from decimal import Decimal, InvalidOperation
 
 from django.db import transaction
 
-from audit.services import audit_record
+from audit.services import audit
 from ckptfleet.errors import DomainError
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host, PriceBasis, PricePoint, StorageLocation
@@ -228,12 +228,9 @@ def price_set(
             created_by=actor.label,
         )
         repriced = usage_reprice(location_ids=affected_ids, since=change.effective_from)
-        audit_record(
-            actor_kind=actor.kind,
-            actor=actor.user,
-            actor_label=actor.label,
-            source=actor.source,
-            action="price.set",
+        audit(
+            actor,
+            "price.set",
             target_type="price_point",
             target_id=point.pk,
             target_label=str(point),

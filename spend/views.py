@@ -23,7 +23,7 @@ from django.utils import timezone
 from access.roles import Role, has_role, require_role
 from access.scoping import may_see_run, spend_team_ids
 from audit.actor import Actor
-from audit.choices import ActorKind, EventSource
+from audit.choices import EventSource
 from catalog.models import Run, Team
 from ckptfleet.errors import DomainError, PermissionRefused
 from ckptfleet.params import positive_int_param
@@ -353,7 +353,7 @@ class PriceForm(forms.Form):
 
 def _user_actor(request) -> Actor:
     user = request.user
-    return Actor(kind=ActorKind.USER, label=user.get_username(), source=EventSource.UI, user=user)
+    return Actor.person(user, EventSource.UI)
 
 
 @login_required

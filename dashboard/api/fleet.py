@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from access.roles import Role, require_role
 from audit.actor import Actor
-from audit.choices import ActorKind, EventSource
+from audit.choices import EventSource
 from ckptfleet.errors import PermissionRefused, TooLarge
 from dashboard.api.fleet_serializers import (
     AgentPullListSerializer,
@@ -125,7 +125,7 @@ class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
         require_role(
             user, Role.OPERATOR, doing=f"Scanning {location.name}", target_type="location", target_id=location.pk
         )
-        actor = Actor(kind=ActorKind.USER, label=user.get_username(), source=EventSource.API, user=user)
+        actor = Actor.person(user, EventSource.API)
         inventory = scan_start(location=location, actor=actor)
         inventory.refresh_from_db(fields=["status"])  # without a worker it has run by now
         body = {"id": inventory.pk, "status": inventory.status, "url": f"/api/v1/inventories/{inventory.pk}/"}

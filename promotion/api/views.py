@@ -9,7 +9,6 @@ from rest_framework.response import Response
 
 from access.scoping import restrict_runs
 from audit.actor import Actor
-from audit.choices import ActorKind
 from catalog.models import Checkpoint, CheckpointCopy
 from ckptfleet.errors import DomainError
 from promotion import selectors, services
@@ -19,10 +18,6 @@ from promotion.api.serializers import (
     PromotionJobSerializer,
     PromotionRequestSerializer,
 )
-
-
-def _actor(request) -> Actor:
-    return Actor(kind=ActorKind.USER, label=request.user.get_username(), source="api", user=request.user)
 
 
 def _source(data, user) -> tuple[Checkpoint | None, CheckpointCopy | None]:
@@ -68,7 +63,7 @@ class PromotionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
             restore_days=data["restore_days"],
             restore_tier=data["restore_tier"],
             reason=data["reason"],
-            actor=_actor(request),
+            actor=Actor.for_request(request),
             request_id=getattr(request, "request_id", ""),
         )
         return Response(PromotionJobSerializer(selectors.job_detail(job.pk)).data, status=status.HTTP_201_CREATED)
@@ -101,7 +96,7 @@ class PromotionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         given.is_valid(raise_exception=True)
         services.cancel(
             job=job,
-            actor=_actor(request),
+            actor=Actor.for_request(request),
             reason=given.validated_data["reason"],
             request_id=getattr(request, "request_id", ""),
         )

@@ -16,6 +16,7 @@ from django.utils import timezone
 from access.scoping import restrict_events
 from actions import services
 from actions.models import DeletionJob, Hold, Pin
+from audit.actor import Actor
 from audit.choices import EventSource
 from catalog.choices import CopyState
 from catalog.models import ShardFile
@@ -45,7 +46,7 @@ def fleet(django_user_model):
     flat_prices(nvme="0.10")
     olga = django_user_model.objects.create_user(username="olga", password="a-long-password-1")
     give_roles(olga, "operator")
-    actor = services.person(olga, EventSource.UI)
+    actor = Actor.person(olga, EventSource.UI)
     out = {}
     for team, name, size in (("vision", MINE, GIB), ("speech", THEIRS, 3 * GIB)):
         run = make_run(team, name)

@@ -12,7 +12,7 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from access.roles import Role
-from actions.services import person
+from audit.actor import Actor
 from audit.choices import EventSource
 from audit.models import AuditEvent
 from catalog.choices import CopyState, Importance, Verification
@@ -124,7 +124,7 @@ def vic(db) -> User:
 
 
 def as_ui(user: User):
-    return person(user, EventSource.UI)
+    return Actor.person(user, EventSource.UI)
 
 
 def events() -> int:

@@ -13,6 +13,7 @@ from django.contrib.auth.models import User
 
 from actions import services
 from actions.models import DeletionItem, DeletionJob, Hold, Pin
+from audit.actor import Actor
 from audit.choices import EventSource
 from audit.models import AuditEvent
 from catalog import selectors
@@ -196,7 +197,7 @@ def test_deleting_a_disputed_copy_alone_is_refused_naming_promise_10(disputed, s
     before = snapshot()
     with pytest.raises(DomainError, match="promise 10"):
         services.schedule_deletion(
-            checkpoint=copy.checkpoint, copy=copy, reason="looks bad", actor=services.person(operator, EventSource.UI)
+            checkpoint=copy.checkpoint, copy=copy, reason="looks bad", actor=Actor.person(operator, EventSource.UI)
         )
     assert snapshot() == before
     # The whole checkpoint is a person's call and may go: nothing is condemned on another copy's word.

@@ -21,6 +21,7 @@ from django.core.management.base import BaseCommand, CommandError
 from access.refusals import refusals_collected
 from actions import services
 from actions.models import DeletionJob, Hold
+from audit.actor import Actor
 from audit.choices import EventSource
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from ckptfleet.errors import DomainError
@@ -66,7 +67,7 @@ class Command(BaseCommand):
         user = get_user_model().objects.filter(username=username, is_active=True).first()
         if user is None:
             raise CommandError(f"no active user named {username!r}")
-        return services.person(user, EventSource.COMMAND)
+        return Actor.person(user, EventSource.COMMAND)
 
     def _handle(self, action: str, opts) -> None:
         out = self.stdout
