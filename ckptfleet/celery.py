@@ -1,6 +1,7 @@
 """The Celery application. Periodic work is scheduled in code (``beat_schedule``), not in the database."""
 
 import os
+from importlib import import_module
 
 from celery import Celery
 
@@ -26,5 +27,8 @@ app.conf.beat_schedule = {
 
 def task(name: str):
     """The task registered as ``name`` (``"ingest.tasks.scan_bucket"``). A module whose work a task module runs
-    starts that task by name, through here, rather than importing the task module that imports it."""
+    starts that task by name, through here, rather than importing the task module that imports it. The task's
+    module is loaded on first use where autodiscovery has not run yet (tasks in-process, a test)."""
+    if name not in app.tasks:
+        import_module(name.rpartition(".")[0])
     return app.tasks[name]

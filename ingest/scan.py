@@ -82,7 +82,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from audit.actor import Actor
-from audit.services import audit
+from audit.services import audit as audit_event
 from catalog.digests import dumps as digests_dumps
 from catalog.digests import loads as digests_loads
 from catalog.formats.base import FileEntry
@@ -283,7 +283,7 @@ def bucket_add(
             recheck_days=recheck_days,
             inventory_report_uri=inventory_report_uri,
         )
-        audit(
+        audit_event(
             actor,
             "bucket.add",
             target_type="location",
@@ -325,7 +325,7 @@ def bucket_set(*, location: StorageLocation, recheck_days: int, actor: Actor) ->
         if before != recheck_days:
             bucket.recheck_days = recheck_days
             bucket.save(update_fields=["recheck_days"])
-            audit(
+            audit_event(
                 actor,
                 "bucket.set",
                 target_type="location",
@@ -359,7 +359,7 @@ def scan_start(*, location: StorageLocation, actor: Actor, audit: bool = True) -
         with transaction.atomic():
             inventory = Inventory.objects.create(location_id=location.pk, source=source, agent=SCANNER)
             if audit:
-                audit(
+                audit_event(
                     actor,
                     "location.scan",
                     target_type="location",

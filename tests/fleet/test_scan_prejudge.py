@@ -165,7 +165,7 @@ def test_run_directories_beyond_the_memory_bound_are_recognised_at_the_apply(s3,
         read_back.append(group)
         return original(inventory, location, template, group)
 
-    monkeypatch.setattr(ingest, "staged_group", spy)
+    monkeypatch.setattr(scan_module, "staged_group", spy)  # the scanner's own reference to ingest's function
     bucket = s3.register(fill(s3))
 
     fast, general = scanned_twice(scan_now, bucket, monkeypatch)
