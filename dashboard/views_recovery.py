@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 from access.roles import Role, has_role
 from access.scoping import restrict_runs
 from actions import protection, services
-from audit.choices import EventSource
+from audit.actor import Actor
 from catalog import selectors
 from catalog.models import Checkpoint, Run
 from catalog.recovery import recovery_for
@@ -79,7 +79,7 @@ def protect(request, pk: int):
         raise Http404("no such checkpoint in this run") from None
     reason = request.POST.get("reason", "")
     incident = request.POST.get("case_ref", "")
-    actor = services.person(request.user, EventSource.UI)
+    actor = Actor.for_request(request)
     done = []
     try:
         with transaction.atomic():

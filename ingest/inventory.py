@@ -914,22 +914,8 @@ class _Reader:
                         raise _Fallback from None
                 elif len(path) > MAX_PATH_BYTES:
                     raise _Fallback
-                # The mtime to the microsecond exactly as datetime.fromtimestamp rounds it (half to even),
-                # as whole seconds and microseconds; then its text for COPY, the seconds' part kept.
-                if type(mtime) is int:
-                    whole, us = mtime, 0
-                else:
-                    try:
-                        frac, whole = modf(mtime)
-                        us, whole = round(frac * 1e6), int(whole)
-                    except (ValueError, OverflowError):  # NaN or infinity, which json reads
-                        raise _Fallback from None
-                    if us >= 1_000_000:
-                        us -= 1_000_000
-                        whole += 1
-                    elif us < 0:
-                        us += 1_000_000
-                        whole -= 1
+                # The mtime as whole seconds and microseconds; then its text for COPY, the seconds' part kept.
+                whole, us = (mtime, 0) if type(mtime) is int else _microseconds(mtime, modf)
                 text = seconds.get(whole)  # the files of one save share a few seconds
                 if text is None:
                     if not _MTIME_MIN < whole < _MTIME_MAX:
@@ -975,6 +961,21 @@ class _Reader:
         for g, (group_entries, group_extras) in sorted(open_groups.items(), key=lambda item: item[0], reverse=True):
             yield g, group_entries, group_extras
         open_groups.clear()
+
+
+def _microseconds(mtime: float, modf=math.modf) -> tuple[int, int]:
+    """``mtime`` to the microsecond exactly as ``datetime.fromtimestamp`` rounds it (half to even), as whole seconds
+    and microseconds; ``_Fallback`` for NaN or infinity (which json reads)."""
+    try:
+        frac, whole = modf(mtime)
+        us, seconds = round(frac * 1e6), int(whole)
+    except (ValueError, OverflowError):
+        raise _Fallback from None
+    if us >= 1_000_000:
+        return seconds + 1, us - 1_000_000
+    if us < 0:
+        return seconds - 1, us + 1_000_000
+    return seconds, us
 
 
 class _Writer:

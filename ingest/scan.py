@@ -223,40 +223,20 @@ def bucket_add(
     again when the last full pass is that old (0: never). Two registrations of one bucket whose
     prefixes overlap are refused: their objects would be counted twice.
     """
-    if not _BUCKET_NAME.match(bucket_name or "") or ".." in bucket_name:
-        raise DomainError(f"{bucket_name!r} is not a bucket name (3-63 lowercase letters, digits, '.', '-', '_')")
-    prefix = _check_prefix(prefix)
-    endpoint_url = _check_endpoint(endpoint_url)
-    if not _REGION.match(region_name or ""):
-        raise DomainError(f"{region_name!r} is not a region name (e.g. eu-west-1, auto)")
-    if addressing_style not in AddressingStyle.values:
-        raise DomainError(
-            f"unknown addressing style {addressing_style!r}; use one of {', '.join(AddressingStyle.values)}"
-        )
-    try:
-        s3.check_credentials_ref(credentials)
-    except ValueError as exc:
-        raise DomainError(str(exc), code="bad_credentials_reference") from None
-    tiers = _check_tier_map(storage_class_tiers)
-    if not isinstance(scan_every_minutes, int) or not (scan_every_minutes == 0 or scan_every_minutes >= 5):
-        raise DomainError("scan every 0 minutes (only on demand) or every 5 minutes or more")
-    _check_recheck_days(recheck_days)
-    if inventory_report_uri:
-        try:
-            report_bucket, report_prefix = s3.parse_uri(inventory_report_uri)
-        except ValueError as exc:
-            raise DomainError(f"the S3 Inventory report location is not usable: {exc}") from None
-        inventory_report_uri = f"s3://{report_bucket}/{report_prefix}"
+    prefix, endpoint_url, tiers, inventory_report_uri = _checked_bucket_settings(
+        bucket_name=bucket_name,
+        prefix=prefix,
+        endpoint_url=endpoint_url,
+        region_name=region_name,
+        addressing_style=addressing_style,
+        credentials=credentials,
+        storage_class_tiers=storage_class_tiers,
+        scan_every_minutes=scan_every_minutes,
+        recheck_days=recheck_days,
+        inventory_report_uri=inventory_report_uri,
+    )
     with transaction.atomic():
-        for other in Bucket.objects.filter(endpoint_url=endpoint_url, bucket_name=bucket_name).select_related(
-            "location"
-        ):
-            if other.prefix.startswith(prefix) or prefix.startswith(other.prefix):
-                raise DomainError(
-                    f"s3://{bucket_name}/{prefix} overlaps s3://{bucket_name}/{other.prefix}, registered as "
-                    f"{other.location.name!r}: its objects would be counted twice",
-                    code="exists",
-                )
+        _refuse_overlap(endpoint_url, bucket_name, prefix)
         location = location_add(
             host=None,
             name=name,
@@ -304,6 +284,59 @@ def bucket_add(
             },
         )
     return bucket
+
+
+def _checked_bucket_settings(
+    *,
+    bucket_name: str,
+    prefix: str,
+    endpoint_url: str,
+    region_name: str,
+    addressing_style: str,
+    credentials: str,
+    storage_class_tiers: dict[str, str] | None,
+    scan_every_minutes: int,
+    recheck_days: int,
+    inventory_report_uri: str,
+) -> tuple[str, str, dict[str, str], str]:
+    """Refuse a bucket registration's bad values (``DomainError`` saying which); return the normalised prefix,
+    endpoint, storage-class tier map and S3 Inventory report location."""
+    if not _BUCKET_NAME.match(bucket_name or "") or ".." in bucket_name:
+        raise DomainError(f"{bucket_name!r} is not a bucket name (3-63 lowercase letters, digits, '.', '-', '_')")
+    prefix = _check_prefix(prefix)
+    endpoint_url = _check_endpoint(endpoint_url)
+    if not _REGION.match(region_name or ""):
+        raise DomainError(f"{region_name!r} is not a region name (e.g. eu-west-1, auto)")
+    if addressing_style not in AddressingStyle.values:
+        raise DomainError(
+            f"unknown addressing style {addressing_style!r}; use one of {', '.join(AddressingStyle.values)}"
+        )
+    try:
+        s3.check_credentials_ref(credentials)
+    except ValueError as exc:
+        raise DomainError(str(exc), code="bad_credentials_reference") from None
+    tiers = _check_tier_map(storage_class_tiers)
+    if not isinstance(scan_every_minutes, int) or not (scan_every_minutes == 0 or scan_every_minutes >= 5):
+        raise DomainError("scan every 0 minutes (only on demand) or every 5 minutes or more")
+    _check_recheck_days(recheck_days)
+    if inventory_report_uri:
+        try:
+            report_bucket, report_prefix = s3.parse_uri(inventory_report_uri)
+        except ValueError as exc:
+            raise DomainError(f"the S3 Inventory report location is not usable: {exc}") from None
+        inventory_report_uri = f"s3://{report_bucket}/{report_prefix}"
+    return prefix, endpoint_url, tiers, inventory_report_uri
+
+
+def _refuse_overlap(endpoint_url: str, bucket_name: str, prefix: str) -> None:
+    """Two registrations of one bucket whose prefixes overlap would count their objects twice."""
+    for other in Bucket.objects.filter(endpoint_url=endpoint_url, bucket_name=bucket_name).select_related("location"):
+        if other.prefix.startswith(prefix) or prefix.startswith(other.prefix):
+            raise DomainError(
+                f"s3://{bucket_name}/{prefix} overlaps s3://{bucket_name}/{other.prefix}, registered as "
+                f"{other.location.name!r}: its objects would be counted twice",
+                code="exists",
+            )
 
 
 def _check_recheck_days(days: object) -> None:

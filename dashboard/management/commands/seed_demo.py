@@ -504,7 +504,7 @@ class Command(BaseCommand):
         operator = get_user_model().objects.filter(username="demo-operator").first()
         if operator is None or Hold.objects.exists() or Pin.objects.exists() or DeletionJob.objects.exists():
             return
-        actor = actions.person(operator, EventSource.COMMAND)
+        actor = Actor.person(operator, EventSource.COMMAND)
         checkpoints = list(
             Checkpoint.objects.filter(copies__gone_at__isnull=True, copies__state="complete", step__isnull=False)
             .select_related("run__team")
