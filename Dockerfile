@@ -20,8 +20,9 @@ RUN pip install --require-hashes -r requirements/lock.txt
 
 COPY . .
 # Editable, so BASE_DIR stays /app and templates/ and static/ are found beside the packages; --no-deps,
-# since the lock has installed them all.
+# since the lock has installed them all (pip check: the versions pyproject.toml pins).
 RUN pip install --no-deps -e . \
+    && pip check \
     && DJANGO_SECRET_KEY=collectstatic-build-only CKPTFLEET_VAR_DIR=/tmp/build-var \
         python manage.py collectstatic --no-input \
     && rm -rf /tmp/build-var

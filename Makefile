@@ -58,10 +58,12 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # Every dependency comes from the lock, hash-checked; the project goes in editable and alone (--no-deps),
-# so nothing is resolved here. A package the lock no longer lists stays until .venv is deleted.
+# so nothing is resolved here. pip check then fails when pyproject.toml pins a version the lock does not
+# have (run `make lock`). A package the lock no longer lists stays until .venv is deleted.
 $(STAMP): $(LOCK_DEV) pyproject.toml | $(PY)
 	$(PY) -m pip install --require-hashes -r $(LOCK_DEV)
 	$(PY) -m pip install --no-deps -e .
+	$(PY) -m pip check
 	@touch $@
 
 lock: ## Resolve pyproject.toml again into requirements/lock.txt and lock-dev.txt (pinned, with hashes)
