@@ -45,7 +45,7 @@ endef
 PYTEST_SQLITE = $(call run_pytest,"pytest on SQLite (embedded default)",,sqlite)
 PYTEST_POSTGRES = $(call run_pytest,"pytest on PostgreSQL + Redis",DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL),postgres)
 
-.PHONY: help venv lock demo test test-sqlite test-postgres lint test-deps services bench compose-check
+.PHONY: help venv lock demo test test-sqlite test-postgres lint typecheck test-deps services bench compose-check
 
 help: ## List the targets
 	@echo "Checkpoint Fleet: make TARGET"
@@ -75,10 +75,18 @@ lock: ## Resolve pyproject.toml again into requirements/lock.txt and lock-dev.tx
 demo: venv ## Run the product on SQLite with demo data at http://127.0.0.1:8000/ (PORT=... to change)
 	bash scripts/demo
 
-lint: venv ## ruff check, ruff format --check, and lint-imports (the floors of .importlinter only point down)
+lint: venv ## ruff check, ruff format --check, lint-imports (the floors of .importlinter only point down), then mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(MYPY)
+
+# django-stubs' plugin imports the settings: the embedded default, with a throwaway key so that no
+# development key is written to var/ and no environment is needed.
+MYPY = env -u DATABASE_URL -u REDIS_URL CKPTFLEET_DEBUG=1 DJANGO_SECRET_KEY=typecheck-only $(VENV)/bin/mypy
+
+typecheck: venv ## mypy with django-stubs over the services, the selectors and the agent ([tool.mypy] in pyproject.toml)
+	$(MYPY)
 
 test-deps: ## Install Chromium for the browser tests when missing (as root, with APT)
 	@if command -v chromium >/dev/null 2>&1; then \
