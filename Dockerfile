@@ -13,16 +13,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# The dependencies first, from pyproject.toml alone, so a code change does not reinstall them.
-COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
-        > /tmp/requirements.txt \
-    && pip install -r /tmp/requirements.txt \
-    && rm /tmp/requirements.txt
+# The dependencies first, from the runtime lock alone, so a code change does not reinstall them: every
+# package pinned with its hashes (`make lock` writes it from pyproject.toml), the versions the tests ran.
+COPY requirements/lock.txt requirements/lock.txt
+RUN pip install --require-hashes -r requirements/lock.txt
 
 COPY . .
-# Editable, so BASE_DIR stays /app and templates/ and static/ are found beside the packages.
+# Editable, so BASE_DIR stays /app and templates/ and static/ are found beside the packages; --no-deps,
+# since the lock has installed them all (pip check: the versions pyproject.toml pins).
 RUN pip install --no-deps -e . \
+    && pip check \
     && DJANGO_SECRET_KEY=collectstatic-build-only CKPTFLEET_VAR_DIR=/tmp/build-var \
         python manage.py collectstatic --no-input \
     && rm -rf /tmp/build-var

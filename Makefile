@@ -11,6 +11,19 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
+# The lock files: every package, pinned with its hashes, for CPython 3.11 on Linux x86_64, resolved from
+# pyproject.toml's pins by `make lock` (uv, in a throwaway venv). LOCK_DEV is what .venv installs (the
+# runtime dependencies and the dev extra); LOCK is what the image installs, the runtime ones alone,
+# resolved within LOCK_DEV so that the image runs the very versions the tests ran.
+LOCK := requirements/lock.txt
+LOCK_DEV := requirements/lock-dev.txt
+UV_VERSION := 0.13.8
+# `make lock LOCK_ARGS=--upgrade` moves every package to its newest allowed version; by default the
+# pins already in the lock files are kept, and only what pyproject.toml changed is resolved again.
+LOCK_ARGS ?=
+UV_COMPILE = uv pip compile pyproject.toml --generate-hashes --python-version 3.11 \
+	--python-platform x86_64-unknown-linux-gnu --custom-compile-command 'make lock' --quiet $(LOCK_ARGS)
+
 # Where the PostgreSQL run of the suite points; pytest-django creates and drops test_ckptfleet itself.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/ckptfleet
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
@@ -32,29 +45,48 @@ endef
 PYTEST_SQLITE = $(call run_pytest,"pytest on SQLite (embedded default)",,sqlite)
 PYTEST_POSTGRES = $(call run_pytest,"pytest on PostgreSQL + Redis",DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL),postgres)
 
-.PHONY: help venv demo test test-sqlite test-postgres lint test-deps services bench compose-check
+.PHONY: help venv lock demo test test-sqlite test-postgres lint typecheck test-deps services bench compose-check
 
 help: ## List the targets
 	@echo "Checkpoint Fleet: make TARGET"
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | \
 		awk 'BEGIN {FS = ":.*## "}; {printf "  %-15s %s\n", $$1, $$2}'
 
-venv: $(STAMP) ## Create .venv and install the package with its dev extras (again when pyproject.toml changes)
+venv: $(STAMP) ## Create .venv: the dev lock's packages (hashes checked), then the project itself (again when either changes)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -e '.[dev]'
+# Every dependency comes from the lock, hash-checked; the project goes in editable and alone (--no-deps),
+# so nothing is resolved here. pip check then fails when pyproject.toml pins a version the lock does not
+# have (run `make lock`). A package the lock no longer lists stays until .venv is deleted.
+$(STAMP): $(LOCK_DEV) pyproject.toml | $(PY)
+	$(PY) -m pip install --require-hashes -r $(LOCK_DEV)
+	$(PY) -m pip install --no-deps -e .
+	$(PY) -m pip check
 	@touch $@
+
+lock: ## Resolve pyproject.toml again into requirements/lock.txt and lock-dev.txt (pinned, with hashes)
+	@tools=$$(mktemp -d -t ckptfleet-lock.XXXXXX); trap 'rm -rf "$$tools"' EXIT; \
+	$(PYTHON) -m venv "$$tools/venv" && "$$tools/venv/bin/pip" install -q uv==$(UV_VERSION) && \
+	PATH="$$tools/venv/bin:$$PATH" $(UV_COMPILE) --extra dev -o $(LOCK_DEV) && \
+	PATH="$$tools/venv/bin:$$PATH" $(UV_COMPILE) -c $(LOCK_DEV) -o $(LOCK)
 
 demo: venv ## Run the product on SQLite with demo data at http://127.0.0.1:8000/ (PORT=... to change)
 	bash scripts/demo
 
-lint: venv ## ruff check, ruff format --check, and lint-imports (the floors of .importlinter only point down)
+lint: venv ## ruff check, ruff format --check, lint-imports (the floors of .importlinter only point down), then mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(MYPY)
+
+# django-stubs' plugin imports the settings: the embedded default, with a throwaway key so that no
+# development key is written to var/ and no environment is needed.
+MYPY = env -u DATABASE_URL -u REDIS_URL CKPTFLEET_DEBUG=1 DJANGO_SECRET_KEY=typecheck-only $(VENV)/bin/mypy
+
+typecheck: venv ## mypy with django-stubs over the services, the selectors and the agent ([tool.mypy] in pyproject.toml)
+	$(MYPY)
 
 test-deps: ## Install Chromium for the browser tests when missing (as root, with APT)
 	@if command -v chromium >/dev/null 2>&1; then \

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import cast
 
 from django.conf import settings
 from django.db import transaction
@@ -132,7 +133,7 @@ def lock_checkpoint(checkpoint_id: int) -> Checkpoint:
     return checkpoint
 
 
-def _has_object_lock_files(checkpoint_ids=None, run_id: int | None = None) -> bool:
+def _has_object_lock_files(checkpoint_ids=None, *, run_id: int) -> bool:
     files = ShardFile.objects.filter(
         gone_at__isnull=True, copy__gone_at__isnull=True, location__bucket__object_lock=True
     )
@@ -203,13 +204,14 @@ def unpin(
         raise DomainError("name the pin or the checkpoint to unpin, not both")
     reason = (reason or "").strip()[:MAX_REASON]
     _person_role(actor, Role.OPERATOR, doing="unpinning a checkpoint", target=checkpoint)
-    checkpoint_id = pin.checkpoint_id if pin is not None else checkpoint.pk
+    # One of the two, as checked above.
+    checkpoint_id = pin.checkpoint_id if pin is not None else cast(Checkpoint, checkpoint).pk
     with transaction.atomic():
         locked = lock_checkpoint(checkpoint_id)
-        current = Pin.objects.select_for_update().filter(checkpoint=locked, unpinned_at__isnull=True)
+        active = Pin.objects.select_for_update().filter(checkpoint=locked, unpinned_at__isnull=True)
         if pin is not None:
-            current = current.filter(pk=pin.pk)
-        current = current.first()
+            active = active.filter(pk=pin.pk)
+        current = active.first()
         if current is None:
             which = " by that pin" if pin is not None else ""
             raise DomainError(f"{locked} is not pinned{which}", code="not_pinned")
@@ -428,14 +430,15 @@ def _monthly_costs(copies: list[CheckpointCopy]) -> tuple[dict[int, Decimal | No
     costs: dict[int, Decimal | None] = {}
     for copy in copies:
         parts = usage[copy.pk] or [(copy.location.tier, "", copy.bytes)]
-        total: Decimal | None = Decimal(0)
+        total = Decimal(0)
         for tier, storage_class, nbytes in parts:
             price = book.price(copy.location, tier, storage_class, today)
             if price is None:
-                total = None
+                costs[copy.pk] = None
                 break
             total += Decimal(nbytes) / GIB * price
-        costs[copy.pk] = total.quantize(Decimal("0.01")) if total is not None else None
+        else:
+            costs[copy.pk] = total.quantize(Decimal("0.01"))
     return costs, book.currency
 
 
@@ -477,7 +480,7 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
     parts = [CopyPart(c, *counts.get(c.pk, (0, 0)), costs.get(c.pk)) for c in going]
     monthly = None
     if with_money and all(p.monthly_cost is not None for p in parts):
-        monthly = sum((p.monthly_cost for p in parts), Decimal(0))
+        monthly = sum((p.monthly_cost for p in parts if p.monthly_cost is not None), Decimal(0))
 
     before, before_verified = newest_restorable(checkpoint.run)
     after_id, after_verified = newest_excluding(checkpoint.run_id, going_ids | already_going)

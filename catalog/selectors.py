@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, cast
 
 from django.db import models
 from django.db.models import (
@@ -125,7 +126,7 @@ def copy_files_head(copies: Iterable[CheckpointCopy], *, limit: int) -> dict[int
     )
     heads: dict[int, list[ShardFile]] = {pk: [] for pk in ids}
     for f in numbered:
-        heads[f.copy_id].append(f)
+        heads[cast(int, f.copy_id)].append(f)  # never None: filtered on copy_id__in
     return heads
 
 
@@ -213,11 +214,12 @@ class OrphanGroup:
 
     @property
     def item_noun(self) -> str:
-        return {
+        nouns: dict[str, str] = {
             OrphanKind.UNCLAIMED: "file",
             OrphanKind.MULTIPART: "upload",
             OrphanKind.ALL_PARTIAL: "partial copy,partial copies",
-        }.get(self.kind, "copy,copies")
+        }
+        return nouns.get(self.kind, "copy,copies")
 
 
 class _RunPrefix(Func):
@@ -234,7 +236,9 @@ class _RunPrefix(Func):
         super().__init__(expression)
         self.depth = depth
 
-    def as_sql(self, compiler, connection, **extra):
+    # Django calls it with (compiler, connection) alone: Func's function, template and arg_joiner have no
+    # meaning for this SQL, written out whole per database.
+    def as_sql(self, compiler, connection, **extra):  # type: ignore[override]
         sql, params = compiler.compile(self.source_expressions[0])
         e = "@@path@@"  # where the path expression goes; it may occur many times, each with its parameters
         if connection.vendor == "postgresql":
@@ -306,7 +310,7 @@ def orphans(*, kind: str | None = None, location_id: int | None = None) -> list[
             depths[1].append(pk)  # a template without {run}: group by top-level directory
     where = {"location_id__in": list(locations)} if location_id else {}
     wanted = [kind] if kind else list(OrphanKind.values)
-    rows: list[tuple[str, dict]] = []
+    rows: list[tuple[str, Mapping[str, Any]]] = []
 
     if OrphanKind.UNCLAIMED in wanted:
         unclaimed = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -37,7 +38,7 @@ def _team_and_run_names(location: StorageLocation, template: PathTemplate, found
     team_name = (
         found.team
         or matched.get("team")
-        or (location.default_team.name if location.default_team_id else UNASSIGNED_TEAM)
+        or (location.default_team.name if location.default_team is not None else UNASSIGNED_TEAM)
     )
     run_name = found.run or matched.get("run")
     if not run_name:
@@ -213,7 +214,7 @@ class Judge:
                     checkpoint.save(update_fields=["importance"])
                 members = [m for p in f.files if (m := by_path.get(p)) is not None]
                 newest = max([m.mtime for m in members], default=None)
-                values = {
+                values: dict[str, Any] = {
                     "checkpoint_id": checkpoint.pk,
                     "format": f.format,
                     "state": f.state,

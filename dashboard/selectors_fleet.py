@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
 
 from django.db.models import Count, F, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 
@@ -14,10 +15,17 @@ from fleet.choices import InventoryStatus, Tier
 from fleet.models import Host, Inventory, MultipartUpload, ObjectVersion, StorageLocation
 from spend.models import UsageDaily, UsageState
 
+if TYPE_CHECKING:  # the stubs' helper (a dev dependency) for a model instance with annotations
+    from django_stubs_ext import WithAnnotations
+
 IN_PROGRESS = (InventoryStatus.RECEIVED, InventoryStatus.PROCESSING)
 
 
-def locations_with_inventories() -> QuerySet[StorageLocation]:
+class _Newest(TypedDict):
+    newest_inventory_id: int | None
+
+
+def locations_with_inventories() -> QuerySet[WithAnnotations[StorageLocation, _Newest]]:
     """Locations with their last finished inventory and the id of their newest one of any status.
 
     ``last_inventory`` is only moved when an inventory is applied or fails; the newest one may still
@@ -32,7 +40,7 @@ def locations_with_inventories() -> QuerySet[StorageLocation]:
     )
 
 
-def attach_in_progress(locations: Iterable[StorageLocation]) -> None:
+def attach_in_progress(locations: Iterable[WithAnnotations[StorageLocation, _Newest]]) -> None:
     """Set ``in_progress`` on each location: its newest inventory if that one is not finished yet."""
     locations = list(locations)
     wanted = {
@@ -42,7 +50,8 @@ def attach_in_progress(locations: Iterable[StorageLocation]) -> None:
     }
     found = Inventory.objects.filter(pk__in=wanted, status__in=IN_PROGRESS).in_bulk() if wanted else {}
     for loc in locations:
-        loc.in_progress = found.get(loc.newest_inventory_id)
+        # An attribute for the page, on the instance itself: not a field, so the stubs do not know it.
+        loc.in_progress = found.get(loc.newest_inventory_id)  # type: ignore[attr-defined]
 
 
 def host_list(*, q: str = "", host_id: int | None = None) -> QuerySet[Host]:
@@ -55,7 +64,7 @@ def host_list(*, q: str = "", host_id: int | None = None) -> QuerySet[Host]:
     return hosts.prefetch_related(Prefetch("locations", queryset=locations_with_inventories(), to_attr="located"))
 
 
-def shared_locations() -> list[StorageLocation]:
+def shared_locations() -> list[WithAnnotations[StorageLocation, _Newest]]:
     """Locations that belong to no host and have no bucket settings (shared mounts), with their inventories."""
     return list(locations_with_inventories().filter(host__isnull=True, bucket__isnull=True))
 
@@ -90,7 +99,7 @@ class Versions:
 _TIER_ORDER = {value: i for i, value in enumerate(Tier.values)}
 
 
-def bucket_locations() -> list[StorageLocation]:
+def bucket_locations() -> list[WithAnnotations[StorageLocation, _Newest]]:
     """Bucket locations with their settings (``loc.bucket``), last finished and newest scan, bytes by tier
     (``loc.tiers``), incomplete multipart uploads (``loc.uploads``) and non-current versions
     (``loc.versions``): five queries for any number of buckets.
@@ -101,9 +110,10 @@ def bucket_locations() -> list[StorageLocation]:
     uploads = incomplete_uploads(ids)
     versions = noncurrent_versions(ids)
     for loc in locations:
-        loc.tiers = tiers.get(loc.pk, [])
-        loc.uploads = uploads.get(loc.pk)
-        loc.versions = versions.get(loc.pk)
+        # Attributes for the page, on the instances themselves: not fields, so the stubs do not know them.
+        loc.tiers = tiers.get(loc.pk, [])  # type: ignore[attr-defined]
+        loc.uploads = uploads.get(loc.pk)  # type: ignore[attr-defined]
+        loc.versions = versions.get(loc.pk)  # type: ignore[attr-defined]
     return locations
 
 
@@ -122,14 +132,14 @@ def bytes_by_tier(location_ids: Iterable[int]) -> dict[int, list[TierBytes]]:
         UsageDaily.objects.filter(location_id__in=ids, day=F("location__usage_cursor__day"))
         .exclude(state__in=[UsageState.MULTIPART, UsageState.NONCURRENT])
         .values("location_id", "tier")
-        .annotate(total=Sum("bytes"), objects=Sum("files"))
+        .annotate(total=Sum("bytes"), file_total=Sum("files"))
         .order_by()
     )
     sums: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     for row in rows:
         acc = sums[row["location_id"]][row["tier"]]
         acc[0] += row["total"] or 0
-        acc[1] += row["objects"] or 0
+        acc[1] += row["file_total"] or 0
     labels = dict(Tier.choices)
     return {
         pk: [

@@ -198,6 +198,10 @@ class _Writer(Protocol):
     def write(self, data: bytes, /) -> object: ...
 
 
+class _ReadInto(Protocol):
+    def readinto(self, buffer: bytearray, /) -> int | None: ...
+
+
 class AgentError(Exception):
     """A failure explained in one line. ``fatal`` ones (no server, bad token) stop the other roots too."""
 
@@ -372,7 +376,7 @@ def inventory_lines(
     """
     root = os.path.abspath(root)
     _check_root(root)
-    header = {
+    header: dict[str, Any] = {
         "type": "header",
         "format": WIRE_FORMAT,
         "host": host,
@@ -501,7 +505,7 @@ def stream_facts(name: str, f: BinaryIO, size: int) -> dict[str, Any] | None:
         return {"kind": kind, "error": _one_line(f"{type(exc).__name__}: {exc}")}
 
 
-def _open_regular(path: str) -> BinaryIO:
+def _open_regular(path: str) -> io.FileIO:
     # O_NOFOLLOW and O_NONBLOCK: a file swapped for a symlink or a FIFO after the listing is neither
     # followed nor allowed to block the agent.
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -759,7 +763,7 @@ _SAFE_BUILTINS: dict[str, Any] = {
 class _RestrictedUnpickler(pickle.Unpickler):
     """Unpickles DCP metadata with stubs for torch and pathlib classes, and refuses every other global."""
 
-    def __init__(self, file: BinaryIO) -> None:
+    def __init__(self, file: IO[bytes]) -> None:
         super().__init__(file)
         self._stubs: dict[tuple[str, str], type] = {}
 
@@ -1294,7 +1298,7 @@ def _buffers() -> list[bytearray]:
 
 
 def checksum_file(
-    f: BinaryIO, size: int, *, members: list[_ZipMember] | None = None, throttle: _Throttle | None = None
+    f: _ReadInto, size: int, *, members: list[_ZipMember] | None = None, throttle: _Throttle | None = None
 ) -> FileChecksums:
     """sha256 and the CRCs of ``CRC_ALGORITHMS`` (per block and whole) of everything left in ``f``, in one read.
 
@@ -1368,7 +1372,7 @@ def checksum_file(
     return FileChecksums(sha.hexdigest(), checksums, verdict, round(time.time(), 3))
 
 
-def sha256_file(f: BinaryIO) -> str:
+def sha256_file(f: _ReadInto) -> str:
     """Lowercase hex sha256 of everything left in ``f``, read in 1 MiB blocks (the pass before CRCs,
     kept as the baseline bench/agent_checksum_bench.py measures the new one against)."""
     digest = hashlib.sha256()
@@ -1618,7 +1622,9 @@ def _checksum(
                 except (struct.error, ValueError, OverflowError):
                     members = None
                 f.seek(0)
-            sums = checksum_file(f, st.st_size, members=members, throttle=scrub.throttle if scrubbing else None)
+            sums = checksum_file(
+                f, st.st_size, members=members, throttle=scrub.throttle if scrub and scrubbing else None
+            )
             after = os.fstat(f.fileno())
     except (OSError, _FactsError) as exc:
         warn(f"{_printable(path)}: no checksum sent: {_os_reason(exc)}")
@@ -1995,7 +2001,7 @@ def report_deletions(server: str, token: str, results: list[dict[str, Any]], *, 
 def _delete_root(args: argparse.Namespace, root: str, server: str, token: str) -> bool:
     """Delete this root's scheduled files and report each; True when none failed."""
     label = f"{args.host}:{root}"
-    tried: set[int] = set()
+    tried: set[int | None] = set()
     counts: collections.Counter[str] = collections.Counter()
     try:
         while True:
@@ -2348,6 +2354,7 @@ def _pull_root(args: argparse.Namespace, root: str, server: str, token: str, cac
                         break  # its URL is about to expire: report what is done and ask for fresh ones
                 tried.add(item["id"])
                 where = _printable(str(item.get("path")))
+                measured: dict[str, Any]
                 if item.get("root") != root:
                     result, detail, measured = "skipped", "refused: the item is not below this root", {}
                 else:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
+from typing import cast
 
 from django.db import transaction
 from django.db.models import Count, Sum
@@ -234,7 +235,7 @@ def promotion_plan(
         method = Method.AGENT_PULL
         target_tier = target_location.tier
         steps.append(
-            f"Ask the agent of {target_location.host.name if target_location.host_id else target_location.name} "
+            f"Ask the agent of {target_location.host.name if target_location.host else target_location.name} "
             f"to pull {files} file(s) into {target_location.root_path}/{copy.path}."
         )
     else:
@@ -385,8 +386,9 @@ def _price(plan: Plan) -> None:
     source_total: Decimal | None = Decimal(0)
     for group in plan.groups:
         price = book.price(plan.source_copy.location, group.tier, group.storage_class, today)
-        group.cost_per_month = None if price is None else price * group.bytes / GIB
-        source_total = None if source_total is None or price is None else source_total + group.cost_per_month
+        cost = None if price is None else price * group.bytes / GIB
+        group.cost_per_month = cost
+        source_total = None if source_total is None or cost is None else source_total + cost
     plan.source_cost_per_month = source_total
     if plan.copy_after_restore:
         price = book.price(plan.target_location, plan.target_tier, plan.target_storage_class, today)
@@ -439,7 +441,7 @@ def promote(
         raise DomainError("name a checkpoint or one of its copies to promote", code="no_source")
     if copy is not None and checkpoint is not None and copy.checkpoint_id != checkpoint.pk:
         raise DomainError(f"that copy belongs to another checkpoint than {checkpoint}", code="bad_source")
-    ckpt_id = checkpoint.pk if checkpoint is not None else copy.checkpoint_id
+    ckpt_id = checkpoint.pk if checkpoint is not None else cast(CheckpointCopy, copy).checkpoint_id  # one given
     _require_operator(actor, "promoting a checkpoint", target_id=ckpt_id, target_label=str(checkpoint or copy))
     reason = (reason or "").strip()
     if not reason:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -164,7 +165,8 @@ def policy_scope(policy: RetentionPolicy) -> tuple[Scope, frozenset[int]]:
     """The simulator's scope of a policy, and the runs it leaves to their own policies."""
     if policy.run_id is not None:
         return Scope(run_id=policy.run_id), frozenset()
-    own = RetentionPolicy.objects.filter(run__team_id=policy.team_id).values_list("run_id", flat=True)
+    # Without a run, a policy has a team (the retentionpolicy_one_scope constraint).
+    own = RetentionPolicy.objects.filter(run__team_id=cast(int, policy.team_id)).values_list("run_id", flat=True)
     return Scope(team_id=policy.team_id), frozenset(own)
 
 
