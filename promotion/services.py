@@ -194,6 +194,72 @@ def promotion_plan(
     checkpoint = copy.checkpoint
     source = copy.location
     target_storage_class = _clean_class(target_storage_class)
+    _check_request(copy, restore_days, restore_tier)
+    source_bucket = _bucket_of(source)
+    groups = _source_groups(copy, source_bucket)
+    files = sum(g.files for g in groups)
+    if not files:
+        raise DomainError(f"the copy at {source.name} has no files on record to promote", code="no_files")
+    archived = [g for g in groups if g.archived]
+    in_place = target_location.pk == source.pk
+    if target_location.kind in HOST_KINDS:
+        route = _to_host(copy, target_location, target_storage_class, source_bucket, archived, files)
+    else:
+        route = _to_bucket(
+            copy,
+            target_location,
+            target_storage_class,
+            source_bucket,
+            groups,
+            archived,
+            files,
+            in_place,
+            restore_days=restore_days,
+            restore_tier=restore_tier,
+        )
+    if route.copy_after_restore:
+        _refuse_demotion(groups, route.target_tier)
+    held = is_held(checkpoint)
+    notes = _refuse_overwrites(copy, target_location, held=held, in_place=in_place, rewrites=route.copy_after_restore)
+    notes += _plan_notes(copy, groups, source_bucket, held=held, in_place=in_place, route=route, days=restore_days)
+    plan = Plan(
+        checkpoint=checkpoint,
+        source_copy=copy,
+        target_location=target_location,
+        target_storage_class=route.storage_class if route.copy_after_restore else "",
+        target_tier=route.target_tier,
+        method=route.method,
+        in_place=in_place,
+        restore_days=restore_days,
+        restore_tier=restore_tier,
+        files=files,
+        bytes=sum(g.bytes for g in groups),
+        groups=groups,
+        archived_files=sum(g.files for g in archived),
+        archived_bytes=sum(g.bytes for g in archived),
+        copy_after_restore=route.copy_after_restore,
+        steps=route.steps,
+        notes=notes,
+    )
+    _price(plan)
+    return plan
+
+
+@dataclass
+class _Route:
+    """How a promotion reaches its target: the method, the target's tier and storage class, whether objects are
+    copied after any restore (False: a temporary restore in place), and the steps it will take, in words."""
+
+    method: str
+    target_tier: str
+    storage_class: str = ""
+    copy_after_restore: bool = True
+    steps: list[str] = field(default_factory=list)
+
+
+def _check_request(copy: CheckpointCopy, restore_days: int, restore_tier: str) -> None:
+    """The request itself: restore days and tier in range, a present and complete source copy."""
+    source = copy.location
     if not isinstance(restore_days, int) or not 1 <= restore_days <= MAX_RESTORE_DAYS:
         raise DomainError(f"keep a restored copy for 1 to {MAX_RESTORE_DAYS} days", code="bad_restore_days")
     if restore_tier not in RestoreTier.values:
@@ -205,116 +271,159 @@ def promotion_plan(
             f"the copy at {source.name} is {copy.get_state_display().lower()}: only a complete copy is promoted",
             code="copy_not_complete",
         )
-    source_bucket = _bucket_of(source)
-    target_bucket = _bucket_of(target_location)
-    groups = _source_groups(copy, source_bucket)
-    files = sum(g.files for g in groups)
-    size = sum(g.bytes for g in groups)
-    if not files:
-        raise DomainError(f"the copy at {source.name} has no files on record to promote", code="no_files")
-    archived = [g for g in groups if g.archived]
-    in_place = target_location.pk == source.pk
-    notes: list[str] = []
-    steps: list[str] = []
-    copy_after_restore = True
 
-    if target_location.kind in HOST_KINDS:
-        if target_storage_class:
-            raise DomainError("a host location has no storage classes; leave the storage class empty")
-        if source_bucket is None:
-            raise DomainError(
-                "a host's agent pulls from a bucket; copying between hosts is not something promotion does",
-                code="unsupported",
-            )
-        if archived:
-            raise DomainError(
-                f"{sum(g.files for g in archived)} file(s) of this copy are in an archive class: restore them "
-                "first (promote the copy in place), then ask the host to pull",
-                code="archived_source",
-            )
-        method = Method.AGENT_PULL
-        target_tier = target_location.tier
-        steps.append(
-            f"Ask the agent of {target_location.host.name if target_location.host else target_location.name} "
-            f"to pull {files} file(s) into {target_location.root_path}/{copy.path}."
+
+def _to_host(
+    copy: CheckpointCopy,
+    target_location: StorageLocation,
+    target_storage_class: str,
+    source_bucket: Bucket | None,
+    archived: list[SourceGroup],
+    files: int,
+) -> _Route:
+    """A host's agent pulls the files from the source bucket, which must be readable now."""
+    if target_storage_class:
+        raise DomainError("a host location has no storage classes; leave the storage class empty")
+    if source_bucket is None:
+        raise DomainError(
+            "a host's agent pulls from a bucket; copying between hosts is not something promotion does",
+            code="unsupported",
         )
-    else:
-        if target_bucket is None:
-            raise DomainError(f"{target_location.name} is neither a bucket nor a host location", code="unsupported")
-        if source_bucket is None:
+    if archived:
+        raise DomainError(
+            f"{sum(g.files for g in archived)} file(s) of this copy are in an archive class: restore them "
+            "first (promote the copy in place), then ask the host to pull",
+            code="archived_source",
+        )
+    host = target_location.host.name if target_location.host else target_location.name
+    return _Route(
+        Method.AGENT_PULL,
+        target_location.tier,
+        steps=[f"Ask the agent of {host} to pull {files} file(s) into {target_location.root_path}/{copy.path}."],
+    )
+
+
+def _to_bucket(
+    copy: CheckpointCopy,
+    target_location: StorageLocation,
+    target_storage_class: str,
+    source_bucket: Bucket | None,
+    groups: list[SourceGroup],
+    archived: list[SourceGroup],
+    files: int,
+    in_place: bool,
+    *,
+    restore_days: int,
+    restore_tier: str,
+) -> _Route:
+    """A server-side copy between buckets of one endpoint, after restoring archived objects; or, in place with no
+    storage class named, a temporary restore only."""
+    target_bucket = _bucket_of(target_location)
+    if target_bucket is None:
+        raise DomainError(f"{target_location.name} is neither a bucket nor a host location", code="unsupported")
+    if source_bucket is None:
+        raise DomainError(
+            "uploading a copy from a host into a bucket is the host's job, not a promotion; pick a bucket copy",
+            code="unsupported",
+        )
+    if source_bucket.endpoint_url != target_bucket.endpoint_url:
+        raise DomainError(
+            "a server-side copy needs both buckets on the same endpoint "
+            f"({source_bucket.endpoint_url or 'AWS'} and {target_bucket.endpoint_url or 'AWS'})",
+            code="unsupported",
+        )
+    if target_storage_class in RESTORE_CLASSES:
+        raise DomainError(f"{target_storage_class} is an archive class: promotion only moves data to a hotter one")
+    copy_after_restore = True
+    if in_place and not target_storage_class:
+        if not archived:
             raise DomainError(
-                "uploading a copy from a host into a bucket is the host's job, not a promotion; pick a bucket copy",
-                code="unsupported",
+                "nothing to do: the copy is readable where it is; name a hotter storage class or another location",
+                code="nothing_to_do",
             )
-        if source_bucket.endpoint_url != target_bucket.endpoint_url:
-            raise DomainError(
-                "a server-side copy needs both buckets on the same endpoint "
-                f"({source_bucket.endpoint_url or 'AWS'} and {target_bucket.endpoint_url or 'AWS'})",
-                code="unsupported",
-            )
-        if target_storage_class in RESTORE_CLASSES:
-            raise DomainError(f"{target_storage_class} is an archive class: promotion only moves data to a hotter one")
-        if in_place and not target_storage_class:
-            if not archived:
-                raise DomainError(
-                    "nothing to do: the copy is readable where it is; name a hotter storage class or another location",
-                    code="nothing_to_do",
-                )
-            copy_after_restore = False  # a temporary restored copy, readable for restore_days
-        if not in_place and not target_storage_class:
-            target_storage_class = "STANDARD"
-        if copy_after_restore:
-            target_tier = target_bucket.tier_of(target_storage_class)
-        else:
-            target_tier = min((g.tier for g in archived), key=tier_rank)
-        if in_place and copy_after_restore and all(g.storage_class == target_storage_class for g in groups):
-            raise DomainError(f"nothing to do: every file is in {target_storage_class} already", code="nothing_to_do")
-        method = Method.RESTORE if archived else Method.COPY
-        if archived:
-            steps.append(
-                f"Restore {sum(g.files for g in archived)} archived object(s) ({_gib(sum(g.bytes for g in archived))}) "
-                f"with the {restore_tier} retrieval tier, readable for {restore_days} day(s); "
-                "the job waits, polling each object's restore status, until every one is available."
-            )
-        if copy_after_restore:
-            where = "in place (the same keys)" if in_place else f"into {target_location.name}"
-            steps.append(f"Copy {files} object(s) server-side {where} as {target_storage_class}.")
+        copy_after_restore = False  # a temporary restored copy, readable for restore_days
+    if not in_place and not target_storage_class:
+        target_storage_class = "STANDARD"
     if copy_after_restore:
-        demoting = [g for g in groups if tier_rank(g.tier) < tier_rank(target_tier)]
-        if demoting:
-            worst = demoting[0]
-            raise DomainError(
-                f"{sum(g.files for g in demoting)} file(s) are on {tier_label(worst.tier)}, hotter than "
-                f"{tier_label(target_tier)}: promotion never moves data to a colder class",
-                code="would_demote",
-            )
-    held = is_held(checkpoint)
-    if held and in_place and copy_after_restore:
+        target_tier = target_bucket.tier_of(target_storage_class)
+    else:
+        target_tier = min((g.tier for g in archived), key=tier_rank)
+    if in_place and copy_after_restore and all(g.storage_class == target_storage_class for g in groups):
+        raise DomainError(f"nothing to do: every file is in {target_storage_class} already", code="nothing_to_do")
+    route = _Route(Method.RESTORE if archived else Method.COPY, target_tier, target_storage_class, copy_after_restore)
+    if archived:
+        route.steps.append(
+            f"Restore {sum(g.files for g in archived)} archived object(s) ({_gib(sum(g.bytes for g in archived))}) "
+            f"with the {restore_tier} retrieval tier, readable for {restore_days} day(s); "
+            "the job waits, polling each object's restore status, until every one is available."
+        )
+    if copy_after_restore:
+        where = "in place (the same keys)" if in_place else f"into {target_location.name}"
+        route.steps.append(f"Copy {files} object(s) server-side {where} as {target_storage_class}.")
+    return route
+
+
+def _refuse_demotion(groups: list[SourceGroup], target_tier: str) -> None:
+    """Promotion never moves data to a colder class."""
+    demoting = [g for g in groups if tier_rank(g.tier) < tier_rank(target_tier)]
+    if demoting:
+        worst = demoting[0]
+        raise DomainError(
+            f"{sum(g.files for g in demoting)} file(s) are on {tier_label(worst.tier)}, hotter than "
+            f"{tier_label(target_tier)}: promotion never moves data to a colder class",
+            code="would_demote",
+        )
+
+
+def _refuse_overwrites(
+    copy: CheckpointCopy, target_location: StorageLocation, *, held: bool, in_place: bool, rewrites: bool
+) -> list[str]:
+    """Promise 1: a held checkpoint's objects are never rewritten, in place or at the target. Returns the note on
+    files already at the target."""
+    checkpoint = copy.checkpoint
+    if held and in_place and rewrites:
         raise DomainError(
             f"{checkpoint} is on hold: rewriting its objects in place would overwrite them; copy it to another "
             "location or restore it temporarily instead",
             code="held",
             http_status=409,
         )
-    if not in_place:
-        there = (
-            CheckpointCopy.objects.filter(location=target_location, path=copy.path, gone_at__isnull=True)
-            .select_related("checkpoint")
-            .first()
+    if in_place:
+        return []
+    there = (
+        CheckpointCopy.objects.filter(location=target_location, path=copy.path, gone_at__isnull=True)
+        .select_related("checkpoint")
+        .first()
+    )
+    if there is None:
+        return []
+    if there.checkpoint_id != checkpoint.pk and is_held(there.checkpoint):
+        raise DomainError(
+            f"{target_location.name} holds {there.checkpoint} at {copy.path}, which is on hold: it is never "
+            "overwritten",
+            code="held",
+            http_status=409,
         )
-        if there is not None:
-            if there.checkpoint_id != checkpoint.pk and is_held(there.checkpoint):
-                raise DomainError(
-                    f"{target_location.name} holds {there.checkpoint} at {copy.path}, which is on hold: it is never "
-                    "overwritten",
-                    code="held",
-                    http_status=409,
-                )
-            notes.append(
-                f"{target_location.name} already has files at {copy.path}: identical objects are kept as they are, "
-                "differing ones are never overwritten (those files fail the job instead)."
-            )
-    if in_place and copy_after_restore:
+    return [
+        f"{target_location.name} already has files at {copy.path}: identical objects are kept as they are, "
+        "differing ones are never overwritten (those files fail the job instead)."
+    ]
+
+
+def _plan_notes(
+    copy: CheckpointCopy,
+    groups: list[SourceGroup],
+    source_bucket: Bucket | None,
+    *,
+    held: bool,
+    in_place: bool,
+    route: _Route,
+    days: int,
+) -> list[str]:
+    """What the person approving should know: early-deletion charges and versions of an in-place rewrite, a
+    hold, and a temporary restore's end and cost."""
+    notes: list[str] = []
+    if in_place and route.copy_after_restore:
         notes.extend(_early_deletion_notes(copy, groups))
         if source_bucket is not None and source_bucket.versioning == "Enabled":
             notes.append(
@@ -323,33 +432,12 @@ def promotion_plan(
             )
     if held:
         notes.append("This checkpoint is on hold: promotion only adds copies; nothing of it is overwritten.")
-    if not copy_after_restore:
+    if not route.copy_after_restore:
         notes.append(
-            f"A restored copy is temporary: after {restore_days} day(s) the objects are archived-only again. "
+            f"A restored copy is temporary: after {days} day(s) the objects are archived-only again. "
             "While restored, S3 bills the restored bytes at the STANDARD rate on top of the archive rate."
         )
-
-    plan = Plan(
-        checkpoint=checkpoint,
-        source_copy=copy,
-        target_location=target_location,
-        target_storage_class=target_storage_class if copy_after_restore else "",
-        target_tier=target_tier,
-        method=method,
-        in_place=in_place,
-        restore_days=restore_days,
-        restore_tier=restore_tier,
-        files=files,
-        bytes=size,
-        groups=groups,
-        archived_files=sum(g.files for g in archived),
-        archived_bytes=sum(g.bytes for g in archived),
-        copy_after_restore=copy_after_restore,
-        steps=steps,
-        notes=notes,
-    )
-    _price(plan)
-    return plan
+    return notes
 
 
 def _early_deletion_notes(copy: CheckpointCopy, groups: list[SourceGroup]) -> list[str]:
