@@ -35,15 +35,15 @@ from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from actions import promises
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
-from actions.protection import OPEN_DELETION_STATES, active_holds, is_pinned
+from actions.protection import OPEN_DELETION_STATES
 from audit.actor import Actor
 from audit.choices import EventSource
 from audit.services import audit
 from catalog import hooks
-from catalog.choices import CopyState, Verification
-from catalog.models import Checkpoint, CheckpointCopy, ShardFile
-from catalog.recovery import disputed_checkpoints, newest_restorable
+from catalog.models import CheckpointCopy, ShardFile
+from catalog.recovery import newest_restorable
 from ckptfleet.celery import task
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet import s3
@@ -86,56 +86,30 @@ def _audit(job: DeletionJob, actor: Actor, action: str, *, after: dict, reason: 
 
 
 def blocker(job: DeletionJob) -> str:
-    """Why the job must not delete anything more now, or "" when every promise allows it.
+    """Why the job must not delete anything more now, or "" when every promise allows it (promise 4).
 
-    Call it with the checkpoint and the job locked. The rules are those ``schedule_deletion``
-    applied when the job was made, read again now: a hold or a pin placed since wins; a copy goes
-    only while another verified copy that is not itself being deleted remains (promises 5 and 6);
-    a policy never deletes the run's newest restorable checkpoint, nor a checkpoint with a disputed copy;
-    a disputed copy is never deleted alone (promises 10 and 12).
+    Call it with the checkpoint and the job locked. The rules are those ``schedule_deletion`` applied when the job
+    was made (``actions.promises``), read again now: a hold or a pin placed since wins; a copy goes only while
+    another verified copy that is not itself being deleted remains; a disputed copy is never deleted alone; a
+    policy never deletes the run's newest restorable checkpoint, nor a checkpoint with a disputed copy.
     """
-    checkpoint = job.checkpoint
-    hold = active_holds(checkpoint).order_by("placed_at").first()
-    if hold is not None:
-        scope = "its run" if hold.checkpoint_id is None else "it"
-        return f"a legal hold on {scope} (case {hold.case_ref}, placed by {hold.placed_label}) forbids deleting it"
-    if is_pinned(checkpoint):
-        return "it is pinned; unpin it first"
-    copy = job.copy
-    if copy is not None and copy.verification == Verification.DISPUTED:
-        return (
-            "the copy is disputed: it disagrees with another copy and nothing says which is right, so it is not "
-            "deleted as the bad one (promise 10)"
-        )
-    if copy is not None and copy.state == CopyState.COMPLETE and not copy.temporary:
+    checkpoint, copy = job.checkpoint, job.copy
+    refusal = promises.held(checkpoint) or promises.pinned(checkpoint) or promises.disputed_copy(copy)
+    if refusal is None and copy is not None:
         others_going = DeletionJob.objects.filter(
             checkpoint=checkpoint, state__in=OPEN_DELETION_STATES, copy__isnull=False
         ).exclude(pk=job.pk)
-        survivor = (
-            CheckpointCopy.objects.filter(
-                checkpoint=checkpoint,
-                gone_at__isnull=True,
-                state=CopyState.COMPLETE,
-                verification=Verification.VERIFIED,
-            )
+        survivors = (
+            CheckpointCopy.objects.filter(checkpoint=checkpoint, gone_at__isnull=True)
             .exclude(pk=job.copy_id)
             .exclude(pk__in=others_going.values("copy_id"))
         )
-        if not survivor.exists():
-            return (
-                "no other verified copy of the checkpoint would remain: a complete copy is deleted only "
-                "while another copy that stays is verified"
-            )
-    elif copy is None and job.origin.startswith("policy"):
-        newest, _verified = newest_restorable(checkpoint.run)
-        if newest is not None and newest.pk == checkpoint.pk:
-            return "it is the run's newest restorable checkpoint, which no policy deletes"
-        if Checkpoint.objects.filter(disputed_checkpoints(), pk=checkpoint.pk).exists():
-            return (
-                "a copy of it is disputed (its copies disagree and nothing says which is right), and no policy "
-                "deletes what it cannot positively judge (promise 12)"
-            )
-    return ""
+        refusal = promises.last_verified_copy(checkpoint, copy, survivors)
+    elif refusal is None and job.origin.startswith("policy"):
+        refusal = promises.newest_restorable_for_policy(
+            checkpoint, job.origin, newest_restorable(checkpoint.run)[0]
+        ) or promises.disputed_for_policy(checkpoint, job.origin)
+    return f"{refusal.message} [{refusal.code}]" if refusal is not None else ""
 
 
 def _lock(job_id: int) -> DeletionJob | None:

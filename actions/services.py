@@ -30,12 +30,14 @@ from django.db.models import Count, Sum
 from django.utils import timezone
 
 from access.roles import Role, has_role, require_role
+from actions import promises
 from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, MirrorState, Pin
+from actions.promises import Refusal
 from actions.protection import OPEN_DELETION_STATES, active_holds
 from audit.actor import Actor
 from audit.choices import ActorKind
 from audit.services import audit
-from catalog.choices import CopyState, Importance, Verification
+from catalog.choices import Importance
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, ShardFile
 from catalog.recovery import newest_restorable, newest_restorable_ids
 from ckptfleet.errors import DomainError, PermissionRefused
@@ -389,6 +391,10 @@ class DeletionPreview:
         return self.refusal is None
 
     @property
+    def promise_text(self) -> str:
+        return promises.PROMISES.get(self.promise, "") if self.promise else ""
+
+    @property
     def needs_approval(self) -> bool:
         return bool(self.approval_reasons)
 
@@ -504,74 +510,58 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
         grace_days=max(settings.DELETION_GRACE_DAYS, 0),
     )
 
-    def refuse(message: str, code: str, promise: int | None = None) -> DeletionPreview:
-        preview.refusal, preview.refusal_code, preview.promise = message, code, promise
-        return preview
-
-    holds = list(active_holds(checkpoint).only("case_ref", "placed_label", "checkpoint_id"))
-    if holds:
-        cases = ", ".join(sorted({h.case_ref for h in holds}))
-        return refuse(
-            f"{checkpoint} is under a legal hold (case {cases}); nothing held is deleted, by anyone, until another "
-            "person releases the hold",
-            "held",
-            1,
-        )
-    current_pin = Pin.objects.filter(checkpoint=checkpoint, unpinned_at__isnull=True).first()
-    if current_pin is not None:
-        return refuse(
-            f"{checkpoint} is pinned by {current_pin.pinned_label} ({current_pin.reason}); unpin it first",
-            "pinned",
-            2,
-        )
     overlapping = [j for j in open_jobs if copy is None or j.copy_id in (None, copy.pk)]
-    if overlapping:
-        return refuse(
-            f"{checkpoint}{' at ' + str(copy.location) if copy else ''} is already scheduled for deletion "
-            f"(deletion {overlapping[0].pk}); cancel that one first",
-            "already_scheduled",
-        )
-    if not going:
-        return refuse(f"{checkpoint} has no present copy, so there is nothing to delete", "nothing_to_delete")
-    disputed = [c for c in present if c.verification == Verification.DISPUTED]
-    if copy is not None and copy.verification == Verification.DISPUTED:
-        return refuse(
-            f"the copy at {copy.location} is disputed: its checksums differ from another copy's and nothing "
-            "independent says which is right, so it is not deleted as bad on the other copy's word (promise 10). "
-            "Settle it first (a checksum written at save time, a third copy, or the source's checksum from before "
-            "the copy), or delete the whole checkpoint",
-            "disputed",
-            10,
-        )
-    if origin.startswith("policy:") and disputed:
-        return refuse(
-            f"{checkpoint} has a disputed copy (at {disputed[0].location}): a policy never deletes what it cannot "
-            "positively identify as good or bad (promise 12)",
-            "disputed",
-            12,
-        )
-    if preview.files == 0:
-        return refuse("the copies to delete have no present files, so there is nothing to delete", "nothing_to_delete")
-    if copy is not None and copy.state == CopyState.COMPLETE and not copy.temporary:
-        verified_left = [
-            c for c in surviving if c.state == CopyState.COMPLETE and c.verification == Verification.VERIFIED
-        ]
-        if not verified_left:
-            last = "the last verified copy" if copy.verification == Verification.VERIFIED else "a complete copy"
-            return refuse(
-                f"the copy at {copy.location} is {last} of {checkpoint} and no other complete copy that stays has "
-                "been verified; verify another copy first, or delete the whole checkpoint",
-                "last_verified_copy",
-                5 if copy.verification == Verification.VERIFIED else 6,
-            )
-    is_newest = before is not None and before.pk == checkpoint.pk
-    if origin.startswith("policy:") and is_newest:
-        return refuse(
-            f"{checkpoint} is the newest restorable checkpoint of {checkpoint.run}; no policy deletes it",
-            "newest_restorable",
-            5,
-        )
+    refusal = (
+        promises.held(checkpoint)
+        or promises.pinned(checkpoint)
+        or _already_scheduled(checkpoint, copy, overlapping)
+        or _no_copy(checkpoint, going)
+        or promises.disputed_copy(copy)
+        or promises.disputed_for_policy(checkpoint, origin)
+        or _no_files(preview.files)
+        or promises.last_verified_copy(checkpoint, copy, surviving)
+        or promises.newest_restorable_for_policy(checkpoint, origin, before)
+    )
+    if refusal is not None:
+        preview.refusal, preview.refusal_code, preview.promise = refusal.message, refusal.code, refusal.promise
+        return preview
+    _approval_reasons(preview, checkpoint, copy, origin, newest_before=before, newest_after=after)
+    return preview
 
+
+def _already_scheduled(checkpoint: Checkpoint, copy: CheckpointCopy | None, overlapping: list) -> Refusal | None:
+    """Promise 3: one frozen list per deletion; a second deletion of the same copies waits for the first."""
+    if not overlapping:
+        return None
+    return Refusal(
+        "already_scheduled",
+        f"{checkpoint}{' at ' + str(copy.location) if copy else ''} is already scheduled for deletion "
+        f"(deletion {overlapping[0].pk}); cancel that one first",
+    )
+
+
+def _no_copy(checkpoint: Checkpoint, going: list) -> Refusal | None:
+    if going:
+        return None
+    return Refusal("nothing_to_delete", f"{checkpoint} has no present copy, so there is nothing to delete")
+
+
+def _no_files(files: int) -> Refusal | None:
+    if files:
+        return None
+    return Refusal("nothing_to_delete", "the copies to delete have no present files, so there is nothing to delete")
+
+
+def _approval_reasons(
+    preview: DeletionPreview,
+    checkpoint: Checkpoint,
+    copy: CheckpointCopy | None,
+    origin: str,
+    *,
+    newest_before: Checkpoint | None,
+    newest_after: Checkpoint | None,
+) -> None:
+    """Why a second person must approve (two-person rule): size, importance, a policy's proposal, the newest."""
     threshold = settings.DELETION_APPROVAL_BYTES
     reasons = preview.approval_reasons
     if preview.bytes > threshold:
@@ -580,9 +570,9 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
         reasons.append(f"the checkpoint is marked {checkpoint.get_importance_display().lower()}")
     if origin.startswith("policy:"):
         reasons.append(f"a retention policy proposed it ({origin})")
-    if is_newest and (copy is None or after is None or after.pk != checkpoint.pk):
+    is_newest = newest_before is not None and newest_before.pk == checkpoint.pk
+    if is_newest and (copy is None or newest_after is None or newest_after.pk != checkpoint.pk):
         reasons.append("it removes the newest restorable checkpoint of the run")
-    return preview
 
 
 def preview(*, checkpoint: Checkpoint, copy: CheckpointCopy | None = None, origin: str = "manual") -> DeletionPreview:

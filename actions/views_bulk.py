@@ -31,7 +31,7 @@ from rest_framework.views import APIView
 from access.middleware import request_id_of
 from access.roles import Role, has_role, require_role
 from access.scoping import restrict_runs
-from actions import services
+from actions import promises, services
 from actions.models import Hold, Pin
 from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run
@@ -81,6 +81,10 @@ class Item:
             return f"checkpoint {self.checkpoint_id}"
         where = f" at {self.copy.location.name}" if self.copy is not None else ""
         return f"{self.checkpoint.run} {ckpt_label(self.checkpoint)}{where}"
+
+    @property
+    def promise_text(self) -> str:
+        return promises.PROMISES.get(self.promise, "") if self.promise else ""
 
     def refuse(self, message: str, code: str, promise: int | None = None) -> None:
         self.refusal, self.refusal_code, self.promise = message, code, promise
