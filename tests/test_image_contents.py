@@ -512,9 +512,6 @@ def test_the_images_python_imports_the_images_files_only(image, tmp_path):
     assert found == {"tests": "refused", "moto": "refused", "pytest": "refused"}
 
 
-@pytest.mark.xfail(
-    strict=True, reason="seed_demo reads tests/fixtures/trees, and .dockerignore leaves tests/ out (issue 14)"
-)
 def test_the_images_demo_seeds_from_the_files_the_image_holds(image, tmp_path):
     var_dir = tmp_path / "var"
     migrated = image.manage(var_dir, "migrate", "--no-input")

@@ -30,10 +30,10 @@ from typing import Any
 
 import pytest
 
+from dashboard.management.commands.seed_demo import DEMO_TREES as FIXTURE_TREES
 from fleet import agent
 
 TOKEN = "cfh_test_secret_token_1234"
-FIXTURE_TREES = Path(__file__).resolve().parents[1] / "fixtures" / "trees"
 DCP_FIXTURES = sorted(FIXTURE_TREES.glob("**/.metadata")) if FIXTURE_TREES.is_dir() else []
 
 
@@ -638,7 +638,7 @@ def test_a_truncated_or_empty_dcp_metadata_is_an_error_fact(tmp_path, monkeypatc
 )
 def test_real_dcp_metadata_written_by_torch(path):
     if path is None:
-        pytest.skip(f"no DCP .metadata fixtures under {FIXTURE_TREES} (tests/fixtures/make_fixtures.py writes them)")
+        pytest.skip(f"no DCP .metadata fixtures under {FIXTURE_TREES} (demo/make_trees.py writes them)")
     facts = facts_of(path)
     assert facts["kind"] == "dcp_metadata", facts
     assert facts["files"], facts
