@@ -31,6 +31,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from dashboard.management.commands.seed_demo import DEMO_TREES
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # --- .dockerignore, by Docker's rules --------------------------------------------------------------
@@ -496,6 +498,19 @@ def test_the_dockerfile_model_copies_files_directories_and_globs_as_copy_does(tm
     dockerfile.write_text("FROM python:3.11-slim\nCOPY tests/ /app/\n")
     with pytest.raises(FileNotFoundError, match="not in the build context"):
         image_files(dockerfile, context)
+
+
+def test_the_image_holds_the_demo_trees_and_leaves_tests_out():
+    files, workdir = _image_plan()
+    in_image = {str(target.relative_to(workdir)) for target in files if target.is_relative_to(workdir)}
+    trees = DEMO_TREES.relative_to(ROOT).as_posix()
+    listed = subprocess.run(["git", "ls-files", trees], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    tracked = set(listed.splitlines())
+    assert len(tracked) > 50, f"the demo trees are not committed under {trees}"
+    assert tracked - in_image == set(), "seed_demo copies these, and the image lacks them"
+    assert {"manage.py", "dashboard/management/commands/seed_demo.py", "pyproject.toml"} <= in_image
+    assert not [p for p in in_image if p.startswith(("tests/", "secrets/", "var/", ".git/"))]
+    assert "demo/make_trees.py" not in in_image  # it needs torch; only the trees it wrote are needed
 
 
 def test_the_images_python_imports_the_images_files_only(image, tmp_path):
