@@ -534,7 +534,26 @@ def test_the_images_demo_seeds_from_the_files_the_image_holds(image, tmp_path):
 
     seeded = image.manage(var_dir, "seed_demo")
     assert seeded.returncode == 0, f"seed_demo failed in the image's folder:\n{seeded.stdout}\n{seeded.stderr}"
+    # The demo of tests/catalog/test_seed_demo.py: four hosts, six runs of four teams, 18 copies of 14 checkpoints.
+    assert _counts(image, var_dir) == {
+        "hosts": 4,
+        "applied": 4,
+        "failed": 0,
+        "runs": 6,
+        "teams": 4,
+        "checkpoints": 14,
+        "copies": 18,
+    }
+    assert "demo actions: pinned" in seeded.stdout
+
+
+def test_the_images_demo_fills_and_scans_buckets_on_an_s3_endpoint_without_moto_in_the_image(image, tmp_path, s3):
+    """The image has boto3 (a dependency) but not moto (a dev extra): the endpoint is a URL, moto runs here."""
+    var_dir = tmp_path / "var"
+    assert image.manage(var_dir, "migrate", "--no-input").returncode == 0
+    seeded = image.manage(var_dir, "seed_demo", "--s3-endpoint", s3.url)
+    assert seeded.returncode == 0, f"seed_demo failed in the image's folder:\n{seeded.stdout}\n{seeded.stderr}"
     counts = _counts(image, var_dir)
-    assert counts["hosts"] == 4 and counts["applied"] == 4 and counts["failed"] == 0, counts
-    assert counts["runs"] == 6 and counts["teams"] == 4, counts
-    assert counts["checkpoints"] >= 10 and counts["copies"] > counts["checkpoints"], counts
+    assert (counts["hosts"], counts["applied"], counts["failed"]) == (4, 6, 0), counts  # 4 hosts + 2 bucket scans
+    assert counts["copies"] > 18, counts  # the buckets' copies of the same checkpoints
+    assert "s3:ckpt-demo-eu (s3://ckpt-demo-eu/fleet/" in seeded.stdout
