@@ -6,8 +6,8 @@ image's files are the ones the Dockerfile's COPY instructions take from that con
 into a temporary folder laid out like the image's file system, and ``manage.py migrate`` and
 ``manage.py seed_demo`` run there in a subprocess, as ``docker compose run web python manage.py ...``
 would: from the image's working directory, importing the copied files only (never the checkout), with
-only the packages the image installs (its ``[project] dependencies``; the dev extras, moto among them,
-are not in the image).
+only the packages the image installs (the runtime lock its Dockerfile installs; the dev extras, moto
+among them, are not in the image).
 """
 
 from __future__ import annotations
@@ -300,18 +300,36 @@ def _installed_closure(requirements: list[str]) -> set[str]:
     return set(seen)
 
 
-def dev_only_modules() -> list[str]:
-    """Top-level modules installed here only because of the dev extras: the image, which installs the
-    project's dependencies alone (see the Dockerfile), has none of them."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    runtime = _installed_closure(project["dependencies"])
-    dev = _installed_closure([r for extra in project.get("optional-dependencies", {}).values() for r in extra])
-    dev_only = dev - runtime
+def image_packages() -> set[str]:
+    """The distributions (canonical names) the Dockerfile installs: those of the requirement files its RUN
+    instructions hand to ``pip install -r`` (the runtime lock), or else the closure of pyproject.toml's
+    ``[project] dependencies``."""
+    locks = [
+        ROOT / path
+        for word, args in _instructions((ROOT / "Dockerfile").read_text(encoding="utf-8"))
+        if word == "RUN" and "pip install" in args
+        for path in re.findall(r"(?:-r|--requirement)[ =](\S+)", args)
+        if (ROOT / path).is_file()
+    ]
+    if not locks:
+        return _installed_closure(_project()["dependencies"])
+    pinned = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^]]*\])?\s*==", re.M)
+    return {canonicalize_name(name) for lock in locks for name in pinned.findall(lock.read_text())}
+
+
+def not_in_image_modules() -> list[str]:
+    """Top-level modules installed here (by the dev extras) that the image does not install: its base
+    image brings pip, setuptools and wheel, its Dockerfile the packages of image_packages() and the project."""
+    keep = image_packages() | {"pip", "setuptools", "wheel", canonicalize_name(_project()["name"])}
     return sorted(
         module
         for module, dists in metadata.packages_distributions().items()
-        if {canonicalize_name(d) for d in dists} <= dev_only
+        if not {canonicalize_name(d) for d in dists} & keep
     )
+
+
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
 # Runs manage.py the way the image does (``python manage.py ...`` in its working directory), refusing any
@@ -418,7 +436,7 @@ def image(tmp_path_factory) -> Image:
         rootfs=rootfs,
         workdir=rootfs / workdir.relative_to("/"),
         launcher=launcher,
-        blocked=tuple(dev_only_modules()),
+        blocked=tuple(not_in_image_modules()),
     )
 
 
