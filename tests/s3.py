@@ -15,12 +15,12 @@ import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-TREES = Path(__file__).resolve().parent / "fixtures" / "trees"
+from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
+
 REGION = "us-east-1"
 AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -97,7 +97,7 @@ class S3Kit:
         classes: dict[str, str] | None = None,
         extra: dict[str, dict[str, Any]] | None = None,
     ) -> dict[str, dict]:
-        """Upload a fixture tree (tests/fixtures/trees/NAME) below ``prefix``, with SHA256 checksums.
+        """Upload a fixture tree (demo/trees/NAME) below ``prefix``, with SHA256 checksums.
 
         Files go up in the order they were written (their mtimes), so a manifest written last is
         uploaded last, as a real copy job would. ``classes`` maps glob patterns of the relative path

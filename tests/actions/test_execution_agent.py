@@ -16,9 +16,9 @@ from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
 from audit.actor import Actor
 from audit.models import AuditEvent
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
+from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
 from fleet import agent
 
-TREES = Path(__file__).resolve().parent.parent / "fixtures" / "trees"
 OPERATOR = Actor.command(label="tests: operator")
 URL = "/api/v1/agent/deletions/"
 

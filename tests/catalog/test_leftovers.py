@@ -9,12 +9,12 @@ of an older step, which is what every list must show as its newest.
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 
 from catalog import recovery, selectors
 from catalog.models import CheckpointCopy, Run
+from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
 from dashboard.run_filters import RunFilters
 from fleet import agent
 from fleet.services import gzip_lines
@@ -23,12 +23,9 @@ from tests.fleet.test_ingest import post
 pytestmark = pytest.mark.django_db
 
 
-TREES = Path(__file__).resolve().parents[1] / "fixtures" / "trees"
-
-
 @pytest.fixture
 def fleet_with_leftovers(tmp_path, make_host, client, django_capture_on_commit_callbacks):
-    """Saves written by the frameworks themselves (tests/fixtures/make_fixtures.py), each beside the left-over
+    """Saves written by the frameworks themselves (demo/make_trees.py), each beside the left-over
     of a later save that died before it was renamed into place."""
     root = tmp_path / "checkpoints"
     # Orbax: the later step still under the name Orbax writes it to before it renames it when finalised.

@@ -2,7 +2,7 @@
 
 Every tree is scanned with the host agent (``fleet.agent.scan_root``) exactly as a host would, so these
 tests cover the facts the agent reads and the judgement the recognisers make from them. Damaged copies
-are built in ``tmp_path`` from the committed trees (see tests/fixtures/README.md for the layout).
+are built in ``tmp_path`` from the committed trees (see demo/README.md for the layout).
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import pytest
 
 from catalog.formats.base import COMPLETE, CORRUPT, PARTIAL, Found
 from catalog.recognition import entries_from_agent_lines, recognize
+from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
 from fleet.agent import scan_root
-
-TREES = Path(__file__).resolve().parents[1] / "fixtures" / "trees"
 
 # (root, path below the root, format, step) of every committed checkpoint; all of them are complete.
 EXPECTED = {

@@ -30,11 +30,11 @@ from typing import Any
 
 import pytest
 
+from dashboard.management.commands.seed_demo import DEMO_TREES as FIXTURE_TREES
 from fleet import agent
 
 TOKEN = "cfh_test_secret_token_1234"
-FIXTURE_TREES = Path(__file__).resolve().parents[1] / "fixtures" / "trees"
-DCP_FIXTURES = sorted(FIXTURE_TREES.glob("**/.metadata")) if FIXTURE_TREES.is_dir() else []
+DCP_FIXTURES = sorted(FIXTURE_TREES.glob("**/.metadata"))
 
 
 @pytest.fixture(autouse=True)
@@ -633,12 +633,12 @@ def test_a_truncated_or_empty_dcp_metadata_is_an_error_fact(tmp_path, monkeypatc
     }
 
 
-@pytest.mark.parametrize(
-    "path", DCP_FIXTURES or [None], ids=lambda p: str(p.relative_to(FIXTURE_TREES)) if p else "none"
-)
+def test_the_committed_trees_hold_real_dcp_metadata():
+    assert len(DCP_FIXTURES) >= 3, f"no DCP .metadata under {FIXTURE_TREES} (demo/make_trees.py writes them)"
+
+
+@pytest.mark.parametrize("path", DCP_FIXTURES, ids=lambda p: str(p.relative_to(FIXTURE_TREES)))
 def test_real_dcp_metadata_written_by_torch(path):
-    if path is None:
-        pytest.skip(f"no DCP .metadata fixtures under {FIXTURE_TREES} (tests/fixtures/make_fixtures.py writes them)")
     facts = facts_of(path)
     assert facts["kind"] == "dcp_metadata", facts
     assert facts["files"], facts
@@ -1170,8 +1170,7 @@ def test_it_runs_as_a_plain_copied_file(tree, tmp_path):
 
 
 def test_the_committed_fixture_trees_give_facts_without_errors():
-    if not FIXTURE_TREES.is_dir():
-        pytest.skip(f"no fixture trees under {FIXTURE_TREES}")
+    assert FIXTURE_TREES.is_dir(), f"no checkpoint trees under {FIXTURE_TREES}"
     for root in sorted(p for p in FIXTURE_TREES.iterdir() if p.is_dir()):
         for line in agent.scan_root(str(root), warn=pytest.fail):
             assert "error" not in line.get("facts", {}), line

@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 
 from catalog.models import CheckpointCopy, Run, ShardFile
+from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
 from fleet import agent
 from fleet.choices import InventoryStatus
 from fleet.models import Inventory
-
-TREES = Path(__file__).resolve().parent.parent / "fixtures" / "trees"
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Bucket scans against a real S3 HTTP endpoint (moto's server): listing, reports, facts, checksums, locks.
 
-Buckets are filled with the committed fixture trees (tests/fixtures/README.md), uploaded with SHA256
+Buckets are filled with the committed fixture trees (demo/README.md), uploaded with SHA256
 checksums the way a copy job would, so recognition sees the same real checkpoints a host reports.
 """
 

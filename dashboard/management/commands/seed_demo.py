@@ -4,7 +4,7 @@
     manage.py seed_demo --reset                               # rebuild the demo trees from scratch
     manage.py seed_demo --s3-endpoint http://127.0.0.1:5055   # also demo buckets (or CKPTFLEET_DEMO_S3)
 
-The checkpoint trees are copies of the fixtures under tests/fixtures/trees/, written by the real
+The checkpoint trees are copies of the ones under demo/trees/ (DEMO_TREES), written by the real
 libraries (torch.distributed.checkpoint, huggingface_hub, ...), spread over several hosts and
 broken the way real ones break: a rank that never finished writing, a truncated safetensors shard,
 an interrupted save's temporary directory, a missing DeepSpeed data-parallel rank, a flipped bit in
@@ -52,7 +52,9 @@ from fleet.services import host_register, inventory_receive, location_add
 from ingest import inventory as ingest
 from ingest.scan import bucket_add, scan_run, scan_start
 
-FIXTURES = Path(settings.BASE_DIR) / "tests" / "fixtures" / "trees"
+# The real checkpoint trees the demo copies (demo/README.md); the tests read them from here too. Not under
+# tests/: the image ships this folder, and .dockerignore leaves tests/ out.
+DEMO_TREES = Path(settings.BASE_DIR) / "demo" / "trees"
 DAY = 86400
 
 # host -> (site, region, [(root name, kind, tier, [(fixture subtree, destination below root)])])
@@ -263,7 +265,7 @@ class DemoS3:
         """(key, body, storage class) of every object the bucket should hold, manifests of a directory last."""
         planned: list[tuple[tuple, str, bytes]] = []
         for tree, dest in demo.trees:
-            root = FIXTURES / tree
+            root = DEMO_TREES / tree
             for file in root.rglob("*"):
                 if file.is_file():
                     rel = (
@@ -277,7 +279,7 @@ class DemoS3:
                     planned.append(((file.name in MANIFESTS, file.stat().st_mtime_ns, rel), rel, body))
         for rel, fixture in demo.extra:
             name = rel.rsplit("/", 1)[-1]
-            planned.append(((name in MANIFESTS, 0, rel), rel, (FIXTURES / fixture).read_bytes()))
+            planned.append(((name in MANIFESTS, 0, rel), rel, (DEMO_TREES / fixture).read_bytes()))
         for rel, size in demo.orphans:
             planned.append(((False, 0, rel), rel, _filler(rel, size)))
         planned.sort(key=lambda item: item[0])
@@ -327,7 +329,7 @@ class Command(BaseCommand):
     help = "Create (or refresh) the demo fleet and a demo login."
 
     def add_arguments(self, parser):
-        parser.add_argument("--reset", action="store_true", help="rebuild the demo trees from the fixtures")
+        parser.add_argument("--reset", action="store_true", help="rebuild the demo trees from demo/trees")
         parser.add_argument("--dir", default=str(Path(settings.VAR_DIR) / "demo"), help="where the trees go")
         parser.add_argument(
             "--s3-endpoint",
@@ -352,7 +354,7 @@ class Command(BaseCommand):
                 root = base / host_name / root_name
                 if not root.exists():
                     for subtree, dest in trees:
-                        shutil.copytree(FIXTURES / subtree, root / dest)
+                        shutil.copytree(DEMO_TREES / subtree, root / dest)
                     _break_things(host_name, root)
                     _age_tree(root, now - 3600 - hash(host_name) % 7 * 3600)
                 location = StorageLocation.objects.filter(host=host, root_path=str(root)).first()
