@@ -299,6 +299,23 @@ def orphans(*, kind: str | None = None, location_id: int | None = None) -> list[
     }
     if not locations:
         return []
+    depths, bucket_prefixes = _run_depths(locations)
+    where = {"location_id__in": list(locations)} if location_id else {}
+    wanted = [kind] if kind else list(OrphanKind.values)
+    rows: list[tuple[str, Mapping[str, Any]]] = []
+    if OrphanKind.UNCLAIMED in wanted:
+        rows.extend(_unclaimed_files(where, depths))
+    rows.extend(_orphan_copies(wanted, where, depths))
+    if OrphanKind.MULTIPART in wanted:
+        rows.extend(_incomplete_uploads(where, depths, bucket_prefixes))
+    groups = [_orphan_group(orphan_kind, r, locations[r["location_id"]]) for orphan_kind, r in rows]
+    order = {k: i for i, k in enumerate(OrphanKind.values)}
+    groups.sort(key=lambda g: (g.location_name, g.prefix, order[g.kind], g.run_label))
+    return groups
+
+
+def _run_depths(locations: Mapping[int, Mapping[str, Any]]) -> tuple[dict[int, list[int]], dict[str, list[int]]]:
+    """({run-directory depth: location ids}, {bucket prefix: location ids}): how each location's paths group."""
     depths: dict[int, list[int]] = defaultdict(list)
     bucket_prefixes: dict[str, list[int]] = defaultdict(list)
     for pk, loc in locations.items():
@@ -308,20 +325,26 @@ def orphans(*, kind: str | None = None, location_id: int | None = None) -> list[
             depths[PathTemplate.parse(loc["path_template"]).depth].append(pk)
         except ValueError:
             depths[1].append(pk)  # a template without {run}: group by top-level directory
-    where = {"location_id__in": list(locations)} if location_id else {}
-    wanted = [kind] if kind else list(OrphanKind.values)
-    rows: list[tuple[str, Mapping[str, Any]]] = []
+    return depths, bucket_prefixes
 
-    if OrphanKind.UNCLAIMED in wanted:
-        unclaimed = (
-            ShardFile.objects.filter(copy__isnull=True, gone_at__isnull=True, **where)
-            .annotate(prefix=_prefix(F("path"), depths))
-            .values("location_id", "prefix")
-            .annotate(items=Count("pk"), bytes=Sum("size"), oldest=Min("mtime"), newest=Max("mtime"))
-            .order_by()
-        )
-        rows.extend((OrphanKind.UNCLAIMED, {**r, "files": r["items"]}) for r in unclaimed)
 
+def _unclaimed_files(where: dict, depths: dict[int, list[int]]) -> Iterable[tuple[str, Mapping[str, Any]]]:
+    """Files of no checkpoint, by run directory."""
+    unclaimed = (
+        ShardFile.objects.filter(copy__isnull=True, gone_at__isnull=True, **where)
+        .annotate(prefix=_prefix(F("path"), depths))
+        .values("location_id", "prefix")
+        .annotate(items=Count("pk"), bytes=Sum("size"), oldest=Min("mtime"), newest=Max("mtime"))
+        .order_by()
+    )
+    return ((OrphanKind.UNCLAIMED, {**r, "files": r["items"]}) for r in unclaimed)
+
+
+def _orphan_copies(
+    wanted: list[str], where: dict, depths: dict[int, list[int]]
+) -> Iterable[tuple[str, Mapping[str, Any]]]:
+    """Copies that are orphans: interrupted-save left-overs, copies of deleted runs, and checkpoints whose every
+    present copy is partial (each copy under one kind only)."""
     copies = present_copies().filter(**where).annotate(prefix=_prefix(F("path"), depths))
     copy_sums = {
         "items": Count("pk"),
@@ -333,7 +356,7 @@ def orphans(*, kind: str | None = None, location_id: int | None = None) -> list[
     by_run = ("location_id", "prefix", "checkpoint__run_id", "checkpoint__run__name", "checkpoint__run__team__name")
     if OrphanKind.TEMPORARY in wanted:
         temporary = copies.filter(temporary=True).values("location_id", "prefix").annotate(**copy_sums).order_by()
-        rows.extend((OrphanKind.TEMPORARY, r) for r in temporary)
+        yield from ((OrphanKind.TEMPORARY, r) for r in temporary)
     if OrphanKind.DELETED_RUN in wanted:
         deleted = (
             copies.filter(temporary=False, checkpoint__run__status=RunStatus.DELETED)
@@ -341,7 +364,7 @@ def orphans(*, kind: str | None = None, location_id: int | None = None) -> list[
             .annotate(**copy_sums)
             .order_by()
         )
-        rows.extend((OrphanKind.DELETED_RUN, r) for r in deleted)
+        yield from ((OrphanKind.DELETED_RUN, r) for r in deleted)
     if OrphanKind.ALL_PARTIAL in wanted:
         restorable = present_copies().filter(
             checkpoint_id=OuterRef("checkpoint_id"), temporary=False, state__in=[CopyState.COMPLETE, CopyState.CORRUPT]
@@ -354,46 +377,45 @@ def orphans(*, kind: str | None = None, location_id: int | None = None) -> list[
             .annotate(**copy_sums)
             .order_by()
         )
-        rows.extend((OrphanKind.ALL_PARTIAL, r) for r in partial)
-    if OrphanKind.MULTIPART in wanted:
-        uploads = (
-            MultipartUpload.objects.filter(gone_at__isnull=True, **where)
-            .annotate(prefix=_prefix(_below_bucket_prefix(bucket_prefixes), depths))
-            .values("location_id", "prefix")
-            .annotate(
-                items=Count("pk"),
-                files=Coalesce(Sum("parts"), 0),
-                bytes=Sum("bytes"),
-                oldest=Min(Coalesce("initiated_at", "first_seen_at")),
-                newest=Max(Coalesce("initiated_at", "first_seen_at")),
-            )
-            .order_by()
-        )
-        rows.extend((OrphanKind.MULTIPART, r) for r in uploads)
+        yield from ((OrphanKind.ALL_PARTIAL, r) for r in partial)
 
-    groups = []
-    for orphan_kind, r in rows:
-        loc = locations[r["location_id"]]
-        team, run = r.get("checkpoint__run__team__name"), r.get("checkpoint__run__name")
-        groups.append(
-            OrphanGroup(
-                kind=str(orphan_kind),
-                location_id=r["location_id"],
-                location_name=loc["name"],
-                host_id=loc["host_id"],
-                prefix=r["prefix"] or "",
-                items=r["items"],
-                files=r["files"] or 0,
-                bytes=r["bytes"],
-                oldest=r["oldest"],
-                newest=r["newest"],
-                run_id=r.get("checkpoint__run_id"),
-                run_label=f"{team}/{run}" if run else "",
-            )
+
+def _incomplete_uploads(
+    where: dict, depths: dict[int, list[int]], bucket_prefixes: dict[str, list[int]]
+) -> Iterable[tuple[str, Mapping[str, Any]]]:
+    """Multipart uploads never completed nor aborted, by run directory below the bucket's prefix."""
+    uploads = (
+        MultipartUpload.objects.filter(gone_at__isnull=True, **where)
+        .annotate(prefix=_prefix(_below_bucket_prefix(bucket_prefixes), depths))
+        .values("location_id", "prefix")
+        .annotate(
+            items=Count("pk"),
+            files=Coalesce(Sum("parts"), 0),
+            bytes=Sum("bytes"),
+            oldest=Min(Coalesce("initiated_at", "first_seen_at")),
+            newest=Max(Coalesce("initiated_at", "first_seen_at")),
         )
-    order = {k: i for i, k in enumerate(OrphanKind.values)}
-    groups.sort(key=lambda g: (g.location_name, g.prefix, order[g.kind], g.run_label))
-    return groups
+        .order_by()
+    )
+    return ((OrphanKind.MULTIPART, r) for r in uploads)
+
+
+def _orphan_group(orphan_kind: str, r: Mapping[str, Any], loc: Mapping[str, Any]) -> OrphanGroup:
+    team, run = r.get("checkpoint__run__team__name"), r.get("checkpoint__run__name")
+    return OrphanGroup(
+        kind=str(orphan_kind),
+        location_id=r["location_id"],
+        location_name=loc["name"],
+        host_id=loc["host_id"],
+        prefix=r["prefix"] or "",
+        items=r["items"],
+        files=r["files"] or 0,
+        bytes=r["bytes"],
+        oldest=r["oldest"],
+        newest=r["newest"],
+        run_id=r.get("checkpoint__run_id"),
+        run_label=f"{team}/{run}" if run else "",
+    )
 
 
 @dataclass(frozen=True)
