@@ -402,32 +402,51 @@ def _judge_file(
     manifests: dict[int, dict[str, Checksum | None]],
     actual: dict[int, dict[str, Checksum | None]],
 ) -> _FileResult:
+    """One file of one copy, against what settles it, strongest first: its own first checksum, a checksum written
+    at save time (a manifest), the first checksum of the copy it was made from, then the other copies."""
     result = _FileResult()
     facts = c.files[rel]
-    mine = actual[c.id].get(rel)
     my_full = facts.full()
     others = [d for d in copies if d.id != c.id and not d.temporary]
     if not my_full and not facts.other():
-        result.no_checksum = mine.label if mine is not None else "none"
-        # Something not a digest is only worth calling incomparable when a digest exists elsewhere.
-        algos = _reference_algos(c, rel, others, manifests, actual, content=True) if mine is not None else set()
-        if algos:
-            result.incomparable = (mine.name, ", ".join(sorted(algos)))
+        return _without_content_checksum(c, rel, others, manifests, actual, result)
+    if (
+        _against_own_first(rel, facts, my_full, result)
+        or _against_manifests(c, rel, my_full, others, manifests, actual, result)
+        or _against_sources_first(rel, facts, my_full, others, result)
+    ):
         return result
+    _against_peers(c, rel, facts, my_full, others, manifests, actual, result)
+    return result
 
-    # 0. Its own first checksum: content that changed while the size and mtime did not is damaged.
+
+def _without_content_checksum(c, rel, others, manifests, actual, result: _FileResult) -> _FileResult:
+    mine = actual[c.id].get(rel)
+    result.no_checksum = mine.label if mine is not None else "none"
+    # Something not a digest is only worth calling incomparable when a digest exists elsewhere.
+    algos = _reference_algos(c, rel, others, manifests, actual, content=True) if mine is not None else set()
+    if algos:
+        result.incomparable = (mine.name, ", ".join(sorted(algos)))
+    return result
+
+
+def _against_own_first(rel: str, facts: FileFacts, my_full: dict[str, str], result: _FileResult) -> bool:
+    """0. Its own first checksum: content that changed while the size and mtime did not is damaged."""
     first = facts.first_checksum()
-    if first.get("algo") in my_full and first.get("digest") != my_full[first["algo"]]:
-        taken = first.get("at")
-        when = f" at {datetime.fromtimestamp(taken, UTC):%Y-%m-%d %H:%M} UTC" if isinstance(taken, (int, float)) else ""
-        result.corrupt = (
-            f"{rel}: its {first['algo']} is not the one first taken{when}, though its size and mtime are the same "
-            "(bit rot or an in-place write)"
-        )
-        result.basis = VerificationBasis.SOURCE
-        return result
+    if first.get("algo") not in my_full or first.get("digest") == my_full[first["algo"]]:
+        return False
+    taken = first.get("at")
+    when = f" at {datetime.fromtimestamp(taken, UTC):%Y-%m-%d %H:%M} UTC" if isinstance(taken, (int, float)) else ""
+    result.corrupt = (
+        f"{rel}: its {first['algo']} is not the one first taken{when}, though its size and mtime are the same "
+        "(bit rot or an in-place write)"
+    )
+    result.basis = VerificationBasis.SOURCE
+    return True
 
-    # 1. A checksum written at save time: the copy's own writer's manifest, then another copy's.
+
+def _against_manifests(c, rel, my_full, others, manifests, actual, result: _FileResult) -> bool:
+    """1. A checksum written at save time: the copy's own writer's manifest, then another copy's."""
     own = manifests[c.id].get(rel)
     if own is not None and own.content and own.algo in my_full:
         if own.digest == my_full[own.algo]:
@@ -438,27 +457,29 @@ def _judge_file(
             result.own_manifest_mismatch = True
             result.corrupt = f"{rel}: {own.algo} differs from the writer's manifest recorded with this copy"
             result.basis = VerificationBasis.MANIFEST
-        return result
-
+        return True
     recorded = {
         d.where: (m.algo, m.digest)
         for d in others
         if (m := manifests[d.id].get(rel)) is not None and m.content and m.algo in my_full
     }
-    if recorded:
-        agreeing = {where for where, (algo, digest) in recorded.items() if digest == my_full[algo]}
-        if agreeing:
-            result.agree.update(f"the writer's manifest with the copy at {where}" for where in agreeing)
-        else:
-            algo = next(iter(recorded.values()))[0]
-            result.corrupt = (
-                f"{rel}: {algo} differs from the writer's manifest recorded with the copy at {_names(recorded)}"
-            )
-        result.basis = VerificationBasis.MANIFEST
-        return result
+    if not recorded:
+        return False
+    agreeing = {where for where, (algo, digest) in recorded.items() if digest == my_full[algo]}
+    if agreeing:
+        result.agree.update(f"the writer's manifest with the copy at {where}" for where in agreeing)
+    else:
+        algo = next(iter(recorded.values()))[0]
+        result.corrupt = (
+            f"{rel}: {algo} differs from the writer's manifest recorded with the copy at {_names(recorded)}"
+        )
+    result.basis = VerificationBasis.MANIFEST
+    return True
 
-    # The first checksum of a copy whose content has changed since, taken before this copy was written:
-    # what that copy held when this one could have been made from it.
+
+def _against_sources_first(rel, facts: FileFacts, my_full, others, result: _FileResult) -> bool:
+    """The first checksum of a copy whose content has changed since, taken before this copy was written: what that
+    copy held when this one could have been made from it."""
     for d in others:
         theirs = d.files.get(rel)
         their_first = theirs.first_checksum() if theirs is not None else {}
@@ -467,9 +488,12 @@ def _judge_file(
             if their_first.get("digest") == my_full[algo]:
                 result.agree.add(f"the checksum first taken of the copy at {d.where}")
                 result.basis = VerificationBasis.SOURCE
-                return result
+                return True
+    return False
 
-    # 2. The other copies' own checksums, by the strongest algorithm both sides have.
+
+def _against_peers(c, rel, facts: FileFacts, my_full, others, manifests, actual, result: _FileResult) -> None:
+    """2. The other copies' own checksums, by the strongest algorithm both sides have."""
     peers = [d for d in others if d.speaks and rel in d.files and d.files[rel].has_checksum]
     compared: list[tuple[CopyEvidence, Comparison]] = []
     for d in peers:
@@ -488,15 +512,14 @@ def _judge_file(
             result.incomparable = (", ".join(sorted(my_full)) or "a composite", ", ".join(sorted(algos)))
         else:
             result.no_reference = True
-        return result
+        return
     agreeing = [(d, o) for d, o in compared if o.equal]
     differing = [(d, o) for d, o in compared if not o.equal]
     if not differing:
         result.agree.update(f"the copy at {d.where}" for d, _ in agreeing)
         result.basis = VerificationBasis.PEERS
-        return result
+        return
     _settle(c, rel, facts, agreeing, differing, result)
-    return result
 
 
 def _two_saves(c, rel, algo, digest, others, manifests, actual, result: _FileResult) -> None:
