@@ -7,7 +7,6 @@ Celery worker and beat as separate processes. See README.md for every variable.
 
 from __future__ import annotations
 
-import re
 import secrets
 from decimal import Decimal
 from pathlib import Path
@@ -25,6 +24,7 @@ from ckptfleet.env import (
     env_str,
     parse_database_url,
 )
+from ckptfleet.rules import is_storage_class
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CKPTFLEET_VAR_DIR", str(BASE_DIR / "var")))
@@ -51,10 +51,6 @@ def _restore_assumptions() -> dict:
     return value
 
 
-# A storage class as the stores spell it (fleet/pricebook.py and promotion/services.py accept the same).
-_STORAGE_CLASS = re.compile(r"^[A-Z][A-Z0-9_]{0,31}$")
-
-
 def _days(value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(value)
@@ -77,7 +73,7 @@ def _by_storage_class(name: str, value_of, what: str, example: str) -> dict:
         raise ImproperlyConfigured(f"{name} must be a JSON object by storage class, e.g. {example}")
     parsed = {}
     for key, value in table.items():
-        if not _STORAGE_CLASS.match(key):
+        if not is_storage_class(key):
             raise ImproperlyConfigured(f"{name}: {key!r} is not a storage class (upper case, e.g. GLACIER_IR)")
         try:
             parsed[key] = value_of(value)

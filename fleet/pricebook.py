@@ -24,7 +24,6 @@ TIB_IN_GIB = 1024
 DEFAULT_CURRENCY = "USD"
 PRICE_PLACES = Decimal("0.000000000001")  # PricePoint.price_per_gib_month has 12 decimal places
 MAX_PRICE = Decimal("100000")  # per GiB-month: anything above is a typo (a unit mix-up), not a price
-STORAGE_CLASS_PATTERN = re.compile(r"^[A-Z][A-Z0-9_]{0,31}$")
 CURRENCY_PATTERN = re.compile(r"^[A-Z]{3}$")
 
 # Scope ranks, narrowest first.

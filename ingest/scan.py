@@ -89,6 +89,7 @@ from catalog.formats.base import FileEntry
 from catalog.models import ShardFile, Team
 from ckptfleet.celery import task
 from ckptfleet.errors import DomainError
+from ckptfleet.rules import is_storage_class
 from fleet import s3
 from fleet.agent import facts_kind, stream_facts
 from fleet.choices import AddressingStyle, InventorySource, InventoryStatus, LocationKind, Tier
@@ -143,7 +144,6 @@ ACTIVE = (InventoryStatus.RECEIVED, InventoryStatus.PROCESSING)
 
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 _REGION = re.compile(r"^[a-z0-9-]{0,40}$")
-_STORAGE_CLASS = re.compile(r"^[A-Z0-9_]{1,32}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # S3 Inventory report columns this scanner understands; the others are ignored.
 _REPORT_REQUIRED = ("Key", "Size")
@@ -186,7 +186,7 @@ def _check_tier_map(mapping: dict[str, str] | None) -> dict[str, str]:
     checked: dict[str, str] = {}
     for storage_class, tier in (mapping or {}).items():
         key = str(storage_class).strip().upper()
-        if not _STORAGE_CLASS.match(key):
+        if not is_storage_class(key):
             raise DomainError(f"{storage_class!r} is not a storage class name (e.g. STANDARD_IA, GLACIER)")
         if tier not in Tier.values:
             raise DomainError(f"unknown tier {tier!r} for {key}; use one of {', '.join(Tier.values)}")

@@ -8,7 +8,6 @@ list of files and queues the work once the transaction commits. The work itself 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
@@ -27,6 +26,7 @@ from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
 from ckptfleet.celery import task
 from ckptfleet.errors import DomainError
+from ckptfleet.rules import is_storage_class
 from fleet.choices import LocationKind, Tier
 from fleet.models import Bucket, StorageLocation
 from fleet.pricebook import GIB, PriceBook, book_currency, utc_today
@@ -37,7 +37,6 @@ from promotion.models import PromotionItem, PromotionJob
 TIER_ORDER: tuple[str, ...] = tuple(Tier.values)  # hottest first
 MAX_RESTORE_DAYS = 365
 ITEM_BATCH = 1000
-_STORAGE_CLASS = re.compile(r"^[A-Z][A-Z0-9_]{0,31}$")
 HOST_KINDS = (LocationKind.NVME, LocationKind.PFS)
 # S3's minimum storage durations: an object removed or rewritten sooner is billed for the rest.
 MINIMUM_DAYS = {"STANDARD_IA": 30, "ONEZONE_IA": 30, "GLACIER_IR": 90, "GLACIER": 90, "DEEP_ARCHIVE": 180}
@@ -162,7 +161,7 @@ def _bucket_of(location: StorageLocation) -> Bucket | None:
 
 def _clean_class(value: str) -> str:
     value = (value or "").strip().upper()
-    if value and not _STORAGE_CLASS.match(value):
+    if value and not is_storage_class(value):
         raise DomainError(f"{value!r} is not a storage class (e.g. STANDARD, STANDARD_IA)", code="bad_storage_class")
     return value
 

@@ -12,6 +12,7 @@ from django.db import transaction
 
 from audit.services import audit
 from ckptfleet.errors import DomainError
+from ckptfleet.rules import is_storage_class
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host, PriceBasis, PricePoint, StorageLocation
 from fleet.pricebook import (
@@ -20,7 +21,6 @@ from fleet.pricebook import (
     GIB,
     MAX_PRICE,
     PRICE_PLACES,
-    STORAGE_CLASS_PATTERN,
     TIB_IN_GIB,
     utc_today,
 )
@@ -89,7 +89,7 @@ def price_validate(
     if kind and kind not in LocationKind.values:
         raise DomainError(f"unknown location kind {kind!r}; use one of {', '.join(LocationKind.values)}")
     storage_class = (storage_class or "").strip().upper()
-    if storage_class and not STORAGE_CLASS_PATTERN.match(storage_class):
+    if storage_class and not is_storage_class(storage_class):
         raise DomainError(f"{storage_class!r} is not a storage class name (e.g. STANDARD_IA, GLACIER)")
     currency = (currency or "").strip().upper()
     if not CURRENCY_PATTERN.match(currency):
