@@ -14,7 +14,7 @@ from django.conf import settings
 from django.template.response import TemplateResponse
 
 from access.refusals import Refusal, refusals_collected
-from access.roles import roles_of
+from access.roles import Role, roles_of
 from audit.choices import EventSource
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -30,8 +30,6 @@ def whom_to_ask() -> tuple[str, list[str]]:
     """The configured contact (CKPTFLEET_ACCESS_CONTACT) and the usernames of up to five admins."""
     from django.contrib.auth import get_user_model
     from django.db.models import Q
-
-    from access.roles import Role
 
     admins = (
         get_user_model()

@@ -28,6 +28,8 @@ class HasRole(permissions.BasePermission):
     doing: str = ""
 
     def has_permission(self, request, view) -> bool:
+        # DRF imports this module while ckptfleet.errors is still loading (its default permission class), and
+        # these import ckptfleet.errors: they are read at the first request instead.
         from access.refusals import Refusal, note_refusal
         from access.roles import Role, has_role, user_label
 

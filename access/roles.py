@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from django.db import models
 
+from access.refusals import Refusal, note_refusal
 from ckptfleet.errors import NotAuthenticated, PermissionRefused
 
 
@@ -88,7 +89,6 @@ def require_role(
         raise NotAuthenticated("sign in first")
     if has_role(user, role):
         return
-    from access.refusals import Refusal, note_refusal
 
     label = Role(role).label.lower()
     message = f"{doing} needs the {label} role, which {user_label(user)} lacks"

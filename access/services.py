@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from access.models import ApiToken
 from audit.actor import Actor
-from audit.services import audit
+from audit.services import audit, audit_verify
 from ckptfleet.errors import DomainError, NotAuthenticated
 
 TOKEN_PREFIX = "cfu"  # noqa: S105 - a public prefix; host agents' tokens start with "cfh"
@@ -91,7 +91,6 @@ def audit_chain_verify(*, actor: Actor, request_id: str = ""):
 
     The walk reads every event (about 75 µs each on PostgreSQL), so people start it as a task.
     """
-    from audit.services import audit_verify
 
     checked, broken, why = audit_verify()
     with transaction.atomic():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.contrib.auth import get_user_model
 
+from access.services import audit_chain_verify
 from audit.actor import Actor
 from audit.choices import EventSource
 
@@ -12,7 +13,6 @@ from audit.choices import EventSource
 @shared_task(acks_late=True)
 def verify_audit_chain(user_id: int, request_id: str = "") -> dict:
     """Walk the chain for the person who asked and record the result; running it twice records it twice."""
-    from access.services import audit_chain_verify
 
     user = get_user_model().objects.get(pk=user_id)
     actor = Actor.person(user, EventSource.UI)

@@ -38,12 +38,14 @@ from django.utils import timezone
 from actions import promises
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
 from actions.protection import OPEN_DELETION_STATES
+from actions.services import lock_checkpoint
 from audit.actor import Actor
 from audit.choices import EventSource
 from audit.services import audit
 from catalog import hooks
 from catalog.models import CheckpointCopy, ShardFile
 from catalog.recovery import newest_restorable
+from catalog.services import location_recognize
 from ckptfleet.celery import task
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet import s3
@@ -114,7 +116,6 @@ def blocker(job: DeletionJob) -> str:
 
 def _lock(job_id: int) -> DeletionJob | None:
     """Lock the run, the checkpoint, then the job (the services' order); None when there is no such job."""
-    from actions.services import lock_checkpoint
 
     checkpoint_id = DeletionJob.objects.filter(pk=job_id).values_list("checkpoint_id", flat=True).first()
     if checkpoint_id is None:
@@ -456,7 +457,6 @@ def _finish(job: DeletionJob, state: str, outcome: str, *, actor: Actor) -> bool
 
 
 def _rejudge(job: DeletionJob, *, now: datetime) -> None:
-    from catalog.services import location_recognize
 
     touched = (
         DeletionItem.objects.filter(job=job)

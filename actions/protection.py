@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db.models import Q
 
 from actions.models import DeletionState, Hold, Pin
+from catalog.models import Checkpoint
 
 
 def active_holds(checkpoint):
@@ -24,7 +25,6 @@ def is_pinned(checkpoint) -> bool:
 
 def protected_ids(run_ids) -> tuple[set[int], set[int]]:
     """(held checkpoint ids, pinned checkpoint ids) among the checkpoints of ``run_ids``, in two queries."""
-    from catalog.models import Checkpoint
 
     run_ids = list(run_ids)
     holds = Hold.objects.filter(released_at__isnull=True, run_id__in=run_ids).values_list("run_id", "checkpoint_id")

@@ -29,9 +29,12 @@ from django.db import transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
 
+from access.refusals import Refusal as AccessRefusal
+from access.refusals import note_refusal
 from access.roles import Role, has_role, require_role
 from actions import promises
 from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, MirrorState, Pin
+from actions.objectlock import mirror_hold_task
 from actions.promises import Refusal
 from actions.protection import OPEN_DELETION_STATES, active_holds
 from audit.actor import Actor
@@ -85,10 +88,10 @@ def _person_role(actor: Actor, role: str, *, doing: str, target=None) -> None:
 
 def _refuse_same_person(actor: Actor, doing: str, why: str, target) -> None:
     """Separation of duties: audit the refusal (outside the transaction, like a missing role) and raise."""
-    from access.refusals import Refusal, note_refusal
-
     note_refusal(
-        Refusal(user=actor.user, doing=doing, why=why, source=actor.source, **_target(target), target_label=str(target))
+        AccessRefusal(
+            user=actor.user, doing=doing, why=why, source=actor.source, **_target(target), target_label=str(target)
+        )
     )
     raise PermissionRefused(why)
 
@@ -148,8 +151,6 @@ def _has_object_lock_files(checkpoint_ids=None, *, run_id: int) -> bool:
 
 def _mirror_after_commit(hold: Hold) -> None:
     if hold.mirror_state == MirrorState.PENDING:
-        from actions.objectlock import mirror_hold_task
-
         transaction.on_commit(lambda: mirror_hold_task.delay(hold.pk))
 
 

@@ -14,6 +14,7 @@ from catalog.choices import Importance
 from catalog.formats.base import FileEntry, Found
 from catalog.layout import PathTemplate, group_files, subtree
 from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
+from catalog.recognition import recognize
 from catalog.verification import FileFacts, carried_over, checkpoints_verify, relative_checksums
 from fleet.models import Inventory, StorageLocation
 
@@ -188,7 +189,6 @@ class Judge:
         """``group`` for several run directories at once (each ``(group, entries, found or None)``), with
         the same result: their runs, checkpoints and new copies are written in a few statements for all
         of them, not per directory. Returns the ``{path: copy id}`` of each, in the order given."""
-        from catalog.recognition import recognize
 
         now = self.now
         prepared: list[tuple[str, list[FileEntry], list[Found]]] = []

@@ -61,6 +61,8 @@ from catalog.digests import Comparison, compare, full_digests, why_not_comparabl
 from catalog.digests import loads as digests_loads
 from catalog.hooks import copies_restated
 from catalog.layout import PathTemplate, group_files, sqlite_epoch
+from catalog.models import CheckpointCopy, ShardFile
+from catalog.recognition import recognize
 
 # Content digests and the length of their hex form.
 DIGEST_HEX_LENGTH: dict[str, int] = {
@@ -849,7 +851,6 @@ def checkpoints_verify(
     linked now); the others' are read, in batches of checkpoints of about ``FILES_PER_BATCH`` files.
     Run it in the transaction that judged the copies; it writes only what changed, with ``update_fields``.
     """
-    from catalog.models import CheckpointCopy
 
     ids = sorted(set(checkpoint_ids))
     judged = judged or {}
@@ -904,7 +905,6 @@ _VERDICT_COLUMNS = {
 def _write_verdicts(copies: list[Any], fields: list[str]) -> None:
     """Write these fields of these copies in one statement: on PostgreSQL an ``UPDATE ... FROM unnest(arrays)``
     (``bulk_update``'s ``CASE WHEN`` per row and field costs more to build than to run), else ``bulk_update``."""
-    from catalog.models import CheckpointCopy
 
     if connection.vendor != "postgresql" or not set(fields) <= _VERDICT_COLUMNS.keys():
         CheckpointCopy.objects.bulk_update(copies, fields, batch_size=500)
@@ -946,7 +946,6 @@ def _batches(by_checkpoint: dict[int, list[Any]], known: Mapping[int, Any]) -> I
 def _member_files(copy_ids: list[int]) -> dict[int, dict[str, tuple[str, FileFacts]]]:
     """The present member files of these copies, read with a plain cursor: a copy has as many files as its
     checkpoint has shards, and the ORM's per-row work cost more than the comparison they are read for."""
-    from catalog.models import ShardFile
 
     files: dict[int, dict[str, tuple[str, FileFacts]]] = defaultdict(dict)
     table = ShardFile._meta.db_table
@@ -1183,7 +1182,6 @@ def _base_verdict(
 
 def _recognise_again(copy: Any, member_paths: list[str]) -> tuple[str, list[str]] | None:
     """The formats' verdict on one copy, from the files of its run directory at its location."""
-    from catalog.recognition import recognize
 
     if not member_paths:
         return None

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_POST
 from access.roles import Role, has_role, require_role
 from access.scoping import restrict_events, scoped_team_names
 from access.services import AUDIT_VERIFY_ACTION
+from access.tasks import verify_audit_chain
 from audit.models import AuditChainHead, AuditEvent
 from ckptfleet.errors import PermissionRefused
 from ckptfleet.params import positive_int_param
@@ -177,7 +178,6 @@ def audit_verify_now(request):
     except PermissionRefused as exc:
         messages.error(request, exc.message)
         return redirect("audit:trail")
-    from access.tasks import verify_audit_chain
 
     asked = last_verification()
     request_id = getattr(request, "request_id", "")

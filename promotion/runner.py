@@ -20,8 +20,10 @@ from django.utils import timezone
 from actions.protection import is_held
 from audit.actor import Actor
 from catalog.models import ShardFile
+from ckptfleet.errors import DomainError
 from fleet import s3
 from fleet.models import Bucket
+from ingest.scan import scan_start
 from promotion.choices import ItemState, JobState, Method
 from promotion.models import PromotionItem, PromotionJob
 from promotion.services import WORKER, job_transition
@@ -367,9 +369,6 @@ def finish(job_id: int, *, frm: str, actor: Actor = WORKER) -> str:
 
 def _rescan(job_id: int) -> None:
     """Let the catalog see the new copy: scan the target bucket now (a running scan will see it anyway)."""
-    from ckptfleet.errors import DomainError
-    from ingest.scan import scan_start
-    from promotion.services import WORKER
 
     job = PromotionJob.objects.select_related("target_location").get(pk=job_id)
     try:

@@ -24,6 +24,7 @@ from audit.choices import ActorKind
 from audit.services import audit
 from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
+from catalog.templatetags.fleet_format import bytes_iec
 from ckptfleet.celery import task
 from ckptfleet.errors import DomainError
 from ckptfleet.rules import is_storage_class
@@ -460,7 +461,6 @@ def _early_deletion_notes(copy: CheckpointCopy, groups: list[SourceGroup]) -> li
 
 
 def _gib(n: int) -> str:
-    from catalog.templatetags.fleet_format import bytes_iec
 
     return bytes_iec(n)
 

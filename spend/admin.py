@@ -15,6 +15,7 @@ from ckptfleet.units import bytes_iec
 from fleet.models import PricePoint
 from spend.models import UsageCursor, UsageDaily
 from spend.prices import price_set, price_validate
+from spend.usage import money
 
 
 class PricePointForm(forms.ModelForm):
@@ -126,7 +127,6 @@ class UsageDailyAdmin(ReadOnlyAdmin):
 
     @admin.display(description="cost that day", ordering="cost_nanos")
     def cost(self, obj: UsageDaily) -> str:
-        from spend.usage import money
 
         return "no price" if obj.cost_nanos is None else f"{money(obj.cost_nanos):.6f}"
 

@@ -10,6 +10,7 @@ class SpendConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # ready() runs once the app registry is loaded: spend's modules import models.
         from catalog import hooks
         from spend import usage
 

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from access.roles import Role, require_role
+from actions.execution import agent_pending, agent_report
 from audit.actor import Actor
 from audit.choices import EventSource
 from ckptfleet.errors import PermissionRefused, TooLarge
@@ -26,6 +27,7 @@ from fleet.api.auth import HostPrincipal, HostTokenAuthentication
 from fleet.models import Host, Inventory, StorageLocation
 from fleet.services import inventory_receive
 from ingest.scan import scan_start
+from promotion.pulls import pending, report
 
 
 class StreamParser(BaseParser):
@@ -150,7 +152,6 @@ class AgentDeletionsView(APIView):
 
     @extend_schema(responses={200: OpenApiResponse(description="pending files"), 403: OpenApiResponse()})
     def get(self, request):
-        from actions.execution import agent_pending
 
         root = request.query_params.get("root", "")
         items = agent_pending(host=request.user.host, root=root)
@@ -161,7 +162,6 @@ class AgentDeletionsView(APIView):
         responses={200: OpenApiResponse(description="recorded"), 400: OpenApiResponse(), 403: OpenApiResponse()},
     )
     def post(self, request):
-        from actions.execution import agent_report
 
         results = request.data.get("results") if isinstance(request.data, dict) else None
         counts = agent_report(host=request.user.host, results=results)
@@ -193,7 +193,6 @@ class AgentPromotionsView(APIView):
         }
     )
     def get(self, request):
-        from promotion.pulls import pending
 
         return Response(pending(host=request.user.host, root=request.query_params.get("root", "")))
 
@@ -202,7 +201,6 @@ class AgentPromotionsView(APIView):
         responses={200: OpenApiResponse(description="recorded"), 400: OpenApiResponse(), 403: OpenApiResponse()},
     )
     def post(self, request):
-        from promotion.pulls import report
 
         results = request.data.get("results") if isinstance(request.data, dict) else None
         return Response(report(host=request.user.host, results=results))

@@ -42,8 +42,11 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from access.roles import Role
+from actions import services as actions
+from actions.models import DeletionJob, Hold, Pin
 from audit.actor import Actor
-from catalog.models import Team
+from audit.choices import EventSource
+from catalog.models import Checkpoint, Team
 from ckptfleet.errors import DomainError
 from fleet import agent
 from fleet.choices import InventoryStatus
@@ -498,10 +501,6 @@ class Command(BaseCommand):
 
     def _demo_actions(self) -> None:
         """A demo hold, pin and scheduled deletion, through the services, once (by the demo operator)."""
-        from actions import services as actions
-        from actions.models import DeletionJob, Hold, Pin
-        from audit.choices import EventSource
-        from catalog.models import Checkpoint
 
         operator = get_user_model().objects.filter(username="demo-operator").first()
         if operator is None or Hold.objects.exists() or Pin.objects.exists() or DeletionJob.objects.exists():
