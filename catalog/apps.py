@@ -2,15 +2,14 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from fleet.restore_assumptions import parse_assumptions
+
 
 class CatalogConfig(AppConfig):
     name = "catalog"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # ready() runs once the app registry is loaded; a module-level import here would load fleet's models early.
-        from fleet.restore_assumptions import parse_assumptions
-
         # A bad override stops the start, naming the variable (settings only checked that it is a JSON object).
         try:
             parse_assumptions(settings.RESTORE_ASSUMPTIONS)
