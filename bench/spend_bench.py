@@ -220,7 +220,8 @@ def generate(files: int, shape: int | None = None) -> None:
             f"""
             INSERT INTO catalog_checkpointcopy (checkpoint_id, location_id, path, format, state, reasons, temporary,
                 verification, verification_reasons, reference_checksums, file_count, bytes, expected_files,
-                expected_bytes, newest_mtime, first_seen_at, judged_at, gone_at)
+                expected_bytes, newest_mtime, first_seen_at, judged_at, gone_at, verification_basis, verified_at,
+                content_print)
             SELECT checkpoint_id, location_id, path, 'dcp',
                    CASE WHEN mod(n, 97) = 0 THEN 'partial' WHEN mod(n, 499) = 0 THEN 'corrupt' ELSE 'complete' END,
                    CASE WHEN mod(n, 97) = 0 THEN '["__5_0.distcp is missing"]'::jsonb
@@ -236,7 +237,13 @@ def generate(files: int, shape: int | None = None) -> None:
                    {fpc} + (CASE WHEN n <= {extra} THEN 1 ELSE 0 END) + (CASE WHEN mod(n, 97) = 0 THEN 1 ELSE 0 END),
                    ({fpc} + (CASE WHEN n <= {extra} THEN 1 ELSE 0 END) + (CASE WHEN mod(n, 97) = 0 THEN 1 ELSE 0 END))
                      * shard_size,
-                   first_seen_at, first_seen_at, first_seen_at + interval '1 hour', NULL
+                   first_seen_at, first_seen_at, first_seen_at + interval '1 hour', NULL,
+                   CASE WHEN mod(n, 499) = 0 THEN 'peers'
+                        WHEN mod(n, 97) = 0 OR (tier = 'nvme' AND mod(n, 3) <> 0) OR mod(n, 11) = 0 THEN ''
+                        ELSE 'peers' END,
+                   CASE WHEN mod(n, 499) <> 0 AND mod(n, 97) <> 0 AND NOT (tier = 'nvme' AND mod(n, 3) <> 0)
+                             AND mod(n, 11) <> 0 THEN first_seen_at + interval '1 hour' END,
+                   ''
             FROM bench_copy2
             """
         )
