@@ -109,6 +109,28 @@ def make_host(db) -> Callable[..., HostKit]:
     return make
 
 
+@pytest.fixture
+def push(client, django_capture_on_commit_callbacks):
+    """Upload an inventory of ``files`` for a host kit through the API and let its ingestion task run.
+
+    As the worker would; the upload must be accepted (202). tests/fleet/test_ingest.py has a ``push``
+    of its own that returns the response instead, for the tests of refusals.
+    """
+
+    def push(kit: HostKit, files: list[dict]) -> None:
+        with django_capture_on_commit_callbacks(execute=True):
+            response = client.post(
+                "/api/v1/inventories/",
+                data=kit.body(files),
+                content_type="application/x-ndjson",
+                HTTP_CONTENT_ENCODING="gzip",
+                **kit.auth(),
+            )
+        assert response.status_code == 202, response.content
+
+    return push
+
+
 def is_postgres() -> bool:
     return connection.vendor == "postgresql"
 

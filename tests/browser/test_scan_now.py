@@ -18,7 +18,7 @@ from fleet.models import Inventory
 from tests.browser.test_pages import browser_page as browser_page_fixture
 from tests.browser.test_pages import shot
 from tests.conftest import give_roles
-from tests.fleet.test_scan_faults import FaultyEndpoint
+from tests.helpers.faults import FaultyEndpoint
 
 pytestmark = [pytest.mark.services]
 
