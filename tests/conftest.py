@@ -315,3 +315,26 @@ def _default_price_book(request):
         request.getfixturevalue("_django_db_helper")  # the database is set up for this test first
         restore_default_prices()
     yield
+
+
+@pytest.fixture
+def browser_page():
+    """A Chromium page (Debian's, driven by Playwright) of its own browser; ``page.console_errors`` collects errors.
+
+    Skips without Chromium or Playwright, or fails under REQUIRE_SERVICES=1.
+    """
+    # Here, not at the top: tests.browser.visitor imports need_service from this module.
+    from tests.browser.visitor import launch_chromium
+
+    playwright, browser = launch_chromium()
+    try:
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.console_errors = errors
+        yield page
+    finally:
+        browser.close()
+        playwright.stop()

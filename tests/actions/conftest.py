@@ -1,5 +1,7 @@
 """Personas and a small fleet for the action tests: a run with checkpoints, copies and their files.
 
+Also ``scanned``: a versioned bucket on moto's S3 server holding the nvme-a tree, scanned.
+
 Personas: olga and oscar (operators), april (approver), adam (admin), vic (viewer only).
 """
 
@@ -129,3 +131,16 @@ def as_ui(user: User):
 
 def events() -> int:
     return AuditEvent.objects.count()
+
+
+@pytest.fixture
+def scanned(s3, scan_now):
+    """A versioned bucket holding the nvme-a tree below fleet/, scanned; one key has an older version too."""
+    name = s3.bucket(versioned=True)
+    s3.put(name, "fleet/llm/llama-tiny/step-100/__0_0.distcp", b"an older version of the shard")
+    s3.upload_tree(name, "nvme-a", prefix="fleet/")
+    s3.put(name, "unrelated/notes.txt", b"not a checkpoint")
+    bucket = s3.register(name, prefix="fleet/")
+    inventory = scan_now(bucket)
+    assert inventory.status == "applied", inventory.error
+    return name, bucket
