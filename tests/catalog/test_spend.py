@@ -20,6 +20,7 @@ from django.test.utils import CaptureQueriesContext
 
 from audit.actor import Actor
 from catalog.models import Run, Team
+from fleet.pricebook import utc_today
 from spend import report as spend
 from spend.models import UsageDaily, UsageMonthly
 from spend.prices import price_set
@@ -342,9 +343,14 @@ def test_a_team_view_narrows_every_table_to_the_team(scenario, finance):
 
 @pytest.mark.parametrize("query", ["month=9999-12", "day=9999-12-31", "month=2027-13", "day=2027-02-30", "month=x"])
 def test_a_period_out_of_range_shows_this_month(signed_in, query):
+    before = utc_today()
     response = signed_in.get(f"/spend/?{query}")
+    api = signed_in.get(f"/api/v1/spend/?{query}")
+    this_month = {f"month={day:%Y-%m}" for day in (before, utc_today())}  # the same month unless midnight passed
     assert response.status_code == 200
-    assert signed_in.get(f"/api/v1/spend/?{query}").status_code == 200
+    assert response.context["period"].param in this_month
+    assert api.status_code == 200
+    assert {url.split("?")[1] for url in api.json()["tables"].values()} <= this_month
 
 
 # --- the monthly rollup ----------------------------------------------------------------------------

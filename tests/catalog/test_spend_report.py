@@ -111,7 +111,12 @@ def test_a_person_without_the_finance_role_is_refused_with_a_reason(signed_in_as
 
 @pytest.mark.parametrize("role", ["finance", "admin"])
 def test_finance_and_admins_may_read_it(signed_in_as, role):
-    assert signed_in_as(role).get(URL).status_code == 200
+    response = signed_in_as(role).get(f"{URL}?month=2027-01")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "<h1>Storage spend report" in html
+    assert response.context["period"].param == "month=2027-01"
+    assert "needs the finance role" not in html
 
 
 def test_a_stranger_is_sent_to_sign_in(client):
