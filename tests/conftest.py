@@ -109,6 +109,28 @@ def make_host(db) -> Callable[..., HostKit]:
     return make
 
 
+@pytest.fixture
+def push(client, django_capture_on_commit_callbacks):
+    """Upload an inventory of ``files`` for a host kit through the API and let its ingestion task run.
+
+    As the worker would; the upload must be accepted (202). tests/fleet/test_ingest.py has a ``push``
+    of its own that returns the response instead, for the tests of refusals.
+    """
+
+    def push(kit: HostKit, files: list[dict]) -> None:
+        with django_capture_on_commit_callbacks(execute=True):
+            response = client.post(
+                "/api/v1/inventories/",
+                data=kit.body(files),
+                content_type="application/x-ndjson",
+                HTTP_CONTENT_ENCODING="gzip",
+                **kit.auth(),
+            )
+        assert response.status_code == 202, response.content
+
+    return push
+
+
 def is_postgres() -> bool:
     return connection.vendor == "postgresql"
 
@@ -293,3 +315,26 @@ def _default_price_book(request):
         request.getfixturevalue("_django_db_helper")  # the database is set up for this test first
         restore_default_prices()
     yield
+
+
+@pytest.fixture
+def browser_page():
+    """A Chromium page (Debian's, driven by Playwright) of its own browser; ``page.console_errors`` collects errors.
+
+    Skips without Chromium or Playwright, or fails under REQUIRE_SERVICES=1.
+    """
+    # Here, not at the top: tests.browser.visitor imports need_service from this module.
+    from tests.browser.visitor import launch_chromium
+
+    playwright, browser = launch_chromium()
+    try:
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.console_errors = errors
+        yield page
+    finally:
+        browser.close()
+        playwright.stop()

@@ -6,8 +6,8 @@ import pytest
 from django.db import transaction
 
 from audit.services import audit_record
-from tests.browser.test_pages import browser_page, shot  # noqa: F401 - the fixture
 from tests.conftest import give_roles
+from tests.helpers.browser import shot
 
 PASSWORD = "a-long-password-1"
 

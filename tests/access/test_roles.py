@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
-from django.utils import timezone
 
 from access.refusals import Refusal, note_refusal, refusals_collected
 from access.roles import Role, require_role, roles_of
-from audit.actor import Actor
 from audit.models import AuditEvent
 from ckptfleet.errors import PermissionRefused
-from fleet.choices import InventoryStatus
 from fleet.models import Inventory, PricePoint
 from fleet.pricebook import utc_today
+from tests.helpers.access import bucket_with_a_running_scan
 
 NO_ROLE = ""
 ROLES = [NO_ROLE, *Role.values]
@@ -25,30 +21,6 @@ API_READS = ["/api/v1/runs/", "/api/v1/checkpoints/", "/api/v1/hosts/", "/api/v1
 
 def refusals() -> list[AuditEvent]:
     return list(AuditEvent.objects.filter(action="access.refused").order_by("pk"))
-
-
-def bucket_with_a_running_scan():
-    """A bucket whose scan is running: a permitted scan-now answers "already running", touching no network."""
-    from ingest.scan import bucket_add
-
-    bucket = bucket_add(
-        name="s3:ckpt-eu",
-        bucket_name="ckpt-eu",
-        prefix="fleet/",
-        endpoint_url="http://127.0.0.1:9",
-        region_name="eu-west-1",
-        actor=Actor.command(label="tests"),
-    )
-    now = timezone.now()
-    Inventory.objects.create(
-        location=bucket.location,
-        host=None,
-        source="bucket_listing",
-        status=InventoryStatus.PROCESSING,
-        taken_at=now - timedelta(minutes=1),
-        started_at=now,
-    )
-    return bucket.location
 
 
 def sign_in(signed_in_as, role: str):

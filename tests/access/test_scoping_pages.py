@@ -24,9 +24,9 @@ from fleet.pricebook import utc_today
 from promotion.models import PromotionJob
 from retention import services as retention
 from spend.usage import usage_refresh
-from tests.catalog.test_usage import flat_prices
-from tests.catalog.test_views import make_copy, make_location, make_run
 from tests.conftest import give_roles
+from tests.helpers.catalog import make_copy, make_location, make_run
+from tests.helpers.usage import flat_prices
 
 pytestmark = pytest.mark.django_db
 

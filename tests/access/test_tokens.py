@@ -11,6 +11,7 @@ from audit.actor import Actor
 from audit.models import AuditEvent
 from ckptfleet.errors import DomainError
 from tests.conftest import give_roles
+from tests.helpers.access import bucket_with_a_running_scan
 
 
 @pytest.fixture
@@ -40,8 +41,6 @@ def test_a_script_reads_the_api_with_its_token_and_the_persons_roles(ada, client
     assert client.get("/api/v1/runs/", **bearer(raw)).status_code == 200
     assert ApiToken.objects.get().last_used_at is not None
     # Token requests skip CSRF (no cookie is involved) but a viewer still may not scan.
-    from tests.access.test_roles import bucket_with_a_running_scan
-
     location = bucket_with_a_running_scan()
     refused = client.post(f"/api/v1/locations/{location.pk}/scan/", **bearer(raw))
     assert refused.status_code == 403

@@ -6,14 +6,14 @@ import pytest
 from django.core.management import call_command
 
 from actions.models import DeletionJob, DeletionState
-from tests.browser.test_pages import browser_page, shot  # noqa: F401 - the fixture is used by name
+from tests.helpers.browser import shot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_an_operator_previews_and_schedules_a_deletion_and_sees_what_a_hold_protects(
     live_server,
-    browser_page,  # noqa: F811
+    browser_page,
     tmp_path,
     settings,
 ):

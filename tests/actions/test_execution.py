@@ -16,10 +16,10 @@ from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState, 
 from audit.actor import Actor
 from audit.models import AuditEvent
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
+from tests.helpers.deletion import OPERATOR, checkpoint, make_due
 
 pytestmark = pytest.mark.django_db
 
-OPERATOR = Actor.command(label="tests: operator")
 OTHER = Actor.command(label="tests: another operator")
 
 
@@ -41,28 +41,6 @@ def events_of(job: DeletionJob, *actions: str) -> list[AuditEvent]:
 
 def completions(job: DeletionJob) -> list[AuditEvent]:
     return events_of(job, *execution.TERMINAL_ACTIONS.values())
-
-
-def make_due(job: DeletionJob) -> None:
-    """The grace period is over (as if seven days had passed)."""
-    DeletionJob.objects.filter(pk=job.pk).update(execute_after=timezone.now() - timedelta(seconds=1))
-
-
-def checkpoint(step: int, run: str = "llama-tiny") -> Checkpoint:
-    return Checkpoint.objects.get(run__name=run, step=step)
-
-
-@pytest.fixture
-def scanned(s3, scan_now):
-    """A versioned bucket holding the nvme-a tree below fleet/, scanned; one key has an older version too."""
-    name = s3.bucket(versioned=True)
-    s3.put(name, "fleet/llm/llama-tiny/step-100/__0_0.distcp", b"an older version of the shard")
-    s3.upload_tree(name, "nvme-a", prefix="fleet/")
-    s3.put(name, "unrelated/notes.txt", b"not a checkpoint")
-    bucket = s3.register(name, prefix="fleet/")
-    inventory = scan_now(bucket)
-    assert inventory.status == "applied", inventory.error
-    return name, bucket
 
 
 def two_verified_copies(s3, scanned, ckpt: Checkpoint) -> tuple[CheckpointCopy, CheckpointCopy]:

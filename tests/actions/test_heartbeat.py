@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from actions import execution, services
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
-from tests.actions.test_execution import OPERATOR, checkpoint, make_due, scanned  # noqa: F401 (a fixture)
+from tests.helpers.deletion import OPERATOR, checkpoint, make_due
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +22,7 @@ def running(job: DeletionJob, *, started: timedelta, beat: timedelta | None) -> 
     )
 
 
-def test_starting_a_job_and_each_batch_beat(s3, scanned, monkeypatch):  # noqa: F811
+def test_starting_a_job_and_each_batch_beat(s3, scanned, monkeypatch):
     job = services.schedule_deletion(checkpoint=checkpoint(100), reason="superseded", actor=OPERATOR)
     make_due(job)
     monkeypatch.setattr(execution, "BATCH", 1)  # one object per batch: several beats
@@ -43,7 +43,7 @@ def test_starting_a_job_and_each_batch_beat(s3, scanned, monkeypatch):  # noqa: 
     assert len(sent) == job.items_total and sent == sorted(sent) and sent[0] > job.started_at
 
 
-def test_the_lease_reads_the_heartbeat_not_the_start(s3, scanned):  # noqa: F811
+def test_the_lease_reads_the_heartbeat_not_the_start(s3, scanned):
     job = services.schedule_deletion(checkpoint=checkpoint(100), reason="superseded", actor=OPERATOR)
     lease = execution.LEASE
     running(job, started=lease * 3, beat=timedelta(seconds=30))
@@ -54,7 +54,7 @@ def test_the_lease_reads_the_heartbeat_not_the_start(s3, scanned):  # noqa: F811
     assert list(execution.stale_jobs(timezone.now()).values_list("pk", flat=True)) == [job.pk]
 
 
-def test_a_batch_that_only_met_transient_errors_still_beats(s3, scanned, monkeypatch):  # noqa: F811
+def test_a_batch_that_only_met_transient_errors_still_beats(s3, scanned, monkeypatch):
     from fleet import s3 as store
 
     job = services.schedule_deletion(checkpoint=checkpoint(100), reason="superseded", actor=OPERATOR)
@@ -73,7 +73,7 @@ def test_a_batch_that_only_met_transient_errors_still_beats(s3, scanned, monkeyp
     assert set(DeletionItem.objects.filter(job=job).values_list("state", flat=True)) == {ItemState.PENDING}
 
 
-def test_pages_say_how_long_ago_a_running_job_last_moved(s3, scanned, signed_in):  # noqa: F811
+def test_pages_say_how_long_ago_a_running_job_last_moved(s3, scanned, signed_in):
     job = services.schedule_deletion(checkpoint=checkpoint(100), reason="superseded", actor=OPERATOR)
     running(job, started=timedelta(minutes=5), beat=timedelta(seconds=42))
     DeletionJob.objects.filter(pk=job.pk).update(items_deleted=1)
@@ -103,7 +103,7 @@ def test_last_progress_in_words():
     assert execution.last_progress(job, now=now) == ""
 
 
-def test_the_migration_gives_running_jobs_their_last_progress(s3, scanned):  # noqa: F811
+def test_the_migration_gives_running_jobs_their_last_progress(s3, scanned):
     from importlib import import_module
 
     backfill = import_module("actions.migrations.0003_deletionjob_heartbeat").backfill

@@ -22,10 +22,9 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from tests.browser import test_journeys
-from tests.browser.test_journeys import Demo, checkpoint_of
-from tests.browser.visitor import artefact_dir, chromium  # noqa: F401  (the module's browser)
+from tests.browser.visitor import artefact_dir
 from tests.conftest import restore_default_prices
+from tests.helpers.browser import Demo, checkpoint_of
 
 pytestmark = [
     pytest.mark.services,
@@ -41,7 +40,6 @@ AXE = Path(__file__).resolve().parents[1] / "vendor" / "axe-core" / "axe.min.js"
 WCAG_A_AA = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
 FAILING_IMPACTS = {"serious", "critical"}
 ALL_IMPACTS = {"minor", "moderate", "serious", "critical"}
-person = test_journeys.person  # the journeys' people, each in a browser context of their own
 RUN = "llama-tiny"  # the demo run with a broken copy, a pin, a hold and a scheduled deletion
 
 
@@ -114,7 +112,7 @@ class Audit:
         )
 
 
-def test_axe_finds_what_it_should_on_a_page_made_to_fail(chromium):  # noqa: F811
+def test_axe_finds_what_it_should_on_a_page_made_to_fail(chromium):
     """The check itself: on a page with an unlabelled field, a nameless button and low contrast, axe speaks up."""
     context = chromium.new_context()
     page = context.new_page()

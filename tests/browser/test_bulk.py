@@ -11,7 +11,7 @@ from audit.models import AuditEvent
 from catalog.choices import CopyState
 from catalog.models import CheckpointCopy
 from tests.actions.conftest import build_fleet, make_person
-from tests.browser.test_pages import browser_page, shot  # noqa: F401 - the fixture is used by name
+from tests.helpers.browser import shot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,13 +25,12 @@ RUN_AXE = """async () => (await window.axe.run(document, {
 
 
 def serious_axe_violations(page) -> list[str]:
-    if not AXE.exists():  # the vendored copy arrives with the accessibility tests
-        return []
+    assert AXE.is_file(), f"{AXE} is missing: the vendored axe-core is part of the tests"
     page.add_script_tag(path=str(AXE))
     return page.evaluate(RUN_AXE)
 
 
-def test_an_operator_pins_two_checkpoints_from_the_copy_queue(live_server, browser_page, settings):  # noqa: F811
+def test_an_operator_pins_two_checkpoints_from_the_copy_queue(live_server, browser_page, settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     fleet = build_fleet()
     CheckpointCopy.objects.filter(location=fleet.nvme).update(state=CopyState.PARTIAL)

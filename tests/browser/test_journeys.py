@@ -10,17 +10,14 @@ and is kept as a screenshot under $CKPTFLEET_ARTEFACTS (else <pytest basetemp>/s
 
 from __future__ import annotations
 
-import io
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
 from django.db.models import Sum
 
-from tests.browser.visitor import Visitor, artefact_dir, chromium  # noqa: F401  (the module's browser)
-from tests.conftest import give_roles, restore_default_prices
+from tests.conftest import give_roles
+from tests.helpers.browser import Demo, checkpoint_of
 
 pytestmark = [pytest.mark.services]
 
@@ -28,56 +25,10 @@ BYTES = re.compile(r"\b\d[\d,]*(\.\d+)? (B|KiB|MiB|GiB|TiB|PiB)\b")
 MONEY = re.compile(r"\b\d[\d,]*\.\d{2} USD\b")
 
 
-@dataclass
-class Demo:
-    url: str
-    password: str
-    trees: Path  # where seed_demo wrote the hosts' checkpoint trees
-
-
-@pytest.fixture
-def demo(live_server, settings, tmp_path) -> Demo:
-    settings.VAR_DIR = tmp_path
-    # Six people sign up and in: a fast hasher keeps that to milliseconds (the live server shares settings).
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    restore_default_prices()
-    call_command("seed_demo", dir=str(tmp_path / "demo"), stdout=io.StringIO())
-    password = (tmp_path / "demo-password").read_text().strip()
-    return Demo(url=live_server.url, password=password, trees=tmp_path / "demo")
-
-
-@pytest.fixture
-def person(chromium, live_server, request, tmp_path_factory):  # noqa: F811
-    """``person("demo-operator")``: a browser context of its own, signed out; closed after the test.
-
-    The password is the demo's (the ``demo`` fixture) unless given.
-    """
-    shots = artefact_dir(tmp_path_factory)
-    prefix = "-".join(request.node.name.removeprefix("test_").split("_")[:4])
-    made: list[Visitor] = []
-
-    def make(username: str, password: str = "") -> Visitor:
-        visitor = Visitor(
-            chromium, live_server.url, username, password or request.getfixturevalue("demo").password, shots, prefix
-        )
-        made.append(visitor)
-        return visitor
-
-    yield make
-    for visitor in made:
-        visitor.close()
-
-
 def another_operator(django_user_model, demo: Demo, username: str = "oncall-b"):
     user = django_user_model.objects.create_user(username=username, password=demo.password)
     give_roles(user, "operator")
     return user
-
-
-def checkpoint_of(run_name: str, step: int):
-    from catalog.models import Checkpoint
-
-    return Checkpoint.objects.select_related("run__team").get(run__name=run_name, step=step)
 
 
 # --- each role, the same pages -------------------------------------------------------------------

@@ -2,54 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
-
-import pytest
 from django.core.management import call_command
 
-from tests.conftest import need_service
-
-# Screenshots are test artefacts: `make test` keeps them in var/test-artefacts/<database>/.
-ARTIFACTS = Path(os.environ.get("CKPTFLEET_ARTEFACTS", Path(__file__).resolve().parents[2] / "var" / "test-artefacts"))
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.fixture
-def browser_page():
-    need_service("Chromium", CHROMIUM is not None, "install Debian's chromium (make test does, as root)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:  # pragma: no cover - the dev extra installs it
-        need_service("Playwright", False, "pip install -e '.[dev]'")
-    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-sync",
-                "--disable-background-networking",
-                "--disable-component-update",
-            ],
-        )
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.console_errors = errors
-        yield page
-        browser.close()
-
-
-def shot(page, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+from tests.helpers.browser import shot
 
 
 def test_a_person_signs_in_and_follows_a_broken_checkpoint(live_server, browser_page, tmp_path, settings):

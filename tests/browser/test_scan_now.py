@@ -15,14 +15,12 @@ import pytest
 
 from fleet.choices import InventoryStatus
 from fleet.models import Inventory
-from tests.browser.test_pages import browser_page as browser_page_fixture
-from tests.browser.test_pages import shot
 from tests.conftest import give_roles
-from tests.fleet.test_scan_faults import FaultyEndpoint
+from tests.helpers.browser import shot
+from tests.helpers.faults import FaultyEndpoint
 
 pytestmark = [pytest.mark.services]
 
-browser_page = browser_page_fixture  # the same Chromium page fixture as the other browser tests
 PASSWORD = "a-long-password-1"
 # Each text the status lines show, in order, kept across the reload in sessionStorage.
 RECORD_STATUS = """

@@ -16,8 +16,6 @@ import re
 import shutil
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import need_service
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -216,12 +214,3 @@ class Visitor:
 
     def close(self) -> None:
         self.context.close()
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    """One Chromium for the whole module; each person gets a fresh context of it."""
-    playwright, browser = launch_chromium()
-    yield browser
-    browser.close()
-    playwright.stop()

@@ -89,6 +89,8 @@ def test_every_model_is_registered_and_its_list_loads(admin_client, data, model)
     assert admin.site.is_registered(model)
     response = admin_client.get(admin_url(model, "changelist"))
     assert response.status_code == 200
+    # The fixture made at least one row of every model, and the list shows every row there is.
+    assert response.context["cl"].result_count == model.objects.count() >= 1
 
 
 @pytest.mark.parametrize("model", ALL_MODELS, ids=lambda m: m.__name__)
@@ -96,12 +98,26 @@ def test_nothing_can_be_added_through_the_admin(admin_client, data, model):
     assert admin_client.get(admin_url(model, "add")).status_code == 403
 
 
-def test_the_list_searches_load(admin_client, data):
-    assert admin_client.get(admin_url(ShardFile, "changelist"), {"q": "vision/vit"}).status_code == 200
-    assert admin_client.get(admin_url(CheckpointCopy, "changelist"), {"state__exact": "partial"}).status_code == 200
-    assert admin_client.get(admin_url(AuditEvent, "changelist"), {"q": "checkpoint"}).status_code == 200
-    assert admin_client.get(admin_url(Checkpoint, "changelist"), {"q": "vit"}).status_code == 200
-    assert admin_client.get(admin_url(Checkpoint, "changelist"), {"q": "10"}).status_code == 200
+def listed(admin_client, model, **query) -> list:
+    """The rows an admin list shows for ``query`` (a search ``q`` or a filter)."""
+    response = admin_client.get(admin_url(model, "changelist"), query)
+    assert response.status_code == 200
+    return list(response.context["cl"].result_list)
+
+
+def test_the_list_searches_find_what_they_search_for_and_nothing_else(admin_client, data):
+    shard = ShardFile.objects.get()
+    copy = CheckpointCopy.objects.get()
+    checkpoint = Checkpoint.objects.get()
+    assert listed(admin_client, ShardFile, q="vision/vit") == [shard]
+    assert listed(admin_client, ShardFile, q="llm/") == []
+    assert listed(admin_client, CheckpointCopy, state__exact="partial") == [copy]
+    assert listed(admin_client, CheckpointCopy, state__exact="complete") == []
+    assert data["event"] in listed(admin_client, AuditEvent, q="checkpoint")
+    assert listed(admin_client, AuditEvent, q="no-such-action") == []
+    assert listed(admin_client, Checkpoint, q="vit") == [checkpoint]
+    assert listed(admin_client, Checkpoint, q="10") == [checkpoint]  # the step, exactly
+    assert listed(admin_client, Checkpoint, q="1") == []
 
 
 def test_an_audit_event_can_be_viewed_but_not_changed_even_by_a_superuser(admin_client, data):

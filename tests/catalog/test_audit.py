@@ -9,6 +9,7 @@ from django.db import connection, transaction
 from audit.models import AuditEvent
 from audit.services import audit_record, audit_verify
 from tests.conftest import is_postgres
+from tests.helpers.audit import tamper
 
 
 def record(action: str = "test.action", **kwargs) -> AuditEvent:
@@ -58,26 +59,16 @@ def test_verify_audit_passes_an_intact_chain(db, capsys):
     assert "5 events" in capsys.readouterr().out
 
 
-def _tamper(sql: str, params: list) -> None:
-    with connection.cursor() as cursor:
-        if is_postgres():
-            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-            cursor.execute("ALTER TABLE catalog_auditevent DISABLE TRIGGER USER")
-        cursor.execute(sql, params)
-        if is_postgres():
-            cursor.execute("ALTER TABLE catalog_auditevent ENABLE TRIGGER USER")
-
-
 def test_verify_audit_names_the_first_tampered_event(db):
     events = [record(f"a{i}") for i in range(4)]
-    _tamper("UPDATE catalog_auditevent SET reason = %s WHERE id = %s", ["edited", events[2].pk])
+    tamper("UPDATE catalog_auditevent SET reason = %s WHERE id = %s", ["edited", events[2].pk])
     with pytest.raises(CommandError, match=f"event {events[2].pk}"):
         call_command("verify_audit")
 
 
 def test_verify_audit_notices_a_removed_event(db):
     events = [record(f"a{i}") for i in range(4)]
-    _tamper("DELETE FROM catalog_auditevent WHERE id = %s", [events[1].pk])
+    tamper("DELETE FROM catalog_auditevent WHERE id = %s", [events[1].pk])
     with pytest.raises(CommandError, match=f"event {events[2].pk}"):
         call_command("verify_audit")
 
@@ -110,7 +101,7 @@ def _rehash(event: AuditEvent, **changes) -> str:
         setattr(event, name, value)
     new_hash = _digest(event.prev_hash, event_fields(event))
     sets = ", ".join(f"{name} = %s" for name in changes)
-    _tamper(f"UPDATE catalog_auditevent SET {sets}, hash = %s WHERE id = %s", [*changes.values(), new_hash, event.pk])
+    tamper(f"UPDATE catalog_auditevent SET {sets}, hash = %s WHERE id = %s", [*changes.values(), new_hash, event.pk])
     return new_hash
 
 
@@ -137,7 +128,7 @@ def test_verify_audit_finds_a_rehashed_edit_of_the_newest_event_by_the_chain_hea
 def test_verify_audit_finds_an_event_inserted_into_the_middle(db):
     events = [record(f"a{i}") for i in range(3)]
     forged_hash = "f" * 64
-    _tamper(
+    tamper(
         "UPDATE catalog_auditevent SET prev_hash = %s WHERE id = %s",
         [forged_hash, events[2].pk],
     )

@@ -14,8 +14,8 @@ from django.db import transaction
 from audit.models import AuditEvent
 from audit.services import audit_record
 from catalog.models import Checkpoint, Run, Team
-from tests.catalog.test_audit import _tamper
 from tests.conftest import queries_for
+from tests.helpers.audit import tamper
 
 
 def record(
@@ -271,7 +271,7 @@ def test_an_admin_verifies_the_chain_from_the_page_and_the_page_shows_when(db, s
 
 def test_a_tampered_event_shows_as_a_broken_chain_on_the_page(db, signed_in):
     events = [record(f"a.{i}") for i in range(4)]
-    _tamper("UPDATE catalog_auditevent SET reason = %s WHERE id = %s", ["edited", events[1].pk])
+    tamper("UPDATE catalog_auditevent SET reason = %s WHERE id = %s", ["edited", events[1].pk])
     done = signed_in.post("/audit/verify/", follow=True).content.decode()
     assert f"The audit chain is broken at event {events[1].pk}" in done
     assert "1 events before it are intact" in done

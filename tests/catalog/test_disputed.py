@@ -6,8 +6,6 @@ verification disputes both (nothing independent says which is right).
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 from django.contrib.auth.models import User
 
@@ -21,52 +19,9 @@ from catalog.choices import CopyState, Verification
 from catalog.models import CheckpointCopy
 from catalog.recovery import newest_restorable, newest_restorable_ids, recovery_for
 from ckptfleet.errors import DomainError
+from tests.helpers.disputed import FLIPPED, copy_at, dcp
 
-URL = "/api/v1/inventories/"
 SETTLE = "to settle it: a checksum written at save time"
-FLIPPED = {"__1_0.distcp": "one flipped byte"}
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def dcp(step: int, *, run: str = "llama-7b", **contents: str) -> list[dict]:
-    """A DCP checkpoint as the agent reports it, with the sha256s of made-up contents."""
-    base = f"llm/{run}/step-{step}"
-    values = {"__0_0.distcp": "rank 0", "__1_0.distcp": "rank 1", **contents}
-    files = [
-        {
-            "path": f"{base}/.metadata",
-            "size": 900,
-            "mtime": 1763700000.0,
-            "facts": {"kind": "dcp_metadata", "files": dict.fromkeys(values, 4096)},
-            "sha256": sha("metadata"),
-        }
-    ]
-    files += [
-        {"path": f"{base}/{name}", "size": 4096, "mtime": 1763699990.0, "sha256": sha(value)}
-        for name, value in values.items()
-    ]
-    return files
-
-
-@pytest.fixture
-def push(client, django_capture_on_commit_callbacks):
-    """Upload an inventory through the API and let its ingestion task run, as the worker would."""
-
-    def push(kit, files: list[dict]) -> None:
-        with django_capture_on_commit_callbacks(execute=True):
-            response = client.post(
-                URL,
-                data=kit.body(files),
-                content_type="application/x-ndjson",
-                HTTP_CONTENT_ENCODING="gzip",
-                **kit.auth(),
-            )
-        assert response.status_code == 202, response.content
-
-    return push
 
 
 @pytest.fixture
@@ -76,12 +31,6 @@ def disputed(make_host, push):
     push(a, dcp(100) + dcp(200))
     push(b, dcp(100) + dcp(200, **FLIPPED))
     return a, b
-
-
-def copy_at(kit, step: int) -> CheckpointCopy:
-    return CheckpointCopy.objects.select_related("checkpoint__run", "location").get(
-        location=kit.location, checkpoint__step=step, gone_at__isnull=True
-    )
 
 
 def snapshot():

@@ -16,8 +16,8 @@ from django.utils import timezone
 from catalog.choices import Verification
 from spend import placement
 from spend.placement import Flag
-from tests.catalog.test_disputed import copy_at, dcp, push  # noqa: F401 - push is a fixture
 from tests.conftest import queries_for
+from tests.helpers.disputed import copy_at, dcp
 
 ROOT = Path(__file__).resolve().parents[2]
 DAY = 86400
@@ -29,7 +29,7 @@ def hashed(files: list[dict], days_ago: float) -> list[dict]:
 
 
 @pytest.fixture
-def verified(make_host, push):  # noqa: F811 - the fixture imported above
+def verified(make_host, push):
     """Step 100 verified 40 days ago on hosts a and b; step 200 verified 5 days ago."""
     a, b = make_host("gpu-a01"), make_host("gpu-b01")
     for kit in (a, b):
@@ -74,7 +74,7 @@ def test_the_overview_counts_stale_verified_copies_and_lists_them(verified, sign
     assert "(40 days ago)" in queue.content.decode()
 
 
-def test_the_queues_query_counts_do_not_grow_with_the_copies(verified, signed_in, make_host, push, settings):  # noqa: F811
+def test_the_queues_query_counts_do_not_grow_with_the_copies(verified, signed_in, make_host, push, settings):
     settings.VERIFY_STALE_DAYS = 30
     counts = {kind: queries_for(signed_in, f"/queue/copies/?kind={kind}") for kind in ("stale", "disputed")}
     overview = queries_for(signed_in, "/")

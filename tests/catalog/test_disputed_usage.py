@@ -19,13 +19,13 @@ from fleet.pricebook import utc_today
 from spend import report as spend
 from spend.models import UsageCursor, UsageDaily, UsageMonthly
 from spend.usage import copies_restated, usage_monthly_rebuild, usage_refresh
-from tests.catalog.test_disputed import FLIPPED, copy_at, dcp, push  # noqa: F401 - push is a fixture
+from tests.helpers.disputed import FLIPPED, copy_at, dcp
 
 COPY_BYTES = 900 + 2 * 4096
 
 
 @pytest.fixture
-def two_copies(make_host, push):  # noqa: F811 - the fixture imported above
+def two_copies(make_host, push):
     """Step 100 on hosts a and b, both complete and verified, rolled up today."""
     a, b = make_host("gpu-a01"), make_host("gpu-b01")
     push(a, dcp(100))
@@ -82,7 +82,7 @@ def test_copies_at_several_locations_are_restated_in_one_call(two_copies):
     assert waste("partial")[0] == 2 * COPY_BYTES
 
 
-def test_a_temporary_copy_counts_as_a_left_over_and_other_runs_rows_stay(make_host, push):  # noqa: F811
+def test_a_temporary_copy_counts_as_a_left_over_and_other_runs_rows_stay(make_host, push):
     a = make_host("gpu-a01")
     push(a, dcp(100) + dcp(100, run="other-run"))
     other = CheckpointCopy.objects.get(location=a.location, checkpoint__run__name="other-run")
@@ -153,7 +153,7 @@ def test_nothing_to_restate_for_no_copies_or_a_location_never_rolled_up(two_copi
     assert not UsageDaily.objects.filter(location=a.location).exists()
 
 
-def test_the_flipped_copy_keeps_complete_bytes_when_disputed(make_host, push):  # noqa: F811
+def test_the_flipped_copy_keeps_complete_bytes_when_disputed(make_host, push):
     # A disputed copy keeps its state (promise 10): its bytes are not waste.
     a, b = make_host("gpu-a01"), make_host("gpu-b01")
     push(a, dcp(100))

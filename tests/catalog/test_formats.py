@@ -6,8 +6,6 @@ test_recognition_fixtures.py for the same rules applied to real trees scanned by
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from catalog.formats import FORMAT_LABELS, FORMATS
@@ -943,17 +941,37 @@ class TestRegistryAndEngine:
         recognize([f("r/a.pt", 1, ZIP_OK), f("r/notes.txt")], formats=[*FORMATS, Spy()])
         assert {"notes.txt"} in seen and not any("a.pt" in s for s in seen)
 
-    def test_it_scales_linearly_to_a_hundred_thousand_files(self):
-        entries = []
-        for run in range(25):
-            for step in range(20):
-                d = f"team/run{run}/step-{step * 100}"
-                names = {f"__{r}_0.distcp": 10 for r in range(200)}
-                entries.append(f(f"{d}/.metadata", 10, dcp_meta(names), mtime=5.0))
-                entries += [f(f"{d}/{n}", 10, mtime=1.0) for n in names]
-        assert len(entries) > 100_000
-        start = time.perf_counter()
-        found = recognize(entries)
-        elapsed = time.perf_counter() - start
-        assert len(found) == 500 and all(x.state == COMPLETE for x in found)
-        assert elapsed < 15, f"recognition of {len(entries)} files took {elapsed:.1f}s"
+    def test_it_scales_linearly_to_a_hundred_thousand_files(self, monkeypatch):
+        """The work grows with the files, not with their square: counted in what the formats are shown."""
+        shown = {"calls": 0, "files": 0}
+
+        def counted(claim):
+            def claim_counted(directory: DirView) -> list[Found]:
+                shown["calls"] += 1
+                shown["files"] += len(directory.files)
+                return claim(directory)
+
+            return claim_counted
+
+        for fmt in FORMATS:
+            monkeypatch.setattr(fmt, "claim", counted(fmt.claim))
+
+        def work(runs: int) -> tuple[int, dict[str, int]]:
+            entries = []
+            for run in range(runs):
+                for step in range(20):
+                    d = f"team/run{run}/step-{step * 100}"
+                    names = {f"__{r}_0.distcp": 10 for r in range(200)}
+                    entries.append(f(f"{d}/.metadata", 10, dcp_meta(names), mtime=5.0))
+                    entries += [f(f"{d}/{n}", 10, mtime=1.0) for n in names]
+            shown.update(calls=0, files=0)
+            found = recognize(entries)
+            assert len(found) == 20 * runs and all(x.state == COMPLETE for x in found)
+            return len(entries), dict(shown)
+
+        small_files, small = work(1)
+        big_files, big = work(25)
+        assert big_files > 100_000 and big_files == 25 * small_files
+        # 25 times the files: at most 25 times the directories offered and the files shown (quadratic: 625).
+        assert small["calls"] > 0 and big["calls"] <= 25 * small["calls"]
+        assert small["files"] > 0 and big["files"] <= 25 * small["files"]

@@ -9,8 +9,8 @@ from django.utils import timezone
 from actions.models import DeletionJob, DeletionState
 from fleet.models import Inventory
 from promotion.models import PromotionJob
-from tests.catalog.test_views import make_copy, make_location, make_run
 from tests.conftest import queries_for
+from tests.helpers.catalog import make_copy, make_location, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -18,7 +18,7 @@ from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
 from dashboard.run_filters import RunFilters
 from fleet import agent
 from fleet.services import gzip_lines
-from tests.fleet.test_ingest import post
+from tests.helpers.ingest import post
 
 pytestmark = pytest.mark.django_db
 

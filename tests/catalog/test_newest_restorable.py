@@ -8,7 +8,7 @@ from django.utils import timezone
 from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy
 from catalog.recovery import newest_restorable, newest_restorable_ids
-from tests.catalog.test_views import make_copy, make_location, make_run
+from tests.helpers.catalog import make_copy, make_location, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -12,8 +12,8 @@ from catalog.models import Run
 from fleet.models import Inventory
 from fleet.pricebook import utc_today
 from spend.usage import usage_refresh
-from tests.catalog.test_views import make_copy, make_location, make_run
 from tests.conftest import queries_for
+from tests.helpers.catalog import make_copy, make_location, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -19,38 +19,7 @@ from catalog.formats.base import COMPLETE, CORRUPT, PARTIAL, Found
 from catalog.recognition import entries_from_agent_lines, recognize
 from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
 from fleet.agent import scan_root
-
-# (root, path below the root, format, step) of every committed checkpoint; all of them are complete.
-EXPECTED = {
-    "nvme-a": [
-        ("llm/llama-tiny/step-100", "pytorch_dcp", 100),
-        ("llm/llama-tiny/step-200", "pytorch_dcp", 200),
-        ("vision/resnet-tiny/epoch=0-step=100.ckpt", "single_file", 100),
-        ("vision/resnet-tiny/epoch=1-step=200.ckpt", "single_file", 200),
-    ],
-    "pfs": [
-        ("llm/gpt-megatron/iter_0000200", "megatron", 200),
-        ("llm/gpt-megatron/iter_0000300", "megatron_dist", 300),
-        ("nlp/gpt2-tiny", "hf_safetensors", None),
-        ("nlp/gpt2-tiny/checkpoint-100", "hf_trainer", 100),
-        ("speech/ds-tiny/global_step100", "deepspeed", 100),
-        ("speech/ds-tiny/global_step200", "deepspeed", 200),
-    ],
-    "bucket": [
-        ("vision/vit-jax/400", "orbax", 400),
-        ("vision/vit-jax/500", "orbax", 500),
-    ],
-}
-# Files that belong to no checkpoint: trackers and DeepSpeed's helper script.
-UNCLAIMED = {
-    "nvme-a": set(),
-    "pfs": {
-        "llm/gpt-megatron/latest_checkpointed_iteration.txt",
-        "speech/ds-tiny/latest",
-        "speech/ds-tiny/zero_to_fp32.py",
-    },
-    "bucket": set(),
-}
+from tests.helpers.trees import EXPECTED, UNCLAIMED
 
 
 def scan(root: Path, *, checksums: bool = False) -> tuple[list[Found], set[str]]:

@@ -14,8 +14,8 @@ from catalog.models import CopyTierUsage
 from catalog.recovery import assumptions, recovery_for
 from fleet.models import Bucket, StorageLocation
 from fleet.restore_assumptions import parse_assumptions
-from tests.catalog.test_views import make_copy, make_location, make_run
 from tests.conftest import queries_for
+from tests.helpers.catalog import make_copy, make_location, make_run
 
 pytestmark = pytest.mark.django_db
 

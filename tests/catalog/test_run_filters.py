@@ -9,8 +9,8 @@ import pytest
 from catalog.choices import CopyState, Importance, RunStatus
 from catalog.models import CopyTierUsage, Run, Team
 from dashboard.run_filters import SORTS, BadCursor, Cursor, RunFilters
-from tests.catalog.test_views import make_copy, make_location, make_run
 from tests.conftest import queries_for
+from tests.helpers.catalog import make_copy, make_location, make_run
 
 pytestmark = pytest.mark.django_db
 

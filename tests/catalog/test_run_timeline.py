@@ -14,8 +14,8 @@ from actions.models import DeletionJob, DeletionState, Hold
 from audit.actor import Actor
 from catalog.choices import CopyState, Importance, Verification
 from catalog.models import Checkpoint
-from tests.catalog.test_placement import bucket, checkpoint, copy, host_location, make_run
 from tests.conftest import queries_for
+from tests.helpers.placement import bucket, checkpoint, copy, host_location, make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import date, timedelta
-from decimal import ROUND_HALF_UP, Decimal
+from datetime import date
+from decimal import Decimal
 
 import pytest
 from django.db import connection
@@ -22,170 +20,41 @@ from django.test.utils import CaptureQueriesContext
 
 from audit.actor import Actor
 from catalog.models import Run, Team
-from fleet.models import PricePoint
+from fleet.pricebook import utc_today
 from spend import report as spend
 from spend.models import UsageDaily, UsageMonthly
 from spend.prices import price_set
 from spend.usage import usage_carry_forward_all
-from tests.catalog.test_usage import (
+from tests.conftest import queries_for
+from tests.helpers.spend import (
+    A50,
+    A200,
+    B10,
+    FEBRUARY,
+    JANUARY,
+    RUN_TEAM,
+    TODAY,
+    by_cost_center,
+    by_team,
+    by_tier,
+    cents,
+    expected,
+    files,
+    fleet_of,
+    fleet_of_more,
+)
+from tests.helpers.usage import (
     GIB,
-    Fleet,
     assert_monthly_is_the_sum_of_the_daily_rows,
     checkpoint_bytes,
     dcp,
     flat_prices,
-    root_kit,
     utc,
 )
-from tests.conftest import HostKit, give_roles, queries_for
-
-CENT = Decimal("0.01")
-
-# Shard sizes: two ranks each; odd byte counts so that nothing lands on a round number.
-A100 = 5 * GIB + 777  # llm/alpha step 100, NVMe, deleted on Jan 20
-B10 = 3 * GIB + GIB // 2 + 123  # llm/beta step 10, NVMe, deleted on Feb 10 ("today")
-A200 = 6 * GIB + 55  # llm/alpha step 200, NVMe, written on Jan 5 at 23:30 UTC
-G1 = 40 * GIB + 9  # vision/gamma step 1, PFS, deleted at 00:00:30 UTC on Feb 1
-A50 = 20 * GIB + 1  # llm/alpha step 50, PFS, kept
-
-RUN_TEAM = {"alpha": "llm", "beta": "llm", "gamma": "vision"}
-COST_CENTERS = {"llm": "CC-100 Foundation models", "vision": "CC-200 Perception"}
-
-
-def files(*checkpoints: tuple[str, int, int]) -> list[dict]:
-    out: list[dict] = []
-    for run, step, shard in checkpoints:
-        out += dcp(RUN_TEAM[run], run, step, shard)
-    return out
-
-
-def nvme_state(day: date) -> list[tuple[str, int]]:
-    """What the NVMe root holds at the end of ``day``, from the events alone."""
-    if day < date(2027, 1, 1):
-        return []
-    held = [("alpha", A100), ("beta", B10)]
-    if day >= date(2027, 1, 5):
-        held.append(("alpha", A200))
-    if day >= date(2027, 1, 20):
-        held.remove(("alpha", A100))
-    if day >= date(2027, 2, 10):
-        held.remove(("beta", B10))
-    return held
-
-
-def pfs_state(day: date) -> list[tuple[str, int]]:
-    if day < date(2027, 1, 1):
-        return []
-    held = [("alpha", A50)]
-    if day < date(2027, 2, 1):
-        held.append(("gamma", G1))
-    return held
-
-
-def nvme_price(day: date) -> Decimal:
-    return Decimal("0.10") if day < date(2027, 1, 16) else Decimal("0.16")
-
-
-def pfs_price(day: date) -> Decimal:
-    return Decimal("0.03") if day < date(2027, 3, 15) else Decimal("0.05")
-
-
-def days_in_month(day: date) -> int:
-    following = (day.replace(day=28) + timedelta(days=4)).replace(day=1)
-    return (following - day.replace(day=1)).days
-
-
-def expected(first: date, last: date, *, group=lambda run, tier: "all") -> dict[str, Decimal]:
-    """Spend over [first, last], exact, grouped by ``group(run, tier)``."""
-    out: dict[str, Decimal] = {}
-    day = first
-    while day <= last:
-        for state, price, tier in ((nvme_state, nvme_price, "nvme"), (pfs_state, pfs_price, "pfs")):
-            for run, shard in state(day):
-                cost = Decimal(checkpoint_bytes(shard)) * price(day) / GIB / days_in_month(day)
-                key = group(run, tier)
-                out[key] = out.get(key, Decimal(0)) + cost
-        day += timedelta(days=1)
-    return out
-
-
-def by_team(run: str, tier: str) -> str:
-    return RUN_TEAM[run]
-
-
-def by_tier(run: str, tier: str) -> str:
-    return tier
-
-
-def by_cost_center(run: str, tier: str) -> str:
-    return COST_CENTERS[RUN_TEAM[run]]
-
-
-def cents(value: Decimal) -> Decimal:
-    return value.quantize(CENT, rounding=ROUND_HALF_UP)
 
 
 def rows_by(table: spend.Table, key: str, value: str = "spend") -> dict:
     return {row[key]: row[value] for row in table.rows}
-
-
-@pytest.fixture
-def fleet(client, monkeypatch, django_capture_on_commit_callbacks) -> Fleet:
-    return Fleet(client, monkeypatch, django_capture_on_commit_callbacks)
-
-
-@dataclass
-class Scenario:
-    nvme: HostKit
-    pfs: HostKit
-    delete_today: Callable[[], None]
-
-
-@pytest.fixture
-def scenario(make_host, fleet, settings) -> Scenario:
-    """The small fleet, pushed day by day up to Feb 10; ``delete_today`` then deletes beta from NVMe."""
-    settings.TIME_ZONE = "America/Los_Angeles"  # UTC-8: pages and rollups must still count UTC days
-    nvme = make_host("gpu-a01", "/mnt/nvme0/checkpoints")
-    pfs = root_kit("lustre-gw1", "/lustre/ckpt", kind="pfs", tier="pfs")
-    for kind, price in (("nvme", "0.10"), ("pfs", "0.03")):
-        PricePoint.objects.create(
-            kind=kind,
-            tier=kind,
-            price_per_gib_month=Decimal(price),
-            entered_price=Decimal(price),
-            effective_from=date(2000, 1, 1),
-            source="tests",
-        )
-    actor = Actor.command(label="finance")
-
-    fleet.push(nvme, files(("alpha", 100, A100), ("beta", 10, B10)), at=utc(2027, 1, 1, 10))
-    fleet.push(pfs, files(("gamma", 1, G1), ("alpha", 50, A50)), at=utc(2027, 1, 1, 10, 5))
-    for team, cost_center in COST_CENTERS.items():
-        Team.objects.filter(name=team).update(cost_center=cost_center)
-    # 23:30 UTC on Jan 5 is already Jan 6 in UTC+14, still Jan 5 in Los Angeles: the UTC day counts.
-    fleet.push(nvme, files(("alpha", 100, A100), ("beta", 10, B10), ("alpha", 200, A200)), at=utc(2027, 1, 5, 23, 30))
-    fleet.at(utc(2027, 1, 10, 9))
-    price_set(tier="nvme", kind="nvme", price="0.16", effective_from=date(2027, 1, 16), actor=actor, source="renewal")
-    fleet.at(utc(2027, 1, 12, 0, 30))
-    usage_carry_forward_all()  # beat, on Jan 12
-    fleet.push(nvme, files(("beta", 10, B10), ("alpha", 200, A200)), at=utc(2027, 1, 20, 8))
-    fleet.push(nvme, files(("beta", 10, B10), ("alpha", 200, A200)), at=utc(2027, 1, 31, 23, 59, 30))
-    fleet.push(pfs, files(("alpha", 50, A50)), at=utc(2027, 2, 1, 0, 0, 30))
-    fleet.at(utc(2027, 2, 10, 0, 30))
-    usage_carry_forward_all()  # beat, on Feb 10
-
-    def delete_today() -> None:
-        fleet.push(nvme, files(("alpha", 200, A200)), at=utc(2027, 2, 10, 13))
-        price_set(
-            tier="pfs", kind="pfs", price="0.05", effective_from=date(2027, 3, 15), actor=actor, source="new contract"
-        )
-
-    return Scenario(nvme=nvme, pfs=pfs, delete_today=delete_today)
-
-
-JANUARY = spend.Period.month(2027, 1)
-FEBRUARY = spend.Period.month(2027, 2)
-TODAY = date(2027, 2, 10)
 
 
 def test_january_spend_matches_an_independent_computation_to_the_cent(scenario):
@@ -322,25 +191,6 @@ def test_a_full_month_costs_its_monthly_price_in_28_29_30_and_31_day_months(make
 # --- pages and API ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def sign_in(client, django_user_model):
-    """Signs a person in at the current (test) time, so that the session is valid then."""
-    user = django_user_model.objects.create_user(username="fin", password="a-long-password-1")
-    give_roles(user, "finance")
-
-    def sign_in():
-        client.force_login(user)
-        return client
-
-    return sign_in
-
-
-@pytest.fixture
-def finance(fleet, sign_in):
-    fleet.at(utc(2027, 2, 10, 15))
-    return sign_in()
-
-
 def test_the_spend_page_shows_the_month_in_money_with_currency_and_cents(scenario, finance):
     response = finance.get("/spend/?month=2027-01")
     assert response.status_code == 200
@@ -397,22 +247,6 @@ def test_a_csv_cell_that_would_run_as_a_formula_is_quoted(db):
     assert out[1] == ['\'=HYPERLINK("http://x")', "1.01"]
 
 
-def _fleet_of(fleet, make_host, runs: int) -> None:
-    PricePoint.objects.create(
-        kind="nvme",
-        tier="nvme",
-        price_per_gib_month=Decimal("0.1"),
-        entered_price=Decimal("0.1"),
-        effective_from=date(2000, 1, 1),
-    )
-    kit = make_host(f"gpu-{runs}", f"/mnt/nvme{runs}")
-    out: list[dict] = []
-    for i in range(runs):
-        out += dcp(f"team{i % 3}", f"run{i}", 1, 1000 + i)
-    fleet.push(kit, out, at=utc(2027, 1, 2, 12))
-    fleet.push(kit, out[: len(out) // 2], at=utc(2027, 2, 5, 12))
-
-
 @pytest.mark.parametrize(
     "url",
     [
@@ -427,26 +261,17 @@ def _fleet_of(fleet, make_host, runs: int) -> None:
     ],
 )
 def test_spend_pages_make_as_many_queries_for_many_runs_as_for_one(make_host, fleet, sign_in, url):
-    _fleet_of(fleet, make_host, 1)
+    fleet_of(fleet, make_host, 1)
     fleet.at(utc(2027, 2, 10, 12))
     signed_in = sign_in()
     one = queries_for(signed_in, url)
-    _fleet_of_more(fleet, make_host)
+    fleet_of_more(fleet, make_host)
     fleet.at(utc(2027, 2, 10, 12))
     assert queries_for(signed_in, url) == one
 
 
-def _fleet_of_more(fleet, make_host) -> None:
-    kit = make_host("gpu-many", "/mnt/many")
-    out: list[dict] = []
-    for i in range(25):
-        out += dcp(f"crew{i % 4}", f"big{i}", 1, 5000 + i)
-    fleet.push(kit, out, at=utc(2027, 1, 20, 12))
-    fleet.push(kit, out[:10], at=utc(2027, 2, 7, 12))
-
-
 def test_the_run_spend_page_query_count_does_not_grow_with_steps(make_host, fleet, sign_in):
-    _fleet_of(fleet, make_host, 1)
+    fleet_of(fleet, make_host, 1)
     run = Run.objects.get()
     fleet.at(utc(2027, 2, 10, 12))
     signed_in = sign_in()
@@ -518,9 +343,14 @@ def test_a_team_view_narrows_every_table_to_the_team(scenario, finance):
 
 @pytest.mark.parametrize("query", ["month=9999-12", "day=9999-12-31", "month=2027-13", "day=2027-02-30", "month=x"])
 def test_a_period_out_of_range_shows_this_month(signed_in, query):
+    before = utc_today()
     response = signed_in.get(f"/spend/?{query}")
+    api = signed_in.get(f"/api/v1/spend/?{query}")
+    this_month = {f"month={day:%Y-%m}" for day in (before, utc_today())}  # the same month unless midnight passed
     assert response.status_code == 200
-    assert signed_in.get(f"/api/v1/spend/?{query}").status_code == 200
+    assert response.context["period"].param in this_month
+    assert api.status_code == 200
+    assert {url.split("?")[1] for url in api.json()["tables"].values()} <= this_month
 
 
 # --- the monthly rollup ----------------------------------------------------------------------------

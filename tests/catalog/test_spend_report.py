@@ -1,6 +1,6 @@
 """The printable spend report for finance: a month's figures from the spend tables, on paper.
 
-The fleet is the spend tests' own (``tests.catalog.test_spend``): its January is known to the cent
+The fleet is the spend tests' own (``scenario`` in tests/catalog/conftest.py): its January is known to the cent
 from an independent computation, a price changes on Jan 16, and Feb 10 is "today".
 """
 
@@ -11,25 +11,18 @@ import re
 import pytest
 
 from catalog.models import Team
-from tests.catalog import test_spend
-from tests.catalog.test_spend import (
+from tests.conftest import queries_for
+from tests.helpers.spend import (
     JANUARY,
-    _fleet_of,
-    _fleet_of_more,
     by_cost_center,
     by_team,
     by_tier,
     cents,
     expected,
+    fleet_of,
+    fleet_of_more,
 )
-from tests.catalog.test_usage import utc
-from tests.conftest import queries_for
-
-# The spend tests' fleet, day by day, and its finance person.
-fleet = test_spend.fleet
-scenario = test_spend.scenario
-sign_in = test_spend.sign_in
-finance = test_spend.finance
+from tests.helpers.usage import utc
 
 URL = "/spend/report/"
 
@@ -118,7 +111,12 @@ def test_a_person_without_the_finance_role_is_refused_with_a_reason(signed_in_as
 
 @pytest.mark.parametrize("role", ["finance", "admin"])
 def test_finance_and_admins_may_read_it(signed_in_as, role):
-    assert signed_in_as(role).get(URL).status_code == 200
+    response = signed_in_as(role).get(f"{URL}?month=2027-01")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "<h1>Storage spend report" in html
+    assert response.context["period"].param == "month=2027-01"
+    assert "needs the finance role" not in html
 
 
 def test_a_stranger_is_sent_to_sign_in(client):
@@ -135,11 +133,11 @@ def test_the_spend_page_links_to_the_report_for_finance_only(signed_in_as):
 
 @pytest.mark.parametrize("month", ["2027-01", "2027-02"])
 def test_the_report_makes_as_many_queries_for_many_runs_as_for_one(make_host, fleet, sign_in, month):
-    _fleet_of(fleet, make_host, 1)
+    fleet_of(fleet, make_host, 1)
     fleet.at(utc(2027, 2, 10, 12))
     signed_in = sign_in()
     one = queries_for(signed_in, f"{URL}?month={month}")
-    _fleet_of_more(fleet, make_host)
+    fleet_of_more(fleet, make_host)
     Team.objects.filter(name="crew1").update(cost_center="CC-9")
     fleet.at(utc(2027, 2, 10, 12))
     assert queries_for(signed_in, f"{URL}?month={month}") == one

@@ -19,7 +19,7 @@ from fleet.models import PricePoint
 from spend import report as spend
 from spend.models import UsageDaily
 from tests.conftest import give_roles
-from tests.fleet.test_scan import tree_files
+from tests.helpers.trees import tree_files
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db]
 

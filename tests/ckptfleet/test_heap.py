@@ -46,7 +46,7 @@ def test_garbage_in_cycles_is_still_collected_inside(collector_state):
 def test_an_ingest_leaves_the_collector_as_it_found_it(collector_state, make_host, client):
     from fleet.models import Inventory
     from ingest.inventory import ingest
-    from tests.fleet.test_ingest import dcp, post
+    from tests.helpers.ingest import dcp, post
 
     gc.set_threshold(700, 10, 10)
     kit = make_host()

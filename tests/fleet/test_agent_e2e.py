@@ -105,8 +105,8 @@ def test_the_agent_runs_as_a_plain_copied_file(tmp_path):
 
 def test_the_agent_is_installed_as_a_console_script():
     script = Path(sys.executable).parent / "ckptfleet-agent"
-    if not script.exists():
-        pytest.skip("the project is not installed into this interpreter (pip install -e .)")
+    # `make venv` installs the project (pip install -e .); without it the console script is missing.
+    assert script.exists(), f"{script} is missing: the project is not installed into this interpreter"
     result = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
     assert result.stdout.strip().startswith("ckptfleet-agent/")

@@ -18,8 +18,8 @@ from fleet.services import host_register, location_add
 from spend.models import UsageDaily
 from spend.prices import price_set
 from spend.usage import usage_carry_forward_all, usage_refresh
-from tests.catalog.test_usage import Fleet, dcp, utc
 from tests.conftest import give_roles
+from tests.helpers.usage import Fleet, dcp, utc
 
 pytestmark = pytest.mark.django_db
 

@@ -32,32 +32,11 @@ from ingest import inventory as ingest
 from ingest import scan as scan_module
 from ingest.scan import bucket_add, scan_due, scan_run, scan_start
 from ingest.tasks import ingest_inventory
-from tests.catalog.test_recognition_fixtures import EXPECTED
+from tests.helpers.scan import copies_at, snapshot
+from tests.helpers.trees import EXPECTED, tree_files
 from tests.s3 import TREES
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db]
-
-
-def snapshot(location) -> list[tuple]:
-    return list(
-        ShardFile.objects.filter(location=location)
-        .order_by("path")
-        .values_list(
-            "path", "size", "mtime", "checksum", "facts", "etag", "version_id", "tier", "gone_at", "changed_at"
-        )
-    )
-
-
-def copies_at(location) -> set[tuple]:
-    return {
-        (c.path, c.format, c.checkpoint.step, c.state)
-        for c in CheckpointCopy.objects.filter(location=location, gone_at__isnull=True).select_related("checkpoint")
-    }
-
-
-def tree_files(tree: str) -> dict[str, bytes]:
-    root = TREES / tree
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 # --- listing real checkpoints ---------------------------------------------------------------------

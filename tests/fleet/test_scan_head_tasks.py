@@ -25,8 +25,8 @@ from fleet.models import HeadChunk, HeadChunkState, Inventory
 from ingest import scan as scan_module
 from ingest.scan import SCANNER, head_chunk_run, head_chunks_resend, scan_run, scan_start
 from tests.conftest import wait_for
-from tests.fleet.test_scan import tree_files
-from tests.fleet.test_scan_faults import FaultyEndpoint
+from tests.helpers.faults import FaultyEndpoint
+from tests.helpers.trees import tree_files
 
 pytestmark = [pytest.mark.services]
 

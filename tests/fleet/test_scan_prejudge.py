@@ -21,7 +21,7 @@ from fleet.choices import InventoryStatus
 from ingest import inventory as ingest
 from ingest import scan as scan_module
 from ingest.inventory import Row
-from tests.catalog.test_recognition_fixtures import EXPECTED
+from tests.helpers.trees import EXPECTED
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db]
 

@@ -22,8 +22,8 @@ from catalog.models import CheckpointCopy, ShardFile
 from fleet.choices import InventoryStatus
 from fleet.models import ObjectVersion
 from ingest import scan as scan_module
-from tests.catalog.test_recognition_fixtures import EXPECTED
-from tests.fleet.test_scan import copies_at, snapshot, tree_files
+from tests.helpers.scan import copies_at, snapshot
+from tests.helpers.trees import EXPECTED, tree_files
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db]
 

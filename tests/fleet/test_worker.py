@@ -6,7 +6,7 @@ from catalog.models import CheckpointCopy
 from fleet.choices import InventoryStatus
 from fleet.models import Inventory
 from tests.conftest import wait_for
-from tests.fleet.test_ingest import URL, dcp
+from tests.helpers.ingest import URL, dcp
 
 
 def test_a_worker_ingests_an_uploaded_inventory(celery_worker_process, make_host, client):

@@ -14,7 +14,6 @@ from audit.actor import Actor
 from audit.models import AuditEvent
 from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
-from tests.browser.test_pages import browser_page  # noqa: F401 - a fixture, for test_browser
 
 WHEN = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 

@@ -7,8 +7,8 @@ import pytest
 from promotion import runner
 from promotion.choices import JobState
 from promotion.services import promote
-from tests.browser.test_pages import shot
 from tests.conftest import is_postgres
+from tests.helpers.browser import shot
 
 pytestmark = pytest.mark.services
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from tests.browser.test_pages import browser_page, shot  # noqa: F401  (the fixture)
+from tests.helpers.browser import shot
 from tests.retention.fleet import Fleet, alpha
 
 
-def test_an_engineer_simulates_retention_for_a_run(live_server, browser_page, django_user_model):  # noqa: F811
+def test_an_engineer_simulates_retention_for_a_run(live_server, browser_page, django_user_model):
     fleet = Fleet()
     steps = alpha(fleet)
     run = steps[100].run

@@ -17,13 +17,13 @@ from retention import services
 from retention.rules import KeepRules, Reason
 from retention.selectors import Scope, simulate
 from retention.tiering import Move, tiering_whatif
-from tests.catalog.test_disputed import FLIPPED, dcp, push  # noqa: F401 - push is a fixture
+from tests.helpers.disputed import FLIPPED, dcp
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def run(make_host, push):  # noqa: F811 - the fixture imported above
+def run(make_host, push):
     a, b = make_host("gpu-a01"), make_host("gpu-b01")
     push(a, dcp(100) + dcp(200) + dcp(300))
     push(b, dcp(100) + dcp(200, **FLIPPED) + dcp(300))

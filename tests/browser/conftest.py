@@ -1,0 +1,57 @@
+"""The browser tests' fixtures: one Chromium per module, the seeded demo on the live server, and its people.
+
+``browser_page`` (one page of a browser of its own) is in tests/conftest.py: tests of other apps use it too.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+
+from tests.browser.visitor import Visitor, artefact_dir, launch_chromium
+from tests.conftest import restore_default_prices
+from tests.helpers.browser import Demo
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """One Chromium for the whole module; each person gets a fresh context of it."""
+    playwright, browser = launch_chromium()
+    yield browser
+    browser.close()
+    playwright.stop()
+
+
+@pytest.fixture
+def demo(live_server, settings, tmp_path) -> Demo:
+    settings.VAR_DIR = tmp_path
+    # Six people sign up and in: a fast hasher keeps that to milliseconds (the live server shares settings).
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    restore_default_prices()
+    call_command("seed_demo", dir=str(tmp_path / "demo"), stdout=io.StringIO())
+    password = (tmp_path / "demo-password").read_text().strip()
+    return Demo(url=live_server.url, password=password, trees=tmp_path / "demo")
+
+
+@pytest.fixture
+def person(chromium, live_server, request, tmp_path_factory):
+    """``person("demo-operator")``: a browser context of its own, signed out; closed after the test.
+
+    The password is the demo's (the ``demo`` fixture) unless given.
+    """
+    shots = artefact_dir(tmp_path_factory)
+    prefix = "-".join(request.node.name.removeprefix("test_").split("_")[:4])
+    made: list[Visitor] = []
+
+    def make(username: str, password: str = "") -> Visitor:
+        visitor = Visitor(
+            chromium, live_server.url, username, password or request.getfixturevalue("demo").password, shots, prefix
+        )
+        made.append(visitor)
+        return visitor
+
+    yield make
+    for visitor in made:
+        visitor.close()
