@@ -540,7 +540,7 @@ def test_the_one_pass_first_inventory_writes_what_the_line_by_line_one_writes(
 ):
     import logging
 
-    import ingest.inventory
+    from ingest.inventory import run as inventory_run
     from spend.usage import usage_refresh
 
     settings.INGEST_CHUNK_ROWS = 100  # judged and written in batches of 400 files, overlapping
@@ -552,7 +552,7 @@ def test_the_one_pass_first_inventory_writes_what_the_line_by_line_one_writes(
     assert "applied (direct)" in caplog.text
     caplog.clear()
     with monkeypatch.context() as patched, caplog.at_level(logging.INFO, logger="ingest.inventory"):
-        patched.setattr(ingest.inventory, "_ingest_direct", lambda inventory, started: None)
+        patched.setattr(inventory_run, "ingest_direct", lambda inventory, started: None)  # where run looks it up
         push(python_kit, python_kit.body(files))
     assert "applied (staged)" in caplog.text
     for kit in (direct_kit, python_kit):
@@ -680,15 +680,15 @@ def test_the_one_pass_reader_rounds_mtimes_as_datetime_does(encode, mtimes):
     """The reader turns an mtime into COPY text and seconds without building a datetime: it must round
     to the microsecond exactly as datetime.fromtimestamp does, or a re-push would find rows changed."""
     from catalog.services import PathTemplate
-    from ingest.inventory import _Lines, _Reader
+    from ingest.inventory.direct_reader import Lines, Reader
 
     mtimes = [*_EDGE_MTIMES, *mtimes]
     lines = [{"type": "header", "format": "ckptfleet-inventory/1"}]
     lines += [{"type": "file", "path": f"t/r/f{i:06}ü", "size": i, "mtime": m} for i, m in enumerate(mtimes)]
     lines.append({"type": "end", "files": len(mtimes), "bytes": sum(range(len(mtimes)))})
     body = gzip.compress("".join(encode(line) + "\n" for line in lines).encode())
-    upload = _Lines(io.BytesIO(body), 1 << 20)
-    reader = _Reader(upload, PathTemplate.parse("{team}/{run}"), 1 << 20, pg=True)
+    upload = Lines(io.BytesIO(body), 1 << 20)
+    reader = Reader(upload, PathTemplate.parse("{team}/{run}"), 1 << 20, pg=True)
     got = [
         (e.path, e.size, e.mtime, x[0])
         for _, entries, extras in reader.groups()

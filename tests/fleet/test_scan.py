@@ -29,8 +29,9 @@ from fleet.agent import scan_root, stream_facts
 from fleet.choices import InventorySource, InventoryStatus
 from fleet.models import Bucket, Inventory, MultipartUpload, StorageLocation
 from ingest import inventory as ingest
-from ingest import scan as scan_module
 from ingest.scan import bucket_add, scan_due, scan_run, scan_start
+from ingest.scan import listing as scan_listing
+from ingest.scan import scanner as scan_scanner
 from ingest.tasks import ingest_inventory
 from tests.helpers.scan import copies_at, snapshot
 from tests.helpers.trees import EXPECTED, tree_files
@@ -374,13 +375,13 @@ def test_a_big_bucket_is_listed_prefix_by_prefix_in_parallel_with_the_same_resul
     bucket = s3.register(name)
     monkeypatch.setattr(s3lib, "PAGE_SIZE", 4)
     split: list[list[str]] = []
-    original = scan_module._Scanner._parallel_pages
+    original = scan_listing.parallel_pages
 
-    def spy(self, probe, top):
+    def spy(client, name, probe, top):
         split.append(list(probe.prefixes))
-        yield from original(self, probe, top)
+        yield from original(client, name, probe, top)
 
-    monkeypatch.setattr(scan_module._Scanner, "_parallel_pages", spy)
+    monkeypatch.setattr(scan_listing, "parallel_pages", spy)  # looked up by listing_pages, in its module
 
     inventory = scan_now(bucket)
 
@@ -391,7 +392,7 @@ def test_a_big_bucket_is_listed_prefix_by_prefix_in_parallel_with_the_same_resul
     before = snapshot(bucket.location)
 
     # Listed in one sequence instead, the bucket is the same snapshot.
-    monkeypatch.setattr(scan_module, "PARALLEL_MIN_PREFIXES", 10**6)
+    monkeypatch.setattr(scan_listing, "PARALLEL_MIN_PREFIXES", 10**6)
     split.clear()
     inventory = scan_now(bucket)
     assert not split
@@ -405,14 +406,14 @@ def test_progress_is_recorded_as_each_chunk_is_staged(s3, scan_now, settings, mo
     s3.upload_tree(name, "nvme-a")
     bucket = s3.register(name)
     seen: list[tuple[int, int]] = []
-    original = scan_module._Scanner._progress
+    original = scan_scanner.Scanner._progress
 
     def spy(self, files, total):
         original(self, files, total)
         row = Inventory.objects.values_list("files_count", "bytes_total").get(pk=self.inventory.pk)
         seen.append(row)
 
-    monkeypatch.setattr(scan_module._Scanner, "_progress", spy)
+    monkeypatch.setattr(scan_scanner.Scanner, "_progress", spy)
 
     inventory = scan_now(bucket)
 

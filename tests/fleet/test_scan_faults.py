@@ -16,7 +16,7 @@ import fleet.s3 as s3lib
 from catalog.models import CheckpointCopy, ShardFile
 from fleet.choices import InventoryStatus
 from fleet.models import MultipartUpload, StorageLocation
-from ingest import scan as scan_module
+from ingest.scan import listing as scan_listing
 from tests.helpers.faults import FaultyEndpoint
 from tests.helpers.scan import snapshot
 from tests.helpers.trees import tree_files
@@ -58,7 +58,7 @@ def listed(s3, faulty, scan_now, monkeypatch):
     Pages of 4 keys and no parallel listing, so that "mid-listing" is the same request every time.
     """
     monkeypatch.setattr(s3lib, "PAGE_SIZE", 4)
-    monkeypatch.setattr(scan_module, "PARALLEL_MIN_PREFIXES", 10**6)
+    monkeypatch.setattr(scan_listing, "PARALLEL_MIN_PREFIXES", 10**6)
     name = s3.bucket()
     s3.upload_tree(name, "nvme-a")
     bucket = s3.register(name, endpoint_url=faulty.url)

@@ -22,8 +22,10 @@ from catalog.models import CheckpointCopy, ShardFile
 from ckptfleet.celery import app as celery_app
 from fleet.choices import InventorySource, InventoryStatus
 from fleet.models import HeadChunk, HeadChunkState, Inventory
-from ingest import scan as scan_module
 from ingest.scan import SCANNER, head_chunk_run, head_chunks_resend, scan_run, scan_start
+from ingest.scan import head_chunks as scan_head_chunks
+from ingest.scan import head_plan as scan_head_plan
+from ingest.scan import scanner as scan_scanner
 from tests.conftest import wait_for
 from tests.helpers.faults import FaultyEndpoint
 from tests.helpers.trees import tree_files
@@ -51,13 +53,13 @@ def faulty(s3, monkeypatch):
 def backoffs(monkeypatch) -> list[int]:
     """The retries each chunk retry was scheduled for (in-process the countdown itself is not waited)."""
     seen: list[int] = []
-    original = scan_module.head_backoff
+    original = scan_head_chunks.head_backoff
 
     def record(retries: int) -> float:
         seen.append(retries)
         return original(retries)
 
-    monkeypatch.setattr(scan_module, "head_backoff", record)
+    monkeypatch.setattr(scan_head_chunks, "head_backoff", record)
     return seen
 
 
@@ -75,7 +77,7 @@ def sha256s(tree: str) -> dict[str, str]:
 @pytest.mark.django_db
 def test_the_objects_a_scan_added_are_planned_in_chunks_of_2000(s3, scan_now):
     # 4,001 new objects at once would be slow to put into moto; the planning is tried on rows instead.
-    assert scan_module.HEAD_CHUNK == 2000
+    assert scan_head_plan.HEAD_CHUNK == 2000
     name = s3.bucket()
     s3.put(name, "team/run/model.ckpt", b"x")
     bucket = s3.register(name, fetch_checksums=False)
@@ -94,10 +96,9 @@ def test_the_objects_a_scan_added_are_planned_in_chunks_of_2000(s3, scan_now):
         )
         for i in range(4001)
     )
-    scanner = scan_module._Scanner(inventory, bucket)
-    scanner.bucket.fetch_checksums = True
+    bucket.fetch_checksums = True
 
-    scanner._plan_heads(inventory)
+    scan_head_plan.plan_heads(inventory, bucket, head_all=False, versioned=False, recheck=False, write_lock_state=True)
 
     chunks = list(HeadChunk.objects.filter(inventory=inventory).order_by("seq"))
     assert [c.size for c in chunks] == [2000, 2000, 2]  # the object the scan itself added, and the 4,001
@@ -112,7 +113,7 @@ def test_the_objects_a_scan_added_are_planned_in_chunks_of_2000(s3, scan_now):
 
 @pytest.mark.django_db
 def test_a_scans_chunks_run_in_process_and_the_scan_says_when_they_finished(s3, scan_now, monkeypatch):
-    monkeypatch.setattr(scan_module, "HEAD_CHUNK", 4)
+    monkeypatch.setattr(scan_head_plan, "HEAD_CHUNK", 4)
     name = s3.bucket()
     s3.upload_tree(name, "nvme-a")
     bucket = s3.register(name)
@@ -183,9 +184,9 @@ def test_a_chunk_slowed_down_twice_is_retried_with_backoff_and_completes(s3, fau
 
 def test_backoff_grows_with_each_retry_and_is_capped():
     for retries in range(8):
-        delay = scan_module.head_backoff(retries)
-        assert scan_module.HEAD_BACKOFF / 2 <= delay <= min(scan_module.HEAD_BACKOFF_MAX, 5.0 * 2**retries)
-    assert max(scan_module.head_backoff(20) for _ in range(50)) <= scan_module.HEAD_BACKOFF_MAX
+        delay = scan_head_chunks.head_backoff(retries)
+        assert scan_head_chunks.HEAD_BACKOFF / 2 <= delay <= min(scan_head_chunks.HEAD_BACKOFF_MAX, 5.0 * 2**retries)
+    assert max(scan_head_chunks.head_backoff(20) for _ in range(50)) <= scan_head_chunks.HEAD_BACKOFF_MAX
 
 
 @pytest.mark.django_db
@@ -199,12 +200,12 @@ def test_a_chunk_the_store_keeps_throttling_is_given_up_after_its_retries(s3, fa
 
     assert inventory.status == InventoryStatus.APPLIED  # the snapshot stands
     [chunk] = HeadChunk.objects.filter(inventory=inventory)
-    assert (chunk.state, chunk.attempts, chunk.failed) == ("failed", scan_module.HEAD_RETRIES + 1, 9)
-    assert fault.served == scan_module.HEAD_RETRIES + 1
-    assert backoffs == list(range(scan_module.HEAD_RETRIES))
+    assert (chunk.state, chunk.attempts, chunk.failed) == ("failed", scan_head_chunks.HEAD_RETRIES + 1, 9)
+    assert fault.served == scan_head_chunks.HEAD_RETRIES + 1
+    assert backoffs == list(range(scan_head_chunks.HEAD_RETRIES))
     assert (
         f"HeadObject of {SHARD}" in chunk.error
-        and f"given up after {scan_module.HEAD_RETRIES + 1} attempts" in chunk.error
+        and f"given up after {scan_head_chunks.HEAD_RETRIES + 1} attempts" in chunk.error
     )
     assert (inventory.checksums_done, inventory.checksums_failed) == (9, 9)
     assert inventory.checksums_finished_at is not None
@@ -240,14 +241,14 @@ def test_an_object_rewritten_between_listing_and_head_is_left_unverified(s3, sca
     name = s3.bucket()
     s3.upload_tree(name, "nvme-a")
     bucket = s3.register(name)
-    original = scan_module.head_chunks_queue
+    original = scan_scanner.head_chunks_queue
 
     def rewrite_then_queue(inventory_id, *, queue=None):
         # After the listing, before the HEADs: the store now holds other bytes under the key.
         s3.put(name, SHARD, b"other bytes, written after the listing")
         return original(inventory_id, queue=queue)
 
-    monkeypatch.setattr(scan_module, "head_chunks_queue", rewrite_then_queue)
+    monkeypatch.setattr(scan_scanner, "head_chunks_queue", rewrite_then_queue)
 
     inventory = scan_now(bucket)
 
@@ -266,7 +267,7 @@ def test_a_shard_file_with_another_etag_by_the_time_of_the_write_is_not_written(
     name = s3.bucket()
     s3.upload_tree(name, "nvme-a")
     bucket = s3.register(name)
-    original = scan_module._head_items
+    original = scan_head_chunks._head_items
 
     def later_scan_in_between(bucket_, items):
         answers = original(bucket_, items)
@@ -274,7 +275,7 @@ def test_a_shard_file_with_another_etag_by_the_time_of_the_write_is_not_written(
         ShardFile.objects.filter(location=bucket.location, path=SHARD).update(etag="0123456789abcdef")
         return answers
 
-    monkeypatch.setattr(scan_module, "_head_items", later_scan_in_between)
+    monkeypatch.setattr(scan_head_chunks, "_head_items", later_scan_in_between)
 
     inventory = scan_now(bucket)
 
@@ -292,7 +293,7 @@ def test_chunks_whose_scan_made_no_progress_for_a_while_are_queued_again(
     s3.upload_tree(name, "nvme-a")
     bucket = s3.register(name)
     with monkeypatch.context() as m:
-        m.setattr(scan_module, "head_chunks_queue", lambda inventory_id, *, queue=None: 0)  # the messages are lost
+        m.setattr(scan_scanner, "head_chunks_queue", lambda inventory_id, *, queue=None: 0)  # the messages are lost
         inventory = scan_now(bucket)
     assert inventory.checksums_running
 
@@ -316,7 +317,7 @@ def test_the_fleet_page_jobs_and_api_show_the_checksum_phase(
     s3.upload_tree(name, "nvme-a")
     bucket = s3.register(name)
     with monkeypatch.context() as m:
-        m.setattr(scan_module, "head_chunks_queue", lambda inventory_id, *, queue=None: 0)  # not run yet
+        m.setattr(scan_scanner, "head_chunks_queue", lambda inventory_id, *, queue=None: 0)  # not run yet
         inventory = scan_now(bucket)
 
     page = signed_in.get("/fleet/").content.decode()
@@ -368,7 +369,7 @@ def test_a_worker_does_a_scans_head_chunks(s3, celery_worker_process, monkeypatc
     assert checksums_of(bucket.location) == sha256s("nvme-a")
 
     # A scan applied here, with small chunks: each chunk is a task on the broker, and the worker takes them.
-    monkeypatch.setattr(scan_module, "HEAD_CHUNK", 2)
+    monkeypatch.setattr(scan_head_plan, "HEAD_CHUNK", 2)
     s3.upload_tree(name, "nvme-a", prefix="copy/")
     here = Inventory.objects.create(location=bucket.location, source=InventorySource.BUCKET_LISTING, agent=SCANNER)
     assert scan_run(here.pk).status == InventoryStatus.APPLIED

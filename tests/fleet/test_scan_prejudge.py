@@ -1,4 +1,4 @@
-"""A first scan recognises run directories while it lists (``ingest.scan._PreJudge``), with the same result.
+"""A first scan recognises run directories while it lists (``ingest.scan.prejudge.PreJudge``), with the same result.
 
 The run directories of a location's first listing are recognised as soon as the listing has passed
 them, and the apply at the end only writes. Every test compares with the same bucket applied the
@@ -19,8 +19,11 @@ from catalog.models import CheckpointCopy, ShardFile
 from catalog.services import PathTemplate
 from fleet.choices import InventoryStatus
 from ingest import inventory as ingest
-from ingest import scan as scan_module
 from ingest.inventory import Row
+from ingest.scan import first_apply as scan_first_apply
+from ingest.scan import listing as scan_listing
+from ingest.scan import prejudge as scan_prejudge
+from ingest.scan import scanner as scan_scanner
 from tests.helpers.trees import EXPECTED
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db]
@@ -70,7 +73,7 @@ def fill(s3, trees=TREES) -> str:
 def applies(monkeypatch):
     """Which apply each scan took: "prejudged" (recognised while listing) or "staged" (after it)."""
     seen: list[str] = []
-    first, staged = scan_module._apply_first, scan_module.apply_staged
+    first, staged = scan_scanner.apply_first, scan_scanner.apply_staged
 
     def spy_first(*args, **kwargs):
         seen.append("prejudged")
@@ -80,8 +83,10 @@ def applies(monkeypatch):
         seen.append("staged")
         return staged(*args, **kwargs)
 
-    monkeypatch.setattr(scan_module, "_apply_first", spy_first)
-    monkeypatch.setattr(scan_module, "apply_staged", spy_staged)
+    monkeypatch.setattr(scan_scanner, "apply_first", spy_first)
+    # The staged apply is looked up by the scanner, and by apply_first when the location is no longer new.
+    monkeypatch.setattr(scan_scanner, "apply_staged", spy_staged)
+    monkeypatch.setattr(scan_first_apply, "apply_staged", spy_staged)
     return seen
 
 
@@ -101,7 +106,7 @@ def scanned_twice(scan_now, bucket, monkeypatch) -> tuple[list[tuple], list[tupl
         pass
     assert not ShardFile.objects.filter(location=bucket.location).exists()
     with monkeypatch.context() as m:
-        m.setattr(scan_module._PreJudge, "usable", lambda self: False)
+        m.setattr(scan_prejudge.PreJudge, "usable", lambda self: False)
         inventory = scan_now(bucket)
     assert inventory.status == InventoryStatus.APPLIED, inventory.error
     return fast, (judged(bucket.location), inventory.checkpoints_found, inventory.files_added)
@@ -117,7 +122,7 @@ def test_a_first_scan_recognised_while_listing_writes_what_the_staged_apply_writ
 ):
     monkeypatch.setattr(s3lib, "PAGE_SIZE", 3)  # many pages, so run directories end mid-listing
     if not parallel:
-        monkeypatch.setattr(scan_module, "PARALLEL_MIN_PREFIXES", 10**6)
+        monkeypatch.setattr(scan_listing, "PARALLEL_MIN_PREFIXES", 10**6)
     settings.INGEST_CHUNK_ROWS = chunk  # 3: the apply writes a batch of run directories every 12 files
     bucket = s3.register(fill(s3))
 
@@ -157,7 +162,7 @@ def test_the_real_trees_give_the_expected_copies_recognised_while_listing(s3, sc
 
 def test_run_directories_beyond_the_memory_bound_are_recognised_at_the_apply(s3, scan_now, monkeypatch, applies):
     monkeypatch.setattr(s3lib, "PAGE_SIZE", 4)
-    monkeypatch.setattr(scan_module, "PREJUDGE_MAX_FILES", 12)
+    monkeypatch.setattr(scan_prejudge, "PREJUDGE_MAX_FILES", 12)
     read_back: list[str] = []
     original = ingest.staged_group
 
@@ -165,7 +170,7 @@ def test_run_directories_beyond_the_memory_bound_are_recognised_at_the_apply(s3,
         read_back.append(group)
         return original(inventory, location, template, group)
 
-    monkeypatch.setattr(scan_module, "staged_group", spy)  # the scanner's own reference to ingest's function
+    monkeypatch.setattr(scan_first_apply, "staged_group", spy)  # the scanner's own reference to ingest's function
     bucket = s3.register(fill(s3))
 
     fast, general = scanned_twice(scan_now, bucket, monkeypatch)
@@ -184,7 +189,7 @@ def test_shard_files_that_appear_before_the_apply_send_it_the_general_way(s3, sc
     name = s3.bucket()
     s3.upload_tree(name, "nvme-a")
     bucket = s3.register(name)
-    original = scan_module._PreJudge.finish
+    original = scan_prejudge.PreJudge.finish
 
     def meanwhile(self):
         original(self)
@@ -198,7 +203,7 @@ def test_shard_files_that_appear_before_the_apply_send_it_the_general_way(s3, sc
             changed_at=when,
         )
 
-    monkeypatch.setattr(scan_module._PreJudge, "finish", meanwhile)
+    monkeypatch.setattr(scan_prejudge.PreJudge, "finish", meanwhile)
 
     inventory = scan_now(bucket)
 
@@ -216,7 +221,7 @@ def test_shard_files_that_appear_before_the_apply_send_it_the_general_way(s3, sc
 
 def test_a_listing_that_fails_stops_the_recognition_and_applies_nothing(s3, scan_now, monkeypatch):
     monkeypatch.setattr(s3lib, "PAGE_SIZE", 3)
-    monkeypatch.setattr(scan_module, "PARALLEL_MIN_PREFIXES", 10**6)
+    monkeypatch.setattr(scan_listing, "PARALLEL_MIN_PREFIXES", 10**6)
     bucket = s3.register(fill(s3))
     original = s3lib.list_pages
 
@@ -254,8 +259,8 @@ def rows(*paths: str) -> list[Row]:
     ]
 
 
-def prejudged(template: str, paths: list[str]) -> scan_module._PreJudge:
-    pre = scan_module._PreJudge(SimpleNamespace(path_template=template))
+def prejudged(template: str, paths: list[str]) -> scan_prejudge.PreJudge:
+    pre = scan_prejudge.PreJudge(SimpleNamespace(path_template=template))
     try:
         for row in rows(*paths):
             pre.add(row)

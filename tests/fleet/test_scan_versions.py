@@ -21,7 +21,9 @@ import fleet.s3 as s3lib
 from catalog.models import CheckpointCopy, ShardFile
 from fleet.choices import InventoryStatus
 from fleet.models import ObjectVersion
-from ingest import scan as scan_module
+from ingest.scan import listing as scan_listing
+from ingest.scan import objects as scan_objects
+from ingest.scan import scanner as scan_scanner
 from tests.helpers.scan import copies_at, snapshot
 from tests.helpers.trees import EXPECTED, tree_files
 
@@ -150,7 +152,7 @@ def test_a_client_parses_listing_times_without_dateutil(s3, monkeypatch):
 
 def test_a_rescan_finds_what_it_knows_with_one_range_query_per_page(s3, scan_now, monkeypatch):
     monkeypatch.setattr(s3lib, "PAGE_SIZE", 4)
-    monkeypatch.setattr(scan_module, "PARALLEL_MIN_PREFIXES", 10**6)  # one sequence of pages
+    monkeypatch.setattr(scan_listing, "PARALLEL_MIN_PREFIXES", 10**6)  # one sequence of pages
     name = s3.bucket()
     s3.upload_tree(name, "pfs")
     bucket = s3.register(name)
@@ -171,11 +173,11 @@ def test_a_rescan_finds_what_it_knows_with_one_range_query_per_page(s3, scan_now
 def test_the_rows_of_each_page_keep_their_order_while_later_pages_are_read(s3, scan_now, monkeypatch):
     # Several pages' ranged GETs in flight; the first page's manifest is slow, the others are not.
     monkeypatch.setattr(s3lib, "PAGE_SIZE", 3)
-    monkeypatch.setattr(scan_module, "PARALLEL_MIN_PREFIXES", 10**6)
+    monkeypatch.setattr(scan_listing, "PARALLEL_MIN_PREFIXES", 10**6)
     name = s3.bucket()
     s3.upload_tree(name, "nvme-a")
     bucket = s3.register(name, fetch_checksums=False)
-    original = scan_module._Scanner._fetch
+    original = scan_objects.ObjectRows._fetch
     started = threading.Event()
     order: list[str] = []
 
@@ -186,20 +188,20 @@ def test_the_rows_of_each_page_keep_their_order_while_later_pages_are_read(s3, s
         order.append(job.path)
         return original(self, job)
 
-    monkeypatch.setattr(scan_module._Scanner, "_fetch", slow_first)
+    monkeypatch.setattr(scan_objects.ObjectRows, "_fetch", slow_first)
     staged: list[str] = []
-    original_row = scan_module._Scanner._row
+    original_row = scan_objects.ObjectRows._row
 
     def record(self, job, info, fetched):
         staged.append(job.path)
         return original_row(self, job, info, fetched)
 
-    monkeypatch.setattr(scan_module._Scanner, "_row", record)
+    monkeypatch.setattr(scan_objects.ObjectRows, "_row", record)
 
     inventory = scan_now(bucket)
 
     assert inventory.status == InventoryStatus.APPLIED, inventory.error
-    assert staged == sorted(staged)  # pages are staged in listing order, whatever finished first
+    assert staged and staged == sorted(staged)  # pages are staged in listing order, whatever finished first
     assert len(order) >= 2
     assert copies_at(bucket.location) == {(p, f, s, "complete") for p, f, s in EXPECTED["nvme-a"]}
 
@@ -210,7 +212,7 @@ def test_checksums_are_fetched_after_the_snapshot_and_verify_the_copies(s3, scan
     s3.upload_tree(name, "nvme-a")
     bucket = s3.register(name)
     seen_applied: list[str] = []
-    original = scan_module._Scanner.fetch_stored
+    original = scan_scanner.Scanner.fetch_stored
 
     def after_apply(self):
         # By the time HEADs start, the listing is applied and visible, without checksums yet.
@@ -218,7 +220,7 @@ def test_checksums_are_fetched_after_the_snapshot_and_verify_the_copies(s3, scan
         assert not ShardFile.objects.filter(location=bucket.location).exclude(checksum="").exists()
         original(self)
 
-    monkeypatch.setattr(scan_module._Scanner, "fetch_stored", after_apply)
+    monkeypatch.setattr(scan_scanner.Scanner, "fetch_stored", after_apply)
 
     inventory = scan_now(bucket)
 
@@ -231,7 +233,7 @@ def test_checksums_are_fetched_after_the_snapshot_and_verify_the_copies(s3, scan
 
     # Nothing changed: the next scan HEADs nothing.
     heads: list[str] = []
-    monkeypatch.setattr(scan_module._Scanner, "_head", lambda self, item: heads.append(item[1]))
+    monkeypatch.setattr(scan_objects.ObjectRows, "_head", lambda self, item: heads.append(item[1]))
     assert scan_now(bucket).status == InventoryStatus.APPLIED
     assert heads == []
 
@@ -240,13 +242,13 @@ def test_an_object_rewritten_between_listing_and_head_keeps_no_checksum_of_other
     name = s3.bucket()
     s3.put(name, "vision/vit/run.ckpt", b"listed content")
     bucket = s3.register(name)
-    original = scan_module._Scanner.fetch_stored
+    original = scan_scanner.Scanner.fetch_stored
 
     def rewrite_first(self):
         s3.put(name, "vision/vit/run.ckpt", b"other content, written after the listing")
         original(self)
 
-    monkeypatch.setattr(scan_module._Scanner, "fetch_stored", rewrite_first)
+    monkeypatch.setattr(scan_scanner.Scanner, "fetch_stored", rewrite_first)
     inventory = scan_now(bucket)
 
     assert inventory.status == InventoryStatus.APPLIED, inventory.error
