@@ -47,12 +47,12 @@ In a versioned bucket the non-current versions and delete markers are listed too
 (``ListObjectVersions``) and recorded as ``ObjectVersion`` rows: bytes that are billed though no
 listing of objects shows them.
 
-The modules, from the bottom: ``buckets`` (registering a bucket, its settings), ``start`` (starting scans, on
-demand and on schedule), ``notes`` (a scan's warnings), ``listing`` and ``report`` (where the objects come
-from), ``objects`` (what each object becomes), ``prejudge`` and ``first_apply`` (a first listing recognised
-while it goes on, and its apply), ``apply`` (uploads and versions), ``head_plan`` and ``head_chunks`` (the
-checksum phase), ``scanner`` (one run of one scan, ``Scanner``) and ``run`` (``scan_run``, the task's entry).
-The scanner uses only the public names of ``ingest.inventory``'s modules.
+The modules, from the bottom: ``buckets`` (registering a bucket, its settings), ``start`` (starting scans,
+on demand and on schedule), ``notes`` (a scan's warnings), ``listing`` and ``report`` (where the objects come
+from), ``fetch`` (their ranged GETs and HEADs), ``objects`` (what each object becomes), ``prejudge`` and
+``first_apply`` (a first listing recognised while it goes on, and its apply), ``apply`` (uploads and versions),
+``head_plan`` and ``head_chunks`` (the checksum phase), ``scanner`` (one run of one scan, ``Scanner``) and ``run``
+(``scan_run``, the task's entry). The scanner uses only the public names of ``ingest.inventory``'s modules.
 
 This package re-exports the public names other apps use; its own modules import from the defining module.
 """

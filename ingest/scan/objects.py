@@ -6,7 +6,6 @@ from __future__ import annotations
 import collections
 import itertools
 import json
-import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,18 +20,16 @@ from catalog.digests import dumps as digests_dumps
 from catalog.digests import loads as digests_loads
 from catalog.models import ShardFile
 from fleet import s3
-from fleet.agent import facts_kind, stream_facts
-from fleet.models import (
-    Bucket,
-)
+from fleet.agent import facts_kind
+from fleet.models import Bucket
 from ingest.inventory.lines import check_path
 from ingest.inventory.rows import Row
+from ingest.scan.fetch import Fetcher
 from ingest.scan.notes import Notes
 
 FETCH_THREADS = 8
 PAGES_IN_FLIGHT = 4  # listing pages whose ranged GETs may be under way at once
 PREVIOUS_BATCH = 500
-WHOLE_KINDS = frozenset({"dcp_metadata", "hf_index", "trainer_state", "json"})  # facts read from the whole file
 
 
 @dataclass(slots=True)
@@ -78,12 +75,49 @@ def same_digests(a: dict | None, b: dict | None) -> bool:
     return {k: v for k, v in (a or {}).items() if k != "at"} == {k: v for k, v in (b or {}).items() if k != "at"}
 
 
+def _previous(location_id: int, paths: list[str]) -> dict[str, _Previous]:
+    """What the last applied scans learnt about these paths: one query per page.
+
+    A listing page is a run of consecutive keys, and paths compare bytewise in Python, SQLite and
+    PostgreSQL (the "C" collation), so its rows are one range of the (location, path) index. A page
+    whose paths are not in order (an S3 Inventory data file may not be) is looked up by ``IN``.
+    """
+    found: dict[str, _Previous] = {}
+    if not paths:
+        return found
+    fields = (
+        "path",
+        "etag",
+        "size",
+        "mtime",
+        "facts",
+        "checksum",
+        "checksum_algo",
+        "version_id",
+        "legal_hold",
+        "retain_until",
+        "digests_text",
+    )
+    here = ShardFile.objects.filter(location_id=location_id).annotate(digests_text=Cast("digests", TextField()))
+    if all(a < b for a, b in itertools.pairwise(paths)):
+        wanted = set(paths)
+        for path, *values in here.filter(path__gte=paths[0], path__lte=paths[-1]).values_list(*fields):
+            if path in wanted:
+                found[path] = _Previous(*values)
+        return found
+    for i in range(0, len(paths), PREVIOUS_BATCH):
+        rows = here.filter(path__in=paths[i : i + PREVIOUS_BATCH])
+        for path, *values in rows.values_list(*fields):
+            found[path] = _Previous(*values)
+    return found
+
+
 class ObjectRows:
     """The staged rows of a listing's objects (``rows``), the facts of manifests read by ranged GETs and, in an
     Object Lock bucket listed without its lock state, every object HEADed, by a pool of threads.
 
-    It counts its requests (``gets``, ``heads``) and says what the apply needs to know of them: whether every
-    object was HEADed while listing (``head_all``) and whether the lock state came with the objects
+    The requests go through its ``fetch.Fetcher``, which counts them. It says what the apply needs to know: whether
+    every object was HEADed while listing (``head_all``) and whether the lock state came with the objects
     (``lock_listed``, an S3 Inventory report).
     """
 
@@ -108,9 +142,7 @@ class ObjectRows:
         self.known_paths = known_paths  # whether the location has any shard-file rows to reuse facts from
         self.head_all = False  # an Object Lock bucket listed without lock state: HEAD every object
         self.lock_listed = False  # the Object Lock state came with the objects (an S3 Inventory report)
-        self.gets = 0
-        self.heads = 0
-        self._count_lock = threading.Lock()
+        self.fetcher = Fetcher(client, bucket.bucket_name, prefix, notes)  # the ranged GETs and HEADs, counted
 
     def rows(self, pages: Iterator[list[s3.ObjectInfo]]) -> Iterator[Row]:
         """Rows of every page, the ranged GETs of up to ``PAGES_IN_FLIGHT`` pages under way meanwhile.
@@ -149,7 +181,7 @@ class ObjectRows:
                 self.notes.skip(obj.key, str(exc))
                 continue
             named.append((path, obj))
-        previous = self._previous([path for path, _ in named]) if self.known_paths else {}
+        previous = _previous(self.location.pk, [path for path, _ in named]) if self.known_paths else {}
         jobs: list[tuple[_Job, Future | None]] = []
         for path, obj in named:
             prev = previous.get(path)
@@ -174,74 +206,13 @@ class ObjectRows:
             )
             self.head_all = self.head_all or job.head
             self.lock_listed = self.lock_listed or obj.lock_known
-            jobs.append((job, pool.submit(self._fetch, job) if job.fetch_facts or job.head else None))
+            future = (
+                pool.submit(self.fetcher.fetch, path, obj, head=job.head, read_facts=job.fetch_facts)
+                if job.fetch_facts or job.head
+                else None
+            )
+            jobs.append((job, future))
         return jobs
-
-    def _previous(self, paths: list[str]) -> dict[str, _Previous]:
-        """What the last applied scans learnt about these paths: one query per page.
-
-        A listing page is a run of consecutive keys, and paths compare bytewise in Python, SQLite and
-        PostgreSQL (the "C" collation), so its rows are one range of the (location, path) index. A page
-        whose paths are not in order (an S3 Inventory data file may not be) is looked up by ``IN``.
-        """
-        found: dict[str, _Previous] = {}
-        if not paths:
-            return found
-        fields = (
-            "path",
-            "etag",
-            "size",
-            "mtime",
-            "facts",
-            "checksum",
-            "checksum_algo",
-            "version_id",
-            "legal_hold",
-            "retain_until",
-            "digests_text",
-        )
-        here = ShardFile.objects.filter(location_id=self.location.pk).annotate(
-            digests_text=Cast("digests", TextField())
-        )
-        if all(a < b for a, b in itertools.pairwise(paths)):
-            wanted = set(paths)
-            for path, *values in here.filter(path__gte=paths[0], path__lte=paths[-1]).values_list(*fields):
-                if path in wanted:
-                    found[path] = _Previous(*values)
-            return found
-        for i in range(0, len(paths), PREVIOUS_BATCH):
-            rows = here.filter(path__in=paths[i : i + PREVIOUS_BATCH])
-            for path, *values in rows.values_list(*fields):
-                found[path] = _Previous(*values)
-        return found
-
-    def _fetch(self, job: _Job) -> tuple[s3.HeadInfo | None, dict | None]:
-        """HEAD and/or read the facts of one object (in a pool thread: no database here)."""
-        obj = job.obj
-        info = self._head((0, job.path, obj.etag)) if job.head else None
-        if not job.fetch_facts:
-            return info, None
-        name = job.path.rsplit("/", 1)[-1]
-        # Manifests that are parsed whole come in one GET; shards only by their header and tail.
-        whole = facts_kind(name) in WHOLE_KINDS and obj.size <= s3.MAX_SMALL_OBJECT
-        reader = s3.RangedReader(
-            self.client,
-            self.bucket.bucket_name,
-            obj.key,
-            obj.size,
-            etag=obj.etag,
-            read_ahead=max(obj.size, 1) if whole else s3.READ_AHEAD,
-        )
-        with reader:
-            facts = stream_facts(name, reader, obj.size)  # type: ignore[arg-type]
-        with self._count_lock:
-            self.gets += reader.requests
-        if reader.error is not None and reader.error.transient:
-            # The store is struggling, not the object unreadable: a failed scan, not a wrong fact.
-            raise reader.error
-        if reader.error is not None and reader.error.code == "InvalidObjectState":
-            facts = None  # archived (an Intelligent-Tiering archive tier): not read, rather than unreadable
-        return info, facts
 
     def _row(self, job: _Job, info: s3.HeadInfo | None, fetched: dict | None) -> Row:
         obj, prev = job.obj, job.previous
@@ -285,16 +256,3 @@ class ObjectRows:
             retain_until=retain_until,
             digests=digests,
         )
-
-    def _head(self, item: tuple[int, str, str]) -> s3.HeadInfo | None:
-        """HEAD one object while listing an Object Lock bucket (in a pool thread: no database here)."""
-        _pk, path, etag = item
-        with self._count_lock:
-            self.heads += 1
-        try:
-            return s3.head(self.client, self.bucket.bucket_name, self.prefix + path, etag=etag)
-        except s3.S3Error as exc:
-            if exc.transient:
-                raise
-            self.notes.head_failed(exc)
-            return None

@@ -38,8 +38,8 @@ class Scanner:
     """One run of one scan: lists (or reads the report of) a bucket into staged rows, then applies them.
 
     The pages come from ``listing.listing_pages`` or a ``report.ReportReader``; ``objects.ObjectRows`` turns
-    them into rows (its ranged GETs and HEADs); ``prejudge.PreJudge`` recognises a first listing's run
-    directories meanwhile. The apply writes the uploads and versions (``apply``), the snapshot
+    them into rows (its ranged GETs and HEADs by a ``fetch.Fetcher``); ``prejudge.PreJudge`` recognises a
+    first listing's run directories meanwhile. The apply writes the uploads and versions (``apply``), the snapshot
     (``first_apply.apply_first`` or ``ingest.inventory``'s ``apply_staged``) and plans the checksum phase.
     """
 
@@ -136,8 +136,8 @@ class Scanner:
             self.inventory.pk,
             self.location.name,
             files,
-            objects.heads,
-            objects.gets,
+            objects.fetcher.heads,
+            objects.fetcher.gets,
         )
         return files, total
 

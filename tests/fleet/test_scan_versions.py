@@ -21,6 +21,7 @@ import fleet.s3 as s3lib
 from catalog.models import CheckpointCopy, ShardFile
 from fleet.choices import InventoryStatus
 from fleet.models import ObjectVersion
+from ingest.scan import fetch as scan_fetch
 from ingest.scan import listing as scan_listing
 from ingest.scan import objects as scan_objects
 from ingest.scan import scanner as scan_scanner
@@ -177,18 +178,18 @@ def test_the_rows_of_each_page_keep_their_order_while_later_pages_are_read(s3, s
     name = s3.bucket()
     s3.upload_tree(name, "nvme-a")
     bucket = s3.register(name, fetch_checksums=False)
-    original = scan_objects.ObjectRows._fetch
+    original = scan_fetch.Fetcher.fetch
     started = threading.Event()
     order: list[str] = []
 
-    def slow_first(self, job):
+    def slow_first(self, path, obj, **kwargs):
         if not started.is_set():
             started.set()
             threading.Event().wait(0.3)
-        order.append(job.path)
-        return original(self, job)
+        order.append(path)
+        return original(self, path, obj, **kwargs)
 
-    monkeypatch.setattr(scan_objects.ObjectRows, "_fetch", slow_first)
+    monkeypatch.setattr(scan_fetch.Fetcher, "fetch", slow_first)
     staged: list[str] = []
     original_row = scan_objects.ObjectRows._row
 
@@ -233,7 +234,7 @@ def test_checksums_are_fetched_after_the_snapshot_and_verify_the_copies(s3, scan
 
     # Nothing changed: the next scan HEADs nothing.
     heads: list[str] = []
-    monkeypatch.setattr(scan_objects.ObjectRows, "_head", lambda self, item: heads.append(item[1]))
+    monkeypatch.setattr(scan_fetch.Fetcher, "head", lambda self, item: heads.append(item[1]))
     assert scan_now(bucket).status == InventoryStatus.APPLIED
     assert heads == []
 
