@@ -11,6 +11,7 @@ from ingest.scan import head_chunks
 from ingest.scan.head_plan import head_chunks_resend
 from ingest.scan.run import scan_run
 from ingest.scan.start import scan_due
+from spend.usage import usage_carry_forward_all
 
 
 @shared_task(acks_late=True, bind=True, max_retries=3, default_retry_delay=30)
@@ -69,6 +70,5 @@ def scan_due_buckets() -> dict:
 @shared_task(acks_late=True)
 def carry_usage_forward() -> dict:
     """Carry every location's usage forward to today (UTC), so a day without an inventory still costs (hourly)."""
-    from spend.usage import usage_carry_forward_all
 
     return usage_carry_forward_all()

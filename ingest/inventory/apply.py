@@ -14,6 +14,7 @@ from django.utils import timezone
 from catalog.models import CheckpointCopy
 from fleet.choices import InventoryStatus
 from fleet.models import Inventory, StorageLocation
+from spend.usage import usage_refresh
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,6 @@ def finish(
 
     ``totals`` ({copy id or None: (bytes, files)}) are given by an apply that wrote every present file itself.
     """
-    from spend.usage import usage_refresh
 
     found = CheckpointCopy.objects.filter(location=location, gone_at__isnull=True).count()
     usage_refresh(location=location, day=now.astimezone(UTC).date(), now=now, totals=totals)

@@ -15,6 +15,8 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from catalog.models import ShardFile
+from catalog.recognition import recognize
+from catalog.services import Judge
 from fleet.models import Inventory, StorageLocation
 from ingest.inventory.apply import MergeCounts, finish, flush_every, log_applied
 from ingest.inventory.direct_reader import Fallback, Lines, Reader
@@ -80,7 +82,7 @@ class _Writer:
         marks = ", ".join(["%s"] * (len(SHARD_COLUMNS) + 1))
         with connection.cursor() as cursor:
             cursor.executemany(
-                f"INSERT INTO {self.table} ({self.columns}) VALUES ({marks})",  # noqa: S608
+                f"INSERT INTO {self.table} ({self.columns}) VALUES ({marks})",
                 [
                     (self.loc, e.path, e.size, adapt(datetime.fromisoformat(stamp)), e.checksum or "",
                      e.checksum_algo or "", facts_text, "", "", "", "", None, None, e.digests, when, when, self.inv,
@@ -116,8 +118,6 @@ def ingest_direct(inventory: Inventory, *, started: float) -> Inventory | None:
     by path, anything invalid or in doubt) or the location got files meanwhile: the caller then stages it,
     and the line-by-line reader applies it or names the line and the reason.
     """
-    from catalog.recognition import recognize
-    from catalog.services import Judge
 
     files = total = 0
     try:

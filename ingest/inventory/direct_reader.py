@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
+from catalog.formats.base import FileEntry
 from ingest.inventory.lines import MAX_PATH_BYTES, digests_text, facts_stored
 
 
@@ -130,7 +131,6 @@ class Reader:
         self.total = 0
 
     def groups(self) -> Iterator[tuple[str, list, list]]:
-        from catalog.formats.base import FileEntry
 
         loads, sha256, modf, dumps = orjson.loads, _SHA256.fullmatch, math.modf, self.dumps
         bad_char, dot_part, group_of = _BAD_CHAR.search, _DOT_PART.search, self.template.group_of

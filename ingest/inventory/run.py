@@ -11,6 +11,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from catalog.models import ShardFile
+from ckptfleet.heap import collector_paused
 from fleet.choices import InventorySource, InventoryStatus
 from fleet.models import Inventory
 from ingest.inventory.apply import fail
@@ -25,7 +26,6 @@ log = logging.getLogger(__name__)
 def ingest(inventory_id: int, *, claim: str = "") -> Inventory | None:
     """Apply one received inventory, all or nothing (``_ingest``), with the cyclic garbage collector paused:
     a million files make millions of objects that form no cycle (``ckptfleet.heap.collector_paused``)."""
-    from ckptfleet.heap import collector_paused
 
     with collector_paused():
         return _ingest(inventory_id, claim=claim)

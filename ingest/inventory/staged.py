@@ -12,7 +12,10 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
+from catalog.formats.base import FileEntry
+from catalog.layout import sqlite_epoch
 from catalog.models import IngestRow, ShardFile
+from catalog.services import GroupFile, Judge
 from fleet.models import Inventory, StorageLocation
 from ingest.inventory.apply import MergeCounts, end_apply, flush_every, log_applied
 from ingest.inventory.rows import SHARD_COLUMNS, STAGED_COLUMNS
@@ -56,7 +59,7 @@ def merge(inventory: Inventory, location: StorageLocation, *, now: datetime) -> 
                    OR ({files}.retain_until IS NULL) <> (s.retain_until IS NULL)
                    OR {files}.retain_until <> s.retain_until
                    OR ({files}.digests IS NULL) <> (s.digests IS NULL) OR {files}.digests <> s.digests)
-            """,  # noqa: S608
+            """,
             [now, inv, inv, loc],
         )
         changed = cursor.rowcount
@@ -65,7 +68,7 @@ def merge(inventory: Inventory, location: StorageLocation, *, now: datetime) -> 
             UPDATE {files} SET gone_at = %s, last_seen_at = %s, changed_at = %s, changed_by_id = %s
             WHERE location_id = %s AND gone_at IS NULL
               AND NOT EXISTS (SELECT 1 FROM {staged} s WHERE s.inventory_id = %s AND s.path = {files}.path)
-            """,  # noqa: S608
+            """,
             [now, previous_seen, now, inv, loc, inv],
         )
         gone = cursor.rowcount
@@ -127,14 +130,14 @@ class _Links:
                     for row in self.rows:
                         copy.write_row(row)
             else:
-                cursor.executemany(f"INSERT INTO {links} (path, copy_id, new) VALUES (%s, %s, %s)", self.rows)  # noqa: S608
+                cursor.executemany(f"INSERT INTO {links} (path, copy_id, new) VALUES (%s, %s, %s)", self.rows)
             cursor.execute(
                 f"""
                 INSERT INTO {files} (location_id, {columns})
                 SELECT %s, {staged_columns}, %s, %s, %s, l.copy_id
                 FROM {links} l JOIN {staged} s ON s.inventory_id = %s AND s.path = l.path
                 WHERE l.new
-                """,  # noqa: S608
+                """,
                 [self.loc, self.now, self.now, self.inv, self.inv],
             )
             self.added += cursor.rowcount
@@ -142,10 +145,10 @@ class _Links:
                 f"""
                 UPDATE {files} SET copy_id = l.copy_id FROM {links} l
                 WHERE {files}.location_id = %s AND {files}.path = l.path AND NOT l.new
-                """,  # noqa: S608
+                """,
                 [self.loc],
             )
-            cursor.execute(f"DELETE FROM {links}")  # noqa: S608
+            cursor.execute(f"DELETE FROM {links}")
         self.rows = []
 
     def close(self) -> None:
@@ -161,7 +164,7 @@ def _new_paths(inventory: Inventory, location: StorageLocation) -> Iterator[str]
             SELECT s.path FROM {IngestRow._meta.db_table} s
             WHERE s.inventory_id = %s
               AND NOT EXISTS (SELECT 1 FROM {ShardFile._meta.db_table} f WHERE f.location_id = %s AND f.path = s.path)
-            """,  # noqa: S608
+            """,
             [inventory.pk, location.pk],
         )
         while rows := cursor.fetchmany(5000):
@@ -171,9 +174,6 @@ def _new_paths(inventory: Inventory, location: StorageLocation) -> Iterator[str]
 
 def staged_group(inventory: Inventory, location: StorageLocation, template, group: str) -> list:
     """The staged files of one run directory, with what the location stores for each (if anything)."""
-    from catalog.formats.base import FileEntry
-    from catalog.layout import sqlite_epoch
-    from catalog.services import GroupFile
 
     depth = len(group.split("/")) if group else 0
     shallow = depth < template.depth
@@ -193,7 +193,7 @@ def staged_group(inventory: Inventory, location: StorageLocation, template, grou
         FROM {IngestRow._meta.db_table} s
         LEFT JOIN {ShardFile._meta.db_table} f ON f.location_id = %s AND f.path = s.path
         WHERE {" AND ".join(where)}
-    """  # noqa: S608
+    """
     epoch = float if pg else sqlite_epoch
     out = []
     with connection.cursor() as cursor:
@@ -231,7 +231,6 @@ def apply_staged(inventory: Inventory, *, files: int, total: int, started: float
     Changed and gone rows are updated first; then every run directory with a new, changed or gone
     file is judged from the staged rows, and its new files are inserted already linked to their copy.
     """
-    from catalog.services import Judge
 
     location = inventory.location
     try:

@@ -36,7 +36,7 @@ def _stage_sqlite(cursor, inventory_id: int, chunk: list[Row]) -> None:
     cols = ", ".join(("inventory_id", *STAGED_COLUMNS))
     adapt = connection.ops.adapt_datetimefield_value
     marks = ", ".join(["%s"] * (len(STAGED_COLUMNS) + 1))
-    cursor.executemany(f"INSERT INTO {table} ({cols}) VALUES ({marks})", [r.values(inventory_id, adapt) for r in chunk])  # noqa: S608
+    cursor.executemany(f"INSERT INTO {table} ({cols}) VALUES ({marks})", [r.values(inventory_id, adapt) for r in chunk])
 
 
 def _same(value):
@@ -138,11 +138,11 @@ def unstage(inventory_id: int) -> None:
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE NOWAIT")
-                cursor.execute(f"SELECT 1 FROM {table} WHERE inventory_id <> %s LIMIT 1", [inventory_id])  # noqa: S608
+                cursor.execute(f"SELECT 1 FROM {table} WHERE inventory_id <> %s LIMIT 1", [inventory_id])
                 if cursor.fetchone() is None:
                     cursor.execute(f"TRUNCATE {table}")
                     return
         except DatabaseError:
             pass  # somebody else uses the table now: delete our rows instead
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {table} WHERE inventory_id = %s", [inventory_id])  # noqa: S608
+        cursor.execute(f"DELETE FROM {table} WHERE inventory_id = %s", [inventory_id])

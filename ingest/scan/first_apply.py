@@ -9,7 +9,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from catalog.formats.base import FileEntry
-from catalog.models import ShardFile
+from catalog.models import IngestRow, ShardFile
+from catalog.services import Judge
 from fleet.models import (
     Inventory,
     StorageLocation,
@@ -48,7 +49,6 @@ class _NewFiles:
     def flush(self) -> None:
         if not self.rows:
             return
-        from catalog.models import IngestRow
 
         low = min(path for path, _ in self.rows)
         high = max(path for path, _ in self.rows)
@@ -88,7 +88,6 @@ def apply_first(inventory: Inventory, prejudged: PreJudge, *, files: int, total:
     is nothing to merge and nothing gone, and every run directory of the snapshot is judged, as
     ``apply_staged`` would; those recognised while listing are not read back nor recognised again.
     """
-    from catalog.services import Judge
 
     location = inventory.location
     try:

@@ -17,7 +17,8 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from catalog.digests import dumps as digests_dumps
-from catalog.models import ShardFile
+from catalog.models import CheckpointCopy, ShardFile
+from catalog.verification import checkpoints_verify
 from fleet import s3
 from fleet.models import (
     Bucket,
@@ -26,6 +27,7 @@ from fleet.models import (
     Inventory,
     StorageLocation,
 )
+from spend.usage import usage_refresh
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +131,6 @@ def _chunk_end(
     worker: str = "",
 ) -> str:
     """Write one chunk's answers, verify its checkpoints again and count it, in one transaction."""
-    from catalog.models import CheckpointCopy
-    from catalog.verification import checkpoints_verify
 
     state = HeadChunkState.FAILED if gave_up else HeadChunkState.DONE
     failed = chunk.size if gave_up else failed
@@ -210,8 +210,6 @@ def _checksums_finished(inventory_id: int, location: StorageLocation, now: datet
         copies=Sum("copies"), failed=Sum("failed"), written=Sum("written"), attempts=Sum("attempts")
     )
     if sums["copies"]:
-        from spend.usage import usage_refresh
-
         # Verification may have found a copy corrupt: today's usage states follow it.
         usage_refresh(location=location, day=now.astimezone(UTC).date(), now=now)
     inventory = Inventory.objects.only("pk", "error", "checksums_total", "finished_at").get(pk=inventory_id)

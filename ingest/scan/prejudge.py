@@ -9,6 +9,8 @@ import queue
 import threading
 
 from catalog.formats.base import FileEntry
+from catalog.layout import PathTemplate
+from catalog.recognition import recognize
 from fleet.models import (
     StorageLocation,
 )
@@ -75,7 +77,6 @@ class PreJudge:
     """
 
     def __init__(self, location: StorageLocation) -> None:
-        from catalog.layout import PathTemplate
 
         self.template = PathTemplate.parse(location.path_template)
         self.depth = self.template.depth
@@ -154,7 +155,6 @@ class PreJudge:
         self.streams, self.results, self.kept = {}, {}, 0
 
     def _recognise(self) -> None:
-        from catalog.recognition import recognize
 
         while (item := self._queue.get()) is not None:
             group, entries = item

@@ -9,6 +9,8 @@ from django.db import DatabaseError
 from django.db.models import Q
 from django.utils import timezone
 
+from actions.objectlock import mirror_after_scan
+from ckptfleet.heap import collector_paused
 from fleet import s3
 from fleet.choices import InventorySource, InventoryStatus
 from fleet.models import (
@@ -26,7 +28,6 @@ log = logging.getLogger(__name__)
 def scan_run(inventory_id: int, *, claim: str = "", queue: str | None = None) -> Inventory | None:
     """``_scan_run`` with the cyclic garbage collector paused: a listing of a large bucket makes millions of
     objects that form no cycle, as an ingest does (``ckptfleet.heap.collector_paused``)."""
-    from ckptfleet.heap import collector_paused
 
     with collector_paused():
         return _scan_run(inventory_id, claim=claim, queue=queue)
@@ -86,6 +87,5 @@ def _scan_run(inventory_id: int, *, claim: str = "", queue: str | None = None) -
 
 def _mirror_holds(inventory: Inventory) -> None:
     """Holds cover objects that appear after them: mirror them onto what the scan found (``actions.objectlock``)."""
-    from actions.objectlock import mirror_after_scan
 
     mirror_after_scan(inventory=inventory)
