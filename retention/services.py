@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from access.roles import Role, require_role
+from actions import services as actions_services
 from audit.actor import Actor
 from audit.choices import ActorKind
 from audit.services import audit
@@ -218,8 +219,6 @@ def policy_propose(*, policy_id: int, actor: Actor | None = None) -> Proposal:
     a disputed one, or a run's newest restorable checkpoint; ``schedule_deletion`` checks again under its lock, and
     the deletion itself once more when it executes. Safe to run twice: what is scheduled is skipped.
     """
-    from actions import services as actions_services  # built alongside; imported where it is used
-
     policy = RetentionPolicy.objects.select_related("team", "run").get(pk=policy_id)
     proposal = Proposal(policy_id=policy.pk)
     if not policy.enabled:
