@@ -89,8 +89,9 @@ def test_every_model_is_registered_and_its_list_loads(admin_client, data, model)
     assert admin.site.is_registered(model)
     response = admin_client.get(admin_url(model, "changelist"))
     assert response.status_code == 200
-    # The fixture made at least one row of every model, and the list shows every row there is.
-    assert response.context["cl"].result_count == model.objects.count() >= 1
+    # The fixture made at least one row of every model, and the list shows every row there is. (Its count may be
+    # the planner's estimate on PostgreSQL, for the big tables' unfiltered lists: EstimatedCountPaginator.)
+    assert len(response.context["cl"].result_list) == model.objects.count() >= 1
 
 
 @pytest.mark.parametrize("model", ALL_MODELS, ids=lambda m: m.__name__)
