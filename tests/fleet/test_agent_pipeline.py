@@ -77,6 +77,8 @@ def mixed_tree(root: Path) -> dict[str, Path]:
         "stale": write(root / "d0" / "stale.distcp", os.urandom(120 * KIB)),  # a cache row of other content
         "changing": write(root / "d1" / "changing.distcp", os.urandom(90 * KIB)),  # changes while it is read
         "slow": write(root / "d2" / "a-linked.distcp", os.urandom(SLOW)),
+        # Still waiting when d1 is listed and its refused name warned about: the warning waits too.
+        "last": write(root / "d0" / "zz-slow.distcp", os.urandom(SLOW)),
         "failing": write(root / "d2" / "failing.distcp", os.urandom(FAILING)),
     }
     os.link(roles["slow"], root / "d2" / "b-link.distcp")
