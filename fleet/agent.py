@@ -176,6 +176,8 @@ CHECKSUM_CHUNK = MIB  # one read; a divisor of every block size, so reads never 
 CHECKSUM_BUFFERS = 3  # one being read, one being CRC'd, one spare: the worker never waits for a read
 CHECKSUM_INLINE_BYTES = 256 * 1024  # smaller files: no hand-off per buffer; a walk hands each whole (_Pipeline)
 CHECKSUM_DEFER_BYTES = 32 * 1024  # and of those, ones this short still on the reading thread (cheaper than a hand-off)
+CHECKSUM_BATCH_FILES = 8  # small files are handed to the worker this many at a time (one wake-up for all)
+CHECKSUM_BATCH_BYTES = MIB  # or this many bytes of them
 PIPELINE_FILES = 64  # a walk goes on reading while at most this many lines wait for their CRCs (0: never)
 PIPELINE_BYTES = 16 * MIB  # holding at most this many bytes of file content
 ZIP_DIRECTORY_MAX_BYTES = 64 * MIB
@@ -1407,25 +1409,94 @@ def _buffers() -> list[bytearray]:
     return buffers
 
 
+class _CrcBatch:
+    """Small files' CRCs handed to the worker thread together: one wake-up for several files.
+
+    A batch is sent when it holds ``CHECKSUM_BATCH_FILES`` files or ``CHECKSUM_BATCH_BYTES``, unless the
+    worker has not finished the batch sent before (its core is busy): then the reading thread computes
+    it, as for a large file's buffers, rather than queue more work for a worker that cannot keep up.
+    A batch whose result is needed before it was sent is computed by the reading thread at once.
+    """
+
+    __slots__ = ("done", "items", "nbytes", "results")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Callable[..., Any], memoryview]] = []
+        self.nbytes = 0
+        self.done: queue.SimpleQueue | None = None  # once sent
+        self.results: list[Any] | None = None  # once known: per file, its computed CRCs or what was raised
+
+    def add(self, compute: Callable[..., Any], view: memoryview) -> int:
+        self.items.append((compute, view))
+        self.nbytes += len(view)
+        if len(self.items) >= CHECKSUM_BATCH_FILES or self.nbytes >= CHECKSUM_BATCH_BYTES:
+            self.send()
+        return len(self.items) - 1
+
+    def send(self) -> None:
+        if getattr(_local, "batch", None) is self:
+            _local.batch = None
+        sent: collections.deque[_CrcBatch] | None = getattr(_local, "sent", None)
+        if sent is None:
+            sent = _local.sent = collections.deque()
+        while sent and sent[0].finished():
+            sent.popleft()
+        if sent:  # the worker is behind: this thread computes the batch rather than wait for it later
+            self.results = _crc_batch(self.items, 0)
+            return
+        self.done = queue.SimpleQueue()
+        _crc_worker().put((_crc_batch, self.items, 0, 0, None, self.done))
+        sent.append(self)
+
+    def finished(self) -> bool:
+        return self.results is not None or (self.done is not None and not self.done.empty())
+
+    def wait(self) -> list[Any]:
+        if self.results is None:
+            if self.done is None:  # never sent: needed now, so computed here rather than woken and waited for
+                if getattr(_local, "batch", None) is self:
+                    _local.batch = None
+                self.results = _crc_batch(self.items, 0)
+            else:
+                _, results, _ = self.done.get()
+                self.results = results if isinstance(results, list) else [results] * len(self.items)
+            self.items = []  # the files' bytes are not needed any more
+        return self.results
+
+
+def _crc_batch(items: list[tuple[Callable[..., Any], memoryview]], offset: int) -> list[Any]:
+    """Each file's computed CRCs (``_CrcPass.compute`` of all its bytes), or what computing them raised."""
+    results: list[Any] = []
+    for compute, view in items:
+        try:
+            results.append(compute(view, offset))
+        except BaseException as exc:  # raised by that file's result() on the reading thread
+            results.append(exc)
+    return results
+
+
 class _PendingSums:
     """The checksums of a small file read whole (``checksum_file(later=True)``): its sha256 taken on the
-    reading thread, its CRCs under way on the worker thread. ``ready()`` says whether they are done;
+    reading thread, its CRCs under way (see ``_CrcBatch``). ``ready()`` says whether they are done;
     ``result()`` waits for them and gives the FileChecksums, or raises what computing them raised."""
 
-    __slots__ = ("at", "crcs", "done", "sha256")
+    __slots__ = ("at", "batch", "crcs", "index", "sha256")
 
     def __init__(self, sha256: str, crcs: _CrcPass, data: bytes) -> None:
         self.sha256 = sha256
         self.crcs = crcs
         self.at = round(time.time(), 3)  # when it was read
-        self.done: queue.SimpleQueue = queue.SimpleQueue()
-        _crc_worker().put((crcs.compute, memoryview(data), 0, 0, None, self.done))
+        batch = getattr(_local, "batch", None)
+        if batch is None:
+            batch = _local.batch = _CrcBatch()
+        self.batch = batch
+        self.index = batch.add(crcs.compute, memoryview(data))
 
     def ready(self) -> bool:
-        return not self.done.empty()
+        return self.batch.finished()
 
     def result(self) -> FileChecksums:
-        _, computed, _ = self.done.get()
+        computed = self.batch.wait()[self.index]
         if isinstance(computed, BaseException):
             raise computed
         self.crcs.assemble(computed)

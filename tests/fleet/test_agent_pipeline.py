@@ -212,16 +212,23 @@ def test_a_failure_in_the_worker_is_raised_by_the_walk_after_the_lines_before_it
     root = tmp_path / "root"
     for i in range(6):
         write(root / f"{i}.distcp", os.urandom(60 * KIB + i))
-    real = agent._CrcPass.compute
-    worker: list[str] = []
+    real_compute, real_checksum_file = agent._CrcPass.compute, agent.checksum_file
+    threads: set[str] = set()
 
     def compute(crcs, view, offset):
-        worker.append(threading.current_thread().name)
+        threads.add(threading.current_thread().name)
         if len(view) == 60 * KIB + 3:
             raise MemoryError("worker trouble")
-        return real(crcs, view, offset)
+        return real_compute(crcs, view, offset)
+
+    def checksum_file(f, size, **kwargs):
+        sums = real_checksum_file(f, size, **kwargs)
+        time.sleep(0.01)  # a slow read: the worker is never behind, each file goes to it
+        return sums
 
     monkeypatch.setattr(agent._CrcPass, "compute", compute)
+    monkeypatch.setattr(agent, "checksum_file", checksum_file)
+    monkeypatch.setattr(agent, "CHECKSUM_BATCH_FILES", 1)
     monkeypatch.setattr(agent, "PIPELINE_FILES", pipeline_files)
     seen: list[str] = []
     with pytest.raises(MemoryError, match="worker trouble"):
@@ -229,7 +236,39 @@ def test_a_failure_in_the_worker_is_raised_by_the_walk_after_the_lines_before_it
             assert "sha256" in line
             seen.append(line["path"])
     assert seen == ["0.distcp", "1.distcp", "2.distcp"]
-    assert ("ckptfleet-crc" in worker) == bool(pipeline_files)
+    assert threads == ({"ckptfleet-crc"} if pipeline_files else {threading.current_thread().name})
+
+
+def test_when_the_worker_is_behind_the_reading_thread_computes_the_next_batches(tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    for i in range(6):
+        write(root / f"{i}.distcp", os.urandom(40 * KIB + i))
+    real_compute, real_checksum_file = agent._CrcPass.compute, agent.checksum_file
+    gate = threading.Event()  # the worker's core is busy until the last file has been read
+    threads: dict[int, str] = {}
+
+    def compute(crcs, view, offset):
+        threads[len(view) - 40 * KIB] = threading.current_thread().name
+        if threading.current_thread().name == "ckptfleet-crc":
+            assert gate.wait(10)
+        return real_compute(crcs, view, offset)
+
+    def checksum_file(f, size, **kwargs):
+        sums = real_checksum_file(f, size, **kwargs)
+        if size == 40 * KIB + 5:
+            gate.set()
+        return sums
+
+    monkeypatch.setattr(agent._CrcPass, "compute", compute)
+    monkeypatch.setattr(agent, "checksum_file", checksum_file)
+    monkeypatch.setattr(agent, "CHECKSUM_BATCH_FILES", 2)
+    lines = list(agent.scan_root(str(root), checksums=True))
+    here = threading.current_thread().name
+    assert threads == {0: "ckptfleet-crc", 1: "ckptfleet-crc", 2: here, 3: here, 4: here, 5: here}
+    monkeypatch.setattr(agent, "PIPELINE_FILES", 0)
+    assert [{**line, "checksummed_at": 0} for line in lines] == [
+        {**line, "checksummed_at": 0} for line in agent.scan_root(str(root), checksums=True)
+    ]
 
 
 def test_at_most_the_bounds_wait_for_their_crcs(tmp_path, monkeypatch):
