@@ -50,11 +50,12 @@ awscrt``; the agent says on stderr which it computes). Beside the whole-file CRC
 (and CRC32C) of every 1 MiB block (2, 4, ... MiB for files over 10,000 MiB), which the server
 combines into the composite checksum S3 keeps for a multipart upload (boto3, the aws CLI, s5cmd,
 rclone): so a host copy can be compared with a bucket copy. The CRCs run on a worker thread while
-sha256 runs on the reading one. For a ``torch.save`` zip the CRC32 of every member is checked against
-the one its zip headers record, from the same bytes (``members_checked``, ``members_bad`` in its
-facts). Results are cached in SQLite keyed by (device, inode, size, mtime_ns), so an unchanged file
-is never read again; a file that changes while it is read is sent without checksums. Each line says
-when its checksums were taken (``checksummed_at``).
+sha256 runs on the reading one (a small file's while the walk reads the next files). For a
+``torch.save`` zip the CRC32 of every member is checked against the one its zip headers record, from
+the same bytes (``members_checked``, ``members_bad`` in its facts). Results are cached in SQLite
+keyed by (device, inode, size, mtime_ns), so an unchanged file is never read again; a file that
+changes while it is read is sent without checksums. Each line says when its checksums were taken
+(``checksummed_at``).
 
 Bit rot does not change a file's mtime, so cached checksums go stale. ``--scrub-share 0.05`` re-reads,
 in each root, the files whose checksums are oldest, about 5% of the root's bytes per run, at most
@@ -289,7 +290,9 @@ def scan_root(
     that are not UTF-8 or hold control characters or backslashes, paths over 4096 bytes), unreadable
     directories and files that vanish mid-walk are skipped with a message to ``warn`` (stderr by
     default), so that one odd entry does not fail the host's inventory. Memory holds one listing per
-    directory level being walked, never the whole tree. Raises AgentError if ``root`` is unusable.
+    directory level being walked, never the whole tree, and with ``checksums`` the lines of up to
+    ``PIPELINE_FILES`` small files read whole (``PIPELINE_BYTES``) while their CRCs are computed on the
+    worker thread (``_Pipeline``). Raises AgentError if ``root`` is unusable.
     """
     warn = _stderr_warn if warn is None else warn
     root = os.path.abspath(root)
@@ -1539,8 +1542,9 @@ def checksum_file(
     A file below ``CHECKSUM_INLINE_BYTES`` is too short for that: waiting for the worker to wake up
     costs more than its CRCs. With ``later`` (a caller that can go on meanwhile, see ``_Pipeline``)
     such a file, with no members to check and no throttle, is read whole into its own bytes, its
-    sha256 taken here, and a ``_PendingSums`` returned while the worker CRCs it; without, or when it
-    is under ``CHECKSUM_DEFER_BYTES``, this thread CRCs it.
+    sha256 taken here, and a ``_PendingSums`` returned while its CRCs are left to the worker with
+    the next few such files (``_CrcBatch``); without ``later``, or when it is under
+    ``CHECKSUM_DEFER_BYTES``, this thread CRCs it.
     """
     crcs = _CrcPass(size, members)
     sha = hashlib.sha256()
