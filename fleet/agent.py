@@ -50,11 +50,12 @@ awscrt``; the agent says on stderr which it computes). Beside the whole-file CRC
 (and CRC32C) of every 1 MiB block (2, 4, ... MiB for files over 10,000 MiB), which the server
 combines into the composite checksum S3 keeps for a multipart upload (boto3, the aws CLI, s5cmd,
 rclone): so a host copy can be compared with a bucket copy. The CRCs run on a worker thread while
-sha256 runs on the reading one. For a ``torch.save`` zip the CRC32 of every member is checked against
-the one its zip headers record, from the same bytes (``members_checked``, ``members_bad`` in its
-facts). Results are cached in SQLite keyed by (device, inode, size, mtime_ns), so an unchanged file
-is never read again; a file that changes while it is read is sent without checksums. Each line says
-when its checksums were taken (``checksummed_at``).
+sha256 runs on the reading one (a small file's while the walk reads the next files). For a
+``torch.save`` zip the CRC32 of every member is checked against the one its zip headers record, from
+the same bytes (``members_checked``, ``members_bad`` in its facts). Results are cached in SQLite
+keyed by (device, inode, size, mtime_ns), so an unchanged file is never read again; a file that
+changes while it is read is sent without checksums. Each line says when its checksums were taken
+(``checksummed_at``).
 
 Bit rot does not change a file's mtime, so cached checksums go stale. ``--scrub-share 0.05`` re-reads,
 in each root, the files whose checksums are oldest, about 5% of the root's bytes per run, at most
@@ -112,7 +113,7 @@ import urllib.request
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import IO, TYPE_CHECKING, Any, BinaryIO, Protocol
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, Protocol, cast
 
 try:  # optional: hardware CRC32C and CRC64/NVME (pip install awscrt); the agent runs without it
     from awscrt import checksums as _crt
@@ -174,7 +175,12 @@ CRC_BLOCK_MIN = MIB  # block CRCs: 1 MiB blocks, doubled while a file would have
 CRC_MAX_BLOCKS = 10_000  # this many (S3's part limit, which boto3 doubles its 8 MiB part size to meet)
 CHECKSUM_CHUNK = MIB  # one read; a divisor of every block size, so reads never straddle a block
 CHECKSUM_BUFFERS = 3  # one being read, one being CRC'd, one spare: the worker never waits for a read
-CHECKSUM_INLINE_BYTES = 256 * 1024  # smaller files are CRC'd on the reading thread (a hand-off costs more)
+CHECKSUM_INLINE_BYTES = 256 * 1024  # smaller files: no hand-off per buffer; a walk hands each whole (_Pipeline)
+CHECKSUM_DEFER_BYTES = 32 * 1024  # and of those, ones this short still on the reading thread (cheaper than a hand-off)
+CHECKSUM_BATCH_FILES = 8  # small files are handed to the worker this many at a time (one wake-up for all)
+CHECKSUM_BATCH_BYTES = MIB  # or this many bytes of them
+PIPELINE_FILES = 64  # a walk goes on reading while at most this many lines wait for their CRCs (0: never)
+PIPELINE_BYTES = 16 * MIB  # holding at most this many bytes of file content
 ZIP_DIRECTORY_MAX_BYTES = 64 * MIB
 MEMBERS_BAD_MAX = 10
 DEFAULT_SCRUB_RATE = 200.0  # MiB/s
@@ -200,6 +206,8 @@ class _Writer(Protocol):
 
 class _ReadInto(Protocol):
     def readinto(self, buffer: bytearray, /) -> int | None: ...
+
+    def read(self, size: int = -1, /) -> bytes: ...
 
 
 class AgentError(Exception):
@@ -288,7 +296,9 @@ def scan_root(
     that are not UTF-8 or hold control characters or backslashes, paths over 4096 bytes), unreadable
     directories and files that vanish mid-walk are skipped with a message to ``warn`` (stderr by
     default), so that one odd entry does not fail the host's inventory. Memory holds one listing per
-    directory level being walked, never the whole tree. Raises AgentError if ``root`` is unusable.
+    directory level being walked, never the whole tree, and with ``checksums`` the lines of up to
+    ``PIPELINE_FILES`` small files read whole (``PIPELINE_BYTES``) while their CRCs are computed on the
+    worker thread (``_Pipeline``). Raises AgentError if ``root`` is unusable.
     """
     warn = _stderr_warn if warn is None else warn
     root = os.path.abspath(root)
@@ -298,6 +308,9 @@ def scan_root(
     except OSError as exc:
         raise AgentError(f"cannot read root {_printable(root)}: {_os_reason(exc)}") from None
     scrub = cache.begin_walk(root) if checksums and cache is not None else None
+    # Small files' CRCs are computed while the walk reads on; their lines wait here to leave in order.
+    pipe = _Pipeline(warn) if checksums and PIPELINE_FILES > 0 else None
+    note = warn if pipe is None else pipe.note
     # An explicit stack rather than recursion: trees may nest deeper than Python's recursion limit.
     stack: list[Iterator[tuple[str, os.DirEntry, bool]]] = [iter(top)]
     while stack:
@@ -308,18 +321,116 @@ def scan_root(
         rel, entry, is_dir = item
         if is_dir:
             try:
-                stack.append(iter(_list_dir(entry.path, rel + "/", root, warn)))
+                stack.append(iter(_list_dir(entry.path, rel + "/", root, note)))
             except OSError as exc:
-                warn(
+                note(
                     f"{_printable(entry.path)}: directory skipped, its files are left out of the "
                     f"inventory: {_os_reason(exc)}"
                 )
             continue
-        line = _file_line(entry, rel, checksums=checksums, cache=cache, warn=warn, root=root, scrub=scrub)
-        if line is not None:
-            yield line
+        if pipe is None:
+            line = _file_line(entry, rel, checksums=checksums, cache=cache, warn=warn, root=root, scrub=scrub)
+            if line is not None:
+                yield cast(dict[str, Any], line)  # nothing is left pending without a pipe
+            continue
+        if pipe.inodes and cache is not None:
+            with contextlib.suppress(OSError):  # else _file_line says why
+                if pipe.waits_for(entry.stat(follow_symlinks=False)):
+                    yield from pipe.lines(every=True)  # its cache row is put first, as in order
+        pipe.add(_file_line(entry, rel, checksums=True, cache=cache, warn=note, root=root, scrub=scrub, later=True))
+        yield from pipe.lines()
+    if pipe is not None:
+        yield from pipe.lines(every=True)
     if checksums and cache is not None:
         cache.end_walk(root)
+
+
+class _PendingLine:
+    """A file line whose checksums are under way (see ``_Pipeline``); ``finish`` gives the line."""
+
+    __slots__ = ("facts", "inode", "line", "nbytes", "sums", "zip_check")
+
+    def __init__(
+        self,
+        line: dict[str, Any],
+        facts: dict[str, Any] | None,
+        zip_check: bool,
+        sums: _PendingChecksums,
+        st: os.stat_result,
+    ) -> None:
+        self.line, self.facts, self.zip_check, self.sums = line, facts, zip_check, sums
+        self.nbytes = st.st_size
+        # A second name of the same file must find this one's checksums in the cache, as it would in order.
+        self.inode = (st.st_dev, st.st_ino) if st.st_nlink > 1 else None
+
+    def ready(self) -> bool:
+        return self.sums.ready()
+
+    def finish(self, warn: Warn) -> dict[str, Any]:
+        return _with_checksums(self.line, self.facts, self.zip_check, self.sums.finish(warn))
+
+
+class _Pipeline:
+    """The lines of a walk with checksums that wait for their CRCs, kept in path order.
+
+    A small file is read whole and its sha256 taken on the walking thread, its CRCs left to the worker
+    thread (``checksum_file(later=True)``), and the walk reads the next files meanwhile instead of
+    waiting: so its CRCs cost the other core's time, not the walk's. Each line leaves in its turn once
+    its CRCs are done and the rest of ``_checksum`` has run for it (the change check, the warnings, the
+    cache), and the walk's warnings leave between the lines they came between: the output is the
+    sequential walk's. At most ``PIPELINE_FILES`` files and ``PIPELINE_BYTES`` of their content wait.
+    """
+
+    def __init__(self, warn: Warn) -> None:
+        self.warn = warn
+        self.queue: collections.deque[dict[str, Any] | _PendingLine | str] = collections.deque()
+        self.files = 0  # _PendingLines in the queue
+        self.bytes = 0  # their sizes
+        self.inodes: dict[tuple[int, int], int] = {}  # of those with more than one name: how many
+
+    def note(self, message: str) -> None:
+        """The walk's ``warn``: a warning leaves after the lines found before it."""
+        if self.queue:
+            self.queue.append(message)
+        else:
+            self.warn(message)
+
+    def add(self, item: dict[str, Any] | _PendingLine | None) -> None:
+        if item is None:
+            return
+        if isinstance(item, _PendingLine):
+            self.files += 1
+            self.bytes += item.nbytes
+            if item.inode is not None:
+                self.inodes[item.inode] = self.inodes.get(item.inode, 0) + 1
+        self.queue.append(item)
+
+    def waits_for(self, st: os.stat_result) -> bool:
+        """Whether a line in the queue is of the file ``st`` (another name of it)."""
+        return st.st_nlink > 1 and (st.st_dev, st.st_ino) in self.inodes
+
+    def lines(self, *, every: bool = False) -> Iterator[dict[str, Any]]:
+        """The lines that can leave now, in order (waiting for the first while over the bounds); ``every``: all."""
+        queue = self.queue
+        while queue:
+            head = queue[0]
+            if isinstance(head, _PendingLine):
+                if not (every or head.ready() or self.files > PIPELINE_FILES or self.bytes > PIPELINE_BYTES):
+                    return
+                queue.popleft()
+                self.files -= 1
+                self.bytes -= head.nbytes
+                if head.inode is not None:
+                    left = self.inodes.pop(head.inode) - 1
+                    if left:
+                        self.inodes[head.inode] = left
+                yield head.finish(self.warn)
+            elif isinstance(head, str):
+                queue.popleft()
+                self.warn(head)
+            else:
+                queue.popleft()
+                yield head
 
 
 def _file_line(
@@ -331,7 +442,8 @@ def _file_line(
     warn: Warn,
     root: str | None = None,
     scrub: _ScrubPlan | None = None,
-) -> dict[str, Any] | None:
+    later: bool = False,
+) -> dict[str, Any] | _PendingLine | None:
     if len(rel.encode("utf-8")) > MAX_PATH_BYTES:
         warn(f"{_printable(entry.path)}: skipped because its path is longer than {MAX_PATH_BYTES} bytes")
         return None
@@ -344,15 +456,24 @@ def _file_line(
         return None  # replaced by something else since the directory was listed
     line: dict[str, Any] = {"type": "file", "path": rel, "size": st.st_size, "mtime": st.st_mtime_ns / 1e9}
     facts = file_facts(entry.path)
-    if checksums:
-        zip_check = facts is not None and facts.get("kind") == "torch_file" and facts.get("container") == "zip"
-        sums = _checksum(entry.path, st, cache, warn, zip_check=zip_check, root=root, scrub=scrub)
-        if sums is not None:
-            line["sha256"] = sums.sha256
-            line["checksums"] = sums.checksums
-            line["checksummed_at"] = sums.at
-            if zip_check and facts is not None and sums.members:
-                facts = {**facts, "members_checked": sums.members["checked"], "members_bad": sums.members["bad"]}
+    if not checksums:
+        return _with_checksums(line, facts, False, None)
+    zip_check = facts is not None and facts.get("kind") == "torch_file" and facts.get("container") == "zip"
+    sums = _checksum(entry.path, st, cache, warn, zip_check=zip_check, root=root, scrub=scrub, later=later)
+    if isinstance(sums, _PendingChecksums):
+        return _PendingLine(line, facts, zip_check, sums, st)
+    return _with_checksums(line, facts, zip_check, sums)
+
+
+def _with_checksums(
+    line: dict[str, Any], facts: dict[str, Any] | None, zip_check: bool, sums: FileChecksums | None
+) -> dict[str, Any]:
+    if sums is not None:
+        line["sha256"] = sums.sha256
+        line["checksums"] = sums.checksums
+        line["checksummed_at"] = sums.at
+        if zip_check and facts is not None and sums.members:
+            facts = {**facts, "members_checked": sums.members["checked"], "members_bad": sums.members["bad"]}
     if facts is not None:
         line["facts"] = facts
     return line
@@ -1297,9 +1418,124 @@ def _buffers() -> list[bytearray]:
     return buffers
 
 
+class _CrcBatch:
+    """Small files' CRCs handed to the worker thread together: one wake-up for several files.
+
+    A batch is sent when it holds ``CHECKSUM_BATCH_FILES`` files or ``CHECKSUM_BATCH_BYTES``, unless the
+    worker has not finished the batch sent before (its core is busy): then the reading thread computes
+    it, as for a large file's buffers, rather than queue more work for a worker that cannot keep up.
+    A batch whose result is needed before it was sent is computed by the reading thread at once.
+    """
+
+    __slots__ = ("done", "items", "nbytes", "results")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Callable[..., Any], memoryview]] = []
+        self.nbytes = 0
+        self.done: queue.SimpleQueue | None = None  # once sent
+        self.results: list[Any] | None = None  # once known: per file, its computed CRCs or what was raised
+
+    def add(self, compute: Callable[..., Any], view: memoryview) -> int:
+        self.items.append((compute, view))
+        self.nbytes += len(view)
+        if len(self.items) >= CHECKSUM_BATCH_FILES or self.nbytes >= CHECKSUM_BATCH_BYTES:
+            self.send()
+        return len(self.items) - 1
+
+    def send(self) -> None:
+        if getattr(_local, "batch", None) is self:
+            _local.batch = None
+        sent: collections.deque[_CrcBatch] | None = getattr(_local, "sent", None)
+        if sent is None:
+            sent = _local.sent = collections.deque()
+        while sent and sent[0].finished():
+            sent.popleft()
+        if sent:  # the worker is behind: this thread computes the batch rather than wait for it later
+            self.results = _crc_batch(self.items, 0)
+            return
+        self.done = queue.SimpleQueue()
+        _crc_worker().put((_crc_batch, self.items, 0, 0, None, self.done))
+        sent.append(self)
+
+    def finished(self) -> bool:
+        return self.results is not None or (self.done is not None and not self.done.empty())
+
+    def wait(self) -> list[Any]:
+        if self.results is None:
+            if self.done is None:  # never sent: needed now, so computed here rather than woken and waited for
+                if getattr(_local, "batch", None) is self:
+                    _local.batch = None
+                self.results = _crc_batch(self.items, 0)
+            else:
+                _, results, _ = self.done.get()
+                self.results = results if isinstance(results, list) else [results] * len(self.items)
+            self.items = []  # the files' bytes are not needed any more
+        return self.results
+
+
+def _crc_batch(items: list[tuple[Callable[..., Any], memoryview]], offset: int) -> list[Any]:
+    """Each file's computed CRCs (``_CrcPass.compute`` of all its bytes), or what computing them raised."""
+    results: list[Any] = []
+    for compute, view in items:
+        try:
+            results.append(compute(view, offset))
+        except BaseException as exc:  # raised by that file's result() on the reading thread
+            results.append(exc)
+    return results
+
+
+class _PendingSums:
+    """The checksums of a small file read whole (``checksum_file(later=True)``): its sha256 taken on the
+    reading thread, its CRCs under way (see ``_CrcBatch``). ``ready()`` says whether they are done;
+    ``result()`` waits for them and gives the FileChecksums, or raises what computing them raised."""
+
+    __slots__ = ("at", "batch", "crcs", "index", "sha256")
+
+    def __init__(self, sha256: str, crcs: _CrcPass, data: bytes) -> None:
+        self.sha256 = sha256
+        self.crcs = crcs
+        self.at = round(time.time(), 3)  # when it was read
+        batch = getattr(_local, "batch", None)
+        if batch is None:
+            batch = _local.batch = _CrcBatch()
+        self.batch = batch
+        self.index = batch.add(crcs.compute, memoryview(data))
+
+    def ready(self) -> bool:
+        return self.batch.finished()
+
+    def result(self) -> FileChecksums:
+        computed = self.batch.wait()[self.index]
+        if isinstance(computed, BaseException):
+            raise computed
+        self.crcs.assemble(computed)
+        checksums, verdict = self.crcs.result()
+        return FileChecksums(self.sha256, checksums, verdict, self.at)
+
+
+def _read_whole(f: _ReadInto, size: int, limit: int) -> tuple[bytes, bool]:
+    """(everything left in ``f``, True) when that is at most ``limit`` bytes; else (the first bytes of it,
+    more than ``limit``, False). ``size`` (the size listed) sizes the first read; the second says EOF."""
+    pieces: list[bytes] = []
+    got = 0
+    while got <= limit:
+        want = size + 1 - got if got < size else 1 if got == size else CHECKSUM_CHUNK
+        piece = f.read(min(want, limit + 1 - got))
+        if not piece:
+            return (pieces[0] if len(pieces) == 1 else b"".join(pieces)), True
+        pieces.append(piece)
+        got += len(piece)
+    return b"".join(pieces), False
+
+
 def checksum_file(
-    f: _ReadInto, size: int, *, members: list[_ZipMember] | None = None, throttle: _Throttle | None = None
-) -> FileChecksums:
+    f: _ReadInto,
+    size: int,
+    *,
+    members: list[_ZipMember] | None = None,
+    throttle: _Throttle | None = None,
+    later: bool = False,
+) -> FileChecksums | _PendingSums:
     """sha256 and the CRCs of ``CRC_ALGORITHMS`` (per block and whole) of everything left in ``f``, in one read.
 
     ``size`` is the file's size when listed (it sets the block size). hashlib, zlib and awscrt
@@ -1308,9 +1544,28 @@ def checksum_file(
     itself rather than wait. With a second core free the pass costs little more than sha256 alone;
     on a busy machine, what its CPU does (sha256 + crc32, about 1.7x). Memory: three 1 MiB buffers.
     ``members`` (from ``zip_members``) are checked from the same bytes.
+
+    A file below ``CHECKSUM_INLINE_BYTES`` is too short for that: waiting for the worker to wake up
+    costs more than its CRCs. With ``later`` (a caller that can go on meanwhile, see ``_Pipeline``)
+    such a file, with no members to check and no throttle, is read whole into its own bytes, its
+    sha256 taken here, and a ``_PendingSums`` returned while its CRCs are left to the worker with
+    the next few such files (``_CrcBatch``); without ``later``, or when it is under
+    ``CHECKSUM_DEFER_BYTES``, this thread CRCs it.
     """
     crcs = _CrcPass(size, members)
     sha = hashlib.sha256()
+    offset = 0
+    if later and size < CHECKSUM_INLINE_BYTES and members is None and throttle is None:
+        data, whole = _read_whole(f, size, CHECKSUM_INLINE_BYTES)
+        sha.update(data)
+        if whole and len(data) >= CHECKSUM_DEFER_BYTES:
+            return _PendingSums(sha.hexdigest(), crcs, data)
+        # Too short to be worth the worker, or it grew past the limit meanwhile: CRC'd here, any rest as below.
+        crcs.assemble(crcs.compute(memoryview(data), 0))
+        offset = len(data)
+        if whole:
+            checksums, verdict = crcs.result()
+            return FileChecksums(sha.hexdigest(), checksums, verdict, round(time.time(), 3))
     # A small file's CRCs are computed on this thread: a hand-off to the worker costs more than they do.
     jobs = _crc_worker() if size >= CHECKSUM_INLINE_BYTES and not crcs.ordered else None
     done: queue.SimpleQueue = queue.SimpleQueue()
@@ -1319,7 +1574,7 @@ def checksum_file(
     in_flight = 0
     computed: dict[int, Any] = {}  # by buffer number, until assembled in order
     failure: BaseException | None = None
-    read = assembled = offset = 0
+    read = assembled = 0
     try:
         while True:
             # Take back what the worker finished, without waiting (a buffer is always left).
@@ -1604,9 +1859,13 @@ def _checksum(
     zip_check: bool = False,
     root: str | None = None,
     scrub: _ScrubPlan | None = None,
-) -> FileChecksums | None:
+    later: bool = False,
+) -> FileChecksums | _PendingChecksums | None:
     """The checksums of the file at ``path`` as listed (``st``): from the cache when it holds them all
-    (unless the file is due for a scrub), else read once. None when it cannot be read or changed meanwhile."""
+    (unless the file is due for a scrub), else read once. None when it cannot be read or changed meanwhile.
+
+    With ``later``, a small file's CRCs may still be under way when it has been read: then a
+    ``_PendingChecksums`` is returned, whose ``finish`` does the rest once they are done."""
     cached = cache.get(st, root=root) if cache is not None else None
     usable = cached is not None and cached.covers(zip_check=zip_check)
     scrubbing = usable and scrub is not None and scrub.due(cached.hashed_at if cached else None, st.st_size)
@@ -1622,13 +1881,54 @@ def _checksum(
                 except (struct.error, ValueError, OverflowError):
                     members = None
                 f.seek(0)
-            sums = checksum_file(
-                f, st.st_size, members=members, throttle=scrub.throttle if scrub and scrubbing else None
-            )
+            throttle = scrub.throttle if scrub and scrubbing else None
+            sums = checksum_file(f, st.st_size, members=members, throttle=throttle, later=later)
             after = os.fstat(f.fileno())
     except (OSError, _FactsError) as exc:
         warn(f"{_printable(path)}: no checksum sent: {_os_reason(exc)}")
         return None
+    if isinstance(sums, _PendingSums):
+        return _PendingChecksums(sums, (path, st, cache, cached, before, after, zip_check, members, root))
+    return _checked(sums, path, st, cache, cached, before, after, zip_check, members, root, warn)
+
+
+class _PendingChecksums:
+    """``_checksum`` of a file read whose CRCs are under way: ``finish`` waits for them and does the rest
+    (the change check, the warnings, the cache), as ``_checksum`` would have."""
+
+    __slots__ = ("context", "sums")
+
+    def __init__(self, sums: _PendingSums, context: tuple[Any, ...]) -> None:
+        self.sums = sums
+        self.context = context  # the arguments of _checked but the first and the last
+
+    def ready(self) -> bool:
+        return self.sums.ready()
+
+    def finish(self, warn: Warn) -> FileChecksums | None:
+        try:
+            sums = self.sums.result()
+        except (OSError, _FactsError) as exc:  # as checksum_file's would be in _checksum
+            warn(f"{_printable(self.context[0])}: no checksum sent: {_os_reason(exc)}")
+            return None
+        # context holds exactly the nine arguments between the first and the last, which mypy cannot count.
+        return _checked(sums, *self.context, warn)  # type: ignore[call-arg]
+
+
+def _checked(
+    sums: FileChecksums,
+    path: str,
+    st: os.stat_result,
+    cache: ChecksumCache | None,
+    cached: CachedChecksums | None,
+    before: os.stat_result,
+    after: os.stat_result,
+    zip_check: bool,
+    members: list[_ZipMember] | None,
+    root: str | None,
+    warn: Warn,
+) -> FileChecksums | None:
+    """The end of ``_checksum``, once the file was read (``before`` and ``after`` it) and its checksums are done."""
     listed = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     if any((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) != listed for s in (before, after)):
         warn(f"{_printable(path)}: no checksum sent: the file changed while it was read")
