@@ -186,13 +186,13 @@ MEMBERS_BAD_MAX = 10
 DEFAULT_SCRUB_RATE = 200.0  # MiB/s
 
 # The server's own path rules (fleet/ingest.py check_path); anything else fails the whole inventory.
-_REFUSED_CHARS = re.compile(r"[\x00-\x1f\x7f\\\ud800-\udfff]")
+REFUSED_PATH_CHARS = re.compile(r"[\x00-\x1f\x7f\\\ud800-\udfff]")
 _DCP_METADATA = re.compile(r"^(?:\.metadata|__\d+\.metadata)$")
 _JSON_NAMES = frozenset({"metadata.json", "integrity.json", "_CHECKPOINT_METADATA", "ckptfleet.json", "config.json"})
 _TEXT_NAMES = frozenset({"latest", "latest_checkpointed_iteration.txt", "commit_success.txt"})
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 _SINGLE_PART_ETAG = re.compile(r"^[0-9a-f]{32}$")  # an MD5; a multipart upload's ETag ends in -N and is none
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")  # a file line's "sha256" (wire contract)
 # torch.save's legacy (pre-zip) format starts with this magic number as a pickled long.
 _LEGACY_TORCH_MAGIC = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
 
@@ -202,6 +202,29 @@ if TYPE_CHECKING:  # only in annotations: subscripting abc.Callable fails at run
 
 class _Writer(Protocol):
     def write(self, data: bytes, /) -> object: ...
+
+
+def path_problem(path: object) -> str:
+    """Why ``path`` is not a file line's path under the wire contract, or "" when it is one: a non-empty relative
+    path below the root, at most ``MAX_PATH_BYTES`` of UTF-8, no NUL, control character or backslash, no empty, "."
+    or ".." component. The agent checks what it sends and what the server asks of it; the server imports this."""
+    if not isinstance(path, str) or not path:
+        return "path must be a non-empty string"
+    if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        return f"path is longer than {MAX_PATH_BYTES} bytes"
+    bad = REFUSED_PATH_CHARS.search(path)
+    if bad is not None and bad.group() not in "\\" and not "\ud800" <= bad.group() <= "\udfff":
+        return "path contains a NUL or control character"
+    if path.startswith("/"):
+        return "path must be relative to the root, not absolute"
+    if "\\" in path:
+        return "path contains a backslash"
+    for part in path.split("/"):
+        if part in ("", ".", ".."):
+            return f"path has an empty, '.' or '..' component: {path!r}"
+    if bad is not None:
+        return "path is not valid UTF-8"
+    return ""
 
 
 class _ReadInto(Protocol):
@@ -248,7 +271,7 @@ def _check_root(root: str) -> None:
 
 
 def _refusal_reason(name: str) -> str | None:
-    bad = _REFUSED_CHARS.search(name)
+    bad = REFUSED_PATH_CHARS.search(name)
     if bad is None:
         return None
     if "\ud800" <= bad.group() <= "\udfff":
@@ -2216,9 +2239,9 @@ def delete_file(root: str, rel: str, size: int, mtime: float) -> tuple[str, str]
     a directory: each directory on the way is opened without following symlinks and the file is
     unlinked relative to its directory, so no symlink swapped in meanwhile leads outside the root.
     """
-    parts = rel.split("/") if isinstance(rel, str) else []
-    if not parts or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or _REFUSED_CHARS.search(rel):
+    if path_problem(rel):
         return "skipped", "refused: not a plain relative path below the root"
+    parts = rel.split("/")
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
     try:
         fd = os.open(root, flags)
@@ -2512,11 +2535,11 @@ def pull_file(
         return "skipped", "refused: the server sent an incomplete item", {}
     if not all(isinstance(v, str) for v in (rel, url, target, sha256)) or not isinstance(size, int) or size < 0:
         return "skipped", "refused: the server sent an incomplete item", {}
-    if sha256 and not _HEX64.match(sha256):
+    if sha256 and not SHA256_HEX.match(sha256):
         return "skipped", "refused: the server sent a malformed sha256", {}
-    parts = rel.split("/")
-    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or _REFUSED_CHARS.search(rel):
+    if path_problem(rel):
         return "skipped", "refused: not a plain relative path below the root", {}
+    parts = rel.split("/")
     if target != root.rstrip("/") + "/" + rel:
         return "skipped", "refused: the target is not the path below this root", {}
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
@@ -2893,7 +2916,7 @@ def _run(argv: list[str] | None) -> int:
         parser.error("--scrub-share needs --checksums: scrubbing re-reads files to renew their checksums")
     if args.token is not None:
         raise AgentError("--token is not accepted: put the token in CKPTFLEET_TOKEN or a --token-file")
-    if not args.host or _REFUSED_CHARS.search(args.host):
+    if not args.host or REFUSED_PATH_CHARS.search(args.host):
         raise AgentError("--host must be a plain host name")
     roots = list(dict.fromkeys(os.path.abspath(root) for root in args.root))
     for root in roots:

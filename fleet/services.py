@@ -19,11 +19,11 @@ from audit.actor import Actor
 from audit.services import audit
 from ckptfleet.celery import task
 from ckptfleet.errors import DomainError, NotAuthenticated, PermissionRefused, TooLarge
+from fleet.agent import WIRE_FORMAT
 from fleet.choices import InventorySource, InventoryStatus, LocationKind, Tier
 from fleet.models import Host, HostToken, Inventory, StorageLocation
 
 TOKEN_PREFIX = "cfh"  # noqa: S105 - the public marker of a host token, not a secret
-WIRE_FORMAT = "ckptfleet-inventory/1"
 
 
 def _hash_token(raw: str) -> str:

@@ -15,7 +15,6 @@ A cancelled job's files are no longer handed out, and what an agent reports for 
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 
 from django.conf import settings
@@ -26,6 +25,7 @@ from django.utils import timezone
 from audit.actor import Actor
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet import s3
+from fleet.agent import SHA256_HEX
 from fleet.models import Bucket, Host
 from fleet.services import host_root_or_refuse
 from promotion import runner
@@ -36,7 +36,6 @@ from promotion.services import HOST_KINDS
 BATCH = 1000  # items per report at most
 PENDING_LIMIT = 100  # items per answer: their URLs start to age as soon as they are signed
 RESULTS = ("pulled", "skipped", "failed")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 DETAIL_MAX = 500
 
 
@@ -115,7 +114,7 @@ def pending(*, host: Host, root: str = "", limit: int = PENDING_LIMIT) -> dict:
         except s3.S3Error as exc:
             unavailable[row["job_id"]] = f"promotion #{row['job_id']}: cannot sign its URLs: {exc.message}"
             continue
-        known = row["shard_file__checksum_algo"] == "sha256" and _SHA256.match(row["shard_file__checksum"] or "")
+        known = row["shard_file__checksum_algo"] == "sha256" and SHA256_HEX.match(row["shard_file__checksum"] or "")
         items.append(
             {
                 "id": row["pk"],
@@ -161,7 +160,7 @@ def _parse(results: object) -> dict[int, dict]:
             raise DomainError(f"result {n}: detail must be a string", code="bad_report")
         if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
             raise DomainError(f"result {n}: size must be a whole number of bytes", code="bad_report")
-        if sha256 is not None and (not isinstance(sha256, str) or not _SHA256.match(sha256)):
+        if sha256 is not None and (not isinstance(sha256, str) or not SHA256_HEX.match(sha256)):
             raise DomainError(f"result {n}: sha256 must be 64 lowercase hex digits", code="bad_report")
         if result == "pulled" and size is None:
             raise DomainError(f"result {n}: a pulled file needs the size the agent measured", code="bad_report")

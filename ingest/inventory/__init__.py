@@ -27,8 +27,9 @@ The modules, from the bottom:
 This package re-exports the public names other apps use; its own modules import from the defining module.
 """
 
+from fleet.agent import MAX_PATH_BYTES
 from ingest.inventory.apply import MergeCounts, end_apply, fail, flush_every, log_applied
-from ingest.inventory.lines import MAX_PATH_BYTES, check_path, read_inventory
+from ingest.inventory.lines import check_path, read_inventory
 from ingest.inventory.rows import STAGED_COLUMNS, InventoryError, Row
 from ingest.inventory.run import ingest
 from ingest.inventory.staged import apply_staged, staged_group

@@ -15,7 +15,8 @@ from datetime import UTC, datetime, timedelta
 import orjson
 
 from catalog.formats.base import FileEntry
-from ingest.inventory.lines import MAX_PATH_BYTES, digests_text, facts_stored
+from fleet.agent import MAX_PATH_BYTES, REFUSED_PATH_CHARS, SHA256_HEX
+from ingest.inventory.lines import digests_text, facts_stored
 
 
 class Fallback(Exception):
@@ -99,9 +100,7 @@ def _orjson_facts(facts: dict) -> str:
 
 
 # What check_path refuses: a control character or backslash; a '.' or '..' component.
-_BAD_CHAR = re.compile(r"[\x00-\x1f\x7f\\]")
 _DOT_PART = re.compile(r"(?:^|/)\.\.?(?:/|$)")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class Reader:
@@ -132,8 +131,8 @@ class Reader:
 
     def groups(self) -> Iterator[tuple[str, list, list]]:
 
-        loads, sha256, modf, dumps = orjson.loads, _SHA256.fullmatch, math.modf, self.dumps
-        bad_char, dot_part, group_of = _BAD_CHAR.search, _DOT_PART.search, self.template.group_of
+        loads, sha256, modf, dumps = orjson.loads, SHA256_HEX.match, math.modf, self.dumps
+        bad_char, dot_part, group_of = REFUSED_PATH_CHARS.search, _DOT_PART.search, self.template.group_of
         seconds: dict[int, str] = {}
         depth, max_line = self.template.depth, self.max_line
         previous = ""

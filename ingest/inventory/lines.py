@@ -6,40 +6,24 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import re
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import cast
 
 from catalog.digests import dumps as digests_dumps
 from catalog.digests import from_line
+from fleet.agent import SHA256_HEX, path_problem
 from ingest.inventory.rows import InventoryError, Row
-
-MAX_PATH_BYTES = 4096
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
 def check_path(path: object) -> str:
-    """Return ``path`` if it is a safe relative path below a root, else raise ValueError saying why."""
-    if not isinstance(path, str) or not path:
-        raise ValueError("path must be a non-empty string")
-    if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
-        raise ValueError(f"path is longer than {MAX_PATH_BYTES} bytes")
-    if _CONTROL.search(path):
-        raise ValueError("path contains a NUL or control character")
-    if path.startswith("/"):
-        raise ValueError("path must be relative to the root, not absolute")
-    if "\\" in path:
-        raise ValueError("path contains a backslash")
-    for part in path.split("/"):
-        if part in ("", ".", ".."):
-            raise ValueError(f"path has an empty, '.' or '..' component: {path!r}")
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("path is not valid UTF-8") from None
-    return path
+    """Return ``path`` if it is a safe relative path below a root (the wire contract's rule, ``fleet.agent``), else
+    raise ValueError saying why."""
+    problem = path_problem(path)
+    if problem:
+        raise ValueError(problem)
+    return cast(str, path)
 
 
 def parse_file_line(obj: dict) -> Row:
@@ -57,7 +41,7 @@ def parse_file_line(obj: dict) -> Row:
     checksum, algo = "", ""
     sha = obj.get("sha256")
     if sha is not None:
-        if not isinstance(sha, str) or not _HEX.match(sha):
+        if not isinstance(sha, str) or not SHA256_HEX.match(sha):
             raise ValueError("sha256 must be 64 lowercase hex digits")
         checksum, algo = sha, "sha256"
     facts = obj.get("facts")

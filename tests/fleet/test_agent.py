@@ -1336,3 +1336,28 @@ def test_a_deepspeed_model_states_pickle_runs_nothing_it_names(tmp_path):
     facts = agent.file_facts(str(path))
     assert not marker.exists()
     assert facts["deepspeed"] == {"dp_world_size": 4, "mp_world_size": 1}
+
+
+def test_the_wire_contract_is_the_agents_and_the_server_imports_it():
+    """One definition: the server's path and sha256 rules are the agent's, and its line limit the agent's default."""
+    from django.conf import settings
+
+    from fleet import agent
+    from ingest.inventory import lines
+
+    assert lines.path_problem is agent.path_problem and lines.SHA256_HEX is agent.SHA256_HEX
+    assert settings.INVENTORY_MAX_LINE == agent.MAX_LINE_BYTES  # the default when CKPTFLEET_INVENTORY_MAX_LINE is unset
+    for bad, why in (
+        ("", "non-empty"),
+        ("/abs/x", "absolute"),
+        ("a//b", "component"),
+        ("a/../b", "component"),
+        ("a\\b", "backslash"),
+        ("a\x00b", "control"),
+        ("a\ud800b", "UTF-8"),
+        ("x" * 4097, "longer"),
+    ):
+        assert why in agent.path_problem(bad)
+        with pytest.raises(ValueError, match=why):
+            lines.check_path(bad)
+    assert agent.path_problem("llm/run-1/step-100/__0_0.distcp") == ""
