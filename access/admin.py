@@ -3,20 +3,12 @@
 from django.contrib import admin
 
 from access.models import ApiToken
+from ckptfleet.admin_base import ReadOnlyAdmin
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(ReadOnlyAdmin):
     list_display = ["prefix", "user", "label", "created_at", "last_used_at", "revoked_at"]
     search_fields = ["=prefix", "user__username", "label"]
     raw_id_fields = ["user"]
     exclude = ["token_hash"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -2,20 +2,12 @@
 
 from django.contrib import admin
 
+from ckptfleet.admin_base import ReadOnlyAdmin
 from retention.models import RetentionPolicy
 
 
 @admin.register(RetentionPolicy)
-class RetentionPolicyAdmin(admin.ModelAdmin):
+class RetentionPolicyAdmin(ReadOnlyAdmin):
     list_display = ("name", "team", "run", "keep_last", "keep_every", "enabled", "last_proposed_at")
     list_filter = ("enabled",)
     search_fields = ("name", "team__name", "run__name")
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
