@@ -19,6 +19,7 @@ from audit.actor import Actor
 from audit.services import audit
 from ckptfleet.celery import task
 from ckptfleet.errors import DomainError, NotAuthenticated, PermissionRefused, TooLarge
+from ckptfleet.rules import name_problem
 from fleet.agent import WIRE_FORMAT
 from fleet.choices import InventorySource, InventoryStatus, LocationKind, Tier
 from fleet.models import Host, HostToken, Inventory, StorageLocation
@@ -31,6 +32,8 @@ def _hash_token(raw: str) -> str:
 
 
 def host_register(*, name: str, site: str = "", region: str = "", description: str = "", actor: Actor) -> Host:
+    if problem := name_problem(name, "host", Host._meta.get_field("name").max_length):
+        raise DomainError(problem, code="bad_name")
     with transaction.atomic():
         if Host.objects.filter(name=name).exists():
             raise DomainError(f"a host named {name!r} is already registered", code="exists")
@@ -111,6 +114,8 @@ def location_add(
         root_path = root_path.rstrip("/") or "/"
     if "{run}" not in path_template:
         raise DomainError("the path template must contain {run}, e.g. {team}/{run}")
+    if problem := name_problem(name, "storage location", StorageLocation._meta.get_field("name").max_length):
+        raise DomainError(problem, code="bad_name")
     with transaction.atomic():
         if StorageLocation.objects.filter(name=name).exists():
             raise DomainError(f"a storage location named {name!r} already exists", code="exists")

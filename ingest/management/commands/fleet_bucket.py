@@ -20,6 +20,7 @@ from django.core.management.base import BaseCommand, CommandError
 from audit.actor import Actor
 from catalog.models import Team
 from ckptfleet.errors import DomainError
+from ckptfleet.rules import name_problem
 from fleet.choices import AddressingStyle, InventoryStatus, Tier
 from fleet.models import Bucket, Inventory, StorageLocation
 from ingest.scan import bucket_add, bucket_set, scan_start
@@ -103,6 +104,8 @@ class Command(BaseCommand):
     def _add(self, opts, actor: Actor) -> None:
         team = None
         if opts["team"]:
+            if problem := name_problem(opts["team"], "team", Team._meta.get_field("name").max_length):
+                raise CommandError(problem)
             team, _ = Team.objects.get_or_create(name=opts["team"])
         bucket = bucket_add(
             name=opts["name"],

@@ -15,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from audit.actor import Actor
 from catalog.models import Team
 from ckptfleet.errors import DomainError
+from ckptfleet.rules import name_problem
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host
 from fleet.services import host_register, host_token_issue, location_add
@@ -80,6 +81,8 @@ class Command(BaseCommand):
     def _add_root(self, host: Host, root: str, opts, actor: Actor) -> None:
         team = None
         if opts.get("team"):
+            if problem := name_problem(opts["team"], "team", Team._meta.get_field("name").max_length):
+                raise CommandError(problem)
             team, _ = Team.objects.get_or_create(name=opts["team"])
         location = location_add(
             host=host,
