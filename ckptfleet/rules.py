@@ -18,13 +18,13 @@ def is_storage_class(value: object) -> bool:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def name_problem(value: object, what: str, max_length: int) -> str:
+def name_problem(value: object, what: str, max_length: int | None) -> str:
     """Why ``value`` is not a usable name of a ``what`` (a host, a storage location, a team), or "" when it is."""
     if not isinstance(value, str) or not value.strip():
         return f"a {what} needs a name"
     if value != value.strip():
         return f"the {what} name {value!r} starts or ends with a space"
-    if len(value) > max_length:
+    if max_length is not None and len(value) > max_length:
         return f"a {what} name is at most {max_length} characters"
     if _CONTROL.search(value):
         return f"the {what} name {value!r} holds a control character"
