@@ -186,6 +186,7 @@ MEMBERS_BAD_MAX = 10
 DEFAULT_SCRUB_RATE = 200.0  # MiB/s
 
 # The server's own path rules (fleet/ingest.py check_path); anything else fails the whole inventory.
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 REFUSED_PATH_CHARS = re.compile(r"[\x00-\x1f\x7f\\\ud800-\udfff]")
 _DCP_METADATA = re.compile(r"^(?:\.metadata|__\d+\.metadata)$")
 _JSON_NAMES = frozenset({"metadata.json", "integrity.json", "_CHECKPOINT_METADATA", "ckptfleet.json", "config.json"})
@@ -212,17 +213,15 @@ def path_problem(path: object) -> str:
         return "path must be a non-empty string"
     if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
         return f"path is longer than {MAX_PATH_BYTES} bytes"
-    bad = REFUSED_PATH_CHARS.search(path)
-    if bad is not None and bad.group() not in "\\" and not "\ud800" <= bad.group() <= "\udfff":
+    if _CONTROL_CHARS.search(path):
         return "path contains a NUL or control character"
     if path.startswith("/"):
         return "path must be relative to the root, not absolute"
     if "\\" in path:
         return "path contains a backslash"
-    for part in path.split("/"):
-        if part in ("", ".", ".."):
-            return f"path has an empty, '.' or '..' component: {path!r}"
-    if bad is not None:
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        return f"path has an empty, '.' or '..' component: {path!r}"
+    if REFUSED_PATH_CHARS.search(path):  # what is left of them: a lone surrogate
         return "path is not valid UTF-8"
     return ""
 
