@@ -26,14 +26,14 @@ from typing import cast
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Sum
+from django.db.models import Count, Exists, OuterRef, Sum
 from django.utils import timezone
 
 from access.refusals import Refusal as AccessRefusal
 from access.refusals import note_refusal
 from access.roles import Role, has_role, require_role
 from actions import promises
-from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, MirrorState, Pin
+from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, ItemState, MirrorState, Pin
 from actions.objectlock import mirror_hold_task
 from actions.promises import Refusal
 from actions.protection import OPEN_DELETION_STATES, active_holds
@@ -277,7 +277,13 @@ def hold(
             placed_at=timezone.now(),
             mirror_state=MirrorState.PENDING if mirror else MirrorState.NONE,
         )
-        open_jobs = DeletionJob.objects.filter(state__in=OPEN_DELETION_STATES, checkpoint__run=locked_run)
+        # Only jobs with something left to delete are stopped by the hold: one whose last batch already
+        # deleted everything ends completed, and is not reported as blocked.
+        open_jobs = DeletionJob.objects.filter(
+            Exists(DeletionItem.objects.filter(job=OuterRef("pk"), state=ItemState.PENDING)),
+            state__in=OPEN_DELETION_STATES,
+            checkpoint__run=locked_run,
+        )
         if checkpoint is not None:
             open_jobs = open_jobs.filter(checkpoint=checkpoint)
         _audit(
