@@ -113,9 +113,11 @@ def blocker(job: DeletionJob) -> str:
         )
         refusal = promises.last_verified_copy(checkpoint, copy, survivors)
     elif refusal is None and job.origin.startswith("policy"):
-        refusal = promises.newest_restorable_for_policy(
-            checkpoint, job.origin, newest_restorable(checkpoint.run)[0]
-        ) or promises.disputed_for_policy(checkpoint, job.origin)
+        refusal = (
+            promises.newest_restorable_for_policy(checkpoint, job.origin, newest_restorable(checkpoint.run)[0])
+            or promises.disputed_for_policy(checkpoint, job.origin)
+            or promises.unidentified_for_policy(checkpoint, job.origin)
+        )
     return f"{refusal.message} [{refusal.code}]" if refusal is not None else ""
 
 
@@ -136,8 +138,10 @@ def _lock(job_id: int) -> DeletionJob | None:
 
 def due_jobs(now: datetime):
     """Scheduled jobs whose grace period is over and which need no approval or have it."""
-    return DeletionJob.objects.filter(state=DeletionState.SCHEDULED, execute_after__lte=now).filter(
-        Q(needs_approval=False) | Q(approved_at__isnull=False)
+    return (
+        DeletionJob.objects.filter(state=DeletionState.SCHEDULED, execute_after__lte=now)
+        .filter(Q(needs_approval=False) | Q(approved_at__isnull=False))
+        .filter(Q(approvals_required__lt=2) | Q(second_approved_at__isnull=False))
     )
 
 
