@@ -145,8 +145,8 @@ def policy_create(
                 kind="retention_policy.enable",
                 target_id=policy.pk,
                 target_label=str(policy),
-                before={"enabled": False},
-                after={"enabled": True},
+                before={"enabled": False, **{k: values[k] for k in RULE_FIELDS}},
+                after={"enabled": True, **{k: values[k] for k in RULE_FIELDS}},
                 actor=actor,
                 reason=reason,
                 request_id=request_id,
@@ -259,12 +259,15 @@ def policy_update(*, policy_id: int, actor: Actor, reason: str = "", request_id:
         after = {**before, **{k: values[k] for k in changed}}
         _refuse_locked(policy, lock_refusals(policy, after))
         if actor.kind == ActorKind.USER and deletes_more(before, after):
+            # The request pins every rule, changed or not: the approver approves these rules, so a rule changed
+            # since (even of a disabled policy, which applies at once) makes the request stale.
+            pinned = [*changed, *(k for k in (*RULE_FIELDS, "enabled") if k not in changed)]
             change = approvals.request_change(
                 kind="retention_policy.enable" if changed == ["enabled"] else "retention_policy.update",
                 target_id=policy.pk,
                 target_label=str(policy),
-                before={k: before[k] for k in changed},
-                after={k: after[k] for k in changed},
+                before={k: before[k] for k in pinned},
+                after={k: after[k] for k in pinned},
                 actor=actor,
                 reason=reason,
                 request_id=request_id,
@@ -331,7 +334,14 @@ def _word(key: str, value) -> str:
 def describe_change(change: dict) -> list[str]:
     """A change request in words, one line per field: "Keep the last N: 5 -> 3"."""
     before, after = change.get("before") or {}, change.get("after") or {}
-    return [f"{_field_label(k)}: {_word(k, before.get(k))} → {_word(k, after[k])}" for k in after]
+    lines = [
+        f"{_field_label(k)}: {_word(k, before.get(k))} → {_word(k, after[k])}"
+        for k in after
+        if after[k] != before.get(k)
+    ]
+    if after.get("enabled") and all(k in after for k in RULE_FIELDS):
+        lines.append(f"Its rules then: {_rules(after).describe().lower()}")
+    return lines
 
 
 def _person_approver(actor: Actor, doing: str, policy_id: int) -> None:

@@ -212,7 +212,7 @@ def test_the_policy_api(fleet, signed_in_as):
     assert dry["freed"]["monthly"] == "2.08" and dry["enabled"] is False
     patched = ops.patch(f"/api/v1/retention/policies/{pk}/", {"enabled": True}, content_type="application/json")
     assert patched.status_code == 202 and patched.json()["enabled"] is False
-    assert patched.json()["change_request"]["lines"] == ["Enabled: no → yes"]
+    assert patched.json()["change_request"]["lines"][0] == "Enabled: no → yes"
     viewer = signed_in_as(Role.VIEWER)
     refused = viewer.patch(f"/api/v1/retention/policies/{pk}/", {"keep_last": 9}, content_type="application/json")
     assert refused.status_code == 403
