@@ -101,8 +101,8 @@ def policy_create(
     """A new policy for one team or one run; one transaction, one audit event.
 
     A person who creates it enabled gets it disabled, with a change request to enable it that a second
-    person approves (``deletes_more``): a new enabled policy is the largest loosening there is. The
-    request is ``PolicyEdit``-less here: find it with ``approvals.selectors.for_target``.
+    person approves (``deletes_more``): a new enabled policy is the largest loosening there is. The page
+    and the API show the request with the policy (``approvals.selectors.for_target``).
     """
     _authorise(actor, "creating a retention policy")
     if (team is None) == (run is None):
