@@ -289,3 +289,16 @@ def test_a_scoped_person_does_not_see_another_teams_change_requests(fleet, peopl
     assert scoped.get("/api/v1/approvals/changes/").json() == []
     assert scoped.post(f"/api/v1/approvals/changes/{pk}/approve/", content_type="application/json").status_code == 404
     assert "vision" not in scoped.get("/approvals/").content.decode()
+
+
+def test_the_inbox_makes_as_many_queries_for_five_requests_as_for_one(fleet, people, signed_in_as):
+    from catalog.models import Team
+    from tests.conftest import queries_for
+
+    approver = signed_in_as(Role.APPROVER)
+    retention.policy_create(actor=people.olga, name="first", team=fleet.team, enabled=True)
+    one = queries_for(approver, "/approvals/")
+    for i in range(4):
+        retention.policy_create(actor=people.olga, name=f"p{i}", team=Team.objects.create(name=f"t{i}"), enabled=True)
+    assert ChangeRequest.objects.filter(state=ChangeState.AWAITING_APPROVAL).count() == 5
+    assert queries_for(approver, "/approvals/") == one
