@@ -44,8 +44,8 @@ class RetentionPolicy(models.Model):
     last_proposed_count = models.IntegerField(null=True, blank=True)
     # The retention lock (``retention.services.policy_lock``). Until ``lock_cooling_off_ends_at`` a different
     # approver may still unlock it; from then on it can only be made stricter (``retention.rules.loosenings``),
-    # never unlocked or deleted, which the database enforces too (migration 0002's triggers). The end is
-    # fixed when it is locked, so that changing the setting later moves no lock.
+    # never unlocked or deleted, which the database enforces too (the triggers of retention migration 0003).
+    # The end is fixed when it is locked, so that changing the setting later moves no lock.
     locked_at = models.DateTimeField(null=True, blank=True)
     locked_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"

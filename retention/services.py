@@ -184,7 +184,7 @@ def lock_refusals(policy: RetentionPolicy, after: dict) -> list[str]:
     """Why a change to ``after`` is refused by the policy's lock: empty unless the lock is past its cooling-off
     and the change keeps less (``retention.rules.loosenings``), enables it, or moves it to another team or
     run. Disabling and renaming stay allowed: a disabled policy deletes nothing. The database refuses the
-    same (migration 0002's triggers)."""
+    same (the triggers of retention migration 0003)."""
     if not policy.lock_binding():
         return []
     before = policy.snapshot()
