@@ -271,3 +271,63 @@ def test_the_lock_api(policy, people, signed_in_as):
     loosen = ops.patch(url, {"keep_last": 1}, content_type="application/json")
     assert loosen.status_code == 409 and "can only be made stricter" in loosen.json()["detail"]
     assert ops.post(url + "lock/", {"reason": "x"}, content_type="application/json").status_code == 403
+
+
+def _pairs(count: int = 60) -> list[tuple[dict, dict]]:
+    """Seeded random pairs of rule sets (and enabled), the same on every run."""
+    import random
+
+    rng = random.Random(15)
+
+    def one() -> dict:
+        return {
+            "keep_last": rng.choice([1, 2, 5, 9]),
+            "keep_every": rng.choice([0, 1, 2, 3, 250, 500, 1000, 3000]),
+            "keep_milestones": rng.random() < 0.5,
+            "keep_critical": rng.random() < 0.5,
+            "keep_stepless": rng.random() < 0.5,
+            "enabled": rng.random() < 0.5,
+        }
+
+    return [(one(), one()) for _ in range(count)]
+
+
+def test_the_database_and_the_service_agree_on_what_loosens(people, db):
+    """The rule is written twice, in Python (``retention.rules.loosenings``) and in the triggers' SQL: on 60 pairs
+    of rule sets the trigger refuses exactly the updates the service refuses."""
+    from retention.rules import KeepRules, loosenings
+
+    team = Fleet().team
+    outcomes = []
+    for before, after in _pairs():
+        with transaction.atomic():
+            policy = RetentionPolicy.objects.create(
+                name="pair",
+                team=team,
+                created_label="t",
+                created_at=timezone.now(),
+                updated_at=timezone.now(),
+                **before,
+            )
+            past = timezone.now() - timedelta(seconds=1)
+            RetentionPolicy.objects.filter(pk=policy.pk).update(
+                locked_at=past - timedelta(hours=1), lock_cooling_off_ends_at=past
+            )
+            policy.refresh_from_db()
+            rules = {k: v for k, v in before.items() if k != "enabled"}
+            new_rules = {k: v for k, v in after.items() if k != "enabled"}
+            expect = bool(loosenings(KeepRules(**rules), KeepRules(**new_rules))) or (
+                after["enabled"] and not before["enabled"]
+            )
+            assert bool(services.lock_refusals(policy, {**policy.snapshot(), **after})) == expect, (before, after)
+            sets = ", ".join(f"{k} = %s" for k in after)
+            try:
+                raw(f"UPDATE {TABLE} SET {sets} WHERE id = %s", *after.values(), policy.pk)
+            except DatabaseError:
+                refused = True
+            else:
+                refused = False
+            assert refused == expect, (before, after)
+            outcomes.append(refused)
+            transaction.set_rollback(True)  # the bound policy is not deleted (the trigger refuses): roll it back
+    assert 5 <= sum(outcomes) <= len(outcomes) - 5  # both answers, several times each
