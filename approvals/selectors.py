@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from access.roles import Role, has_role
 from approvals.choices import ChangeState
 from approvals.models import ChangeRequest
 from approvals.registry import kind_of, kinds
-from approvals.services import same_person
+from approvals.services import expires_at, same_person
 from audit.actor import Actor
 
 
@@ -46,6 +48,8 @@ class ChangeView:
     target_url: str
     may_decide: bool  # approve or reject: an approver who did not ask for it
     may_cancel: bool  # the person who asked (or an admin)
+    expires_at: datetime
+    expired: bool  # past its expiry, not yet marked (an approval marks it and is refused)
 
 
 def view_of(change: ChangeRequest, user) -> ChangeView:
@@ -55,11 +59,15 @@ def view_of(change: ChangeRequest, user) -> ChangeView:
         change.requested_by_id,
         change.requested_label,
     )
+    ends = expires_at(change)
+    expired = change.awaiting and ends <= timezone.now()
     return ChangeView(
         change=change,
+        expires_at=ends,
+        expired=expired,
         lines=tuple(kind.describe(change.change)),
         kind_label=kind.label,
         target_url=kind.target_url(change.target_id),
-        may_decide=change.awaiting and has_role(user, Role.APPROVER) and not actor_is_requester,
+        may_decide=change.awaiting and not expired and has_role(user, Role.APPROVER) and not actor_is_requester,
         may_cancel=change.awaiting and (actor_is_requester or has_role(user, Role.ADMIN)),
     )

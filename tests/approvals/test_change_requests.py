@@ -302,3 +302,13 @@ def test_the_inbox_makes_as_many_queries_for_five_requests_as_for_one(fleet, peo
         retention.policy_create(actor=people.olga, name=f"p{i}", team=Team.objects.create(name=f"t{i}"), enabled=True)
     assert ChangeRequest.objects.filter(state=ChangeState.AWAITING_APPROVAL).count() == 5
     assert queries_for(approver, "/approvals/") == one
+
+
+def test_the_page_says_when_a_request_expires_and_offers_no_button_once_it_has(policy, people, signed_in_as):
+    retention.policy_update(policy_id=policy.pk, actor=people.olga, enabled=True)
+    approver = signed_in_as(Role.APPROVER)
+    page = approver.get("/approvals/").content.decode()
+    assert "unless decided" in page and "Approve change" in page
+    ChangeRequest.objects.update(requested_at=timezone.now() - timedelta(days=30))
+    page = approver.get("/approvals/").content.decode()
+    assert "ask again if it is still wanted" in page and "Approve change" not in page
