@@ -115,6 +115,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "audit",
     "access",
+    "approvals",
     "fleet",
     "catalog",
     "actions",
@@ -248,6 +249,11 @@ BLAST_MAX_RUN_PERCENT = env_int("CKPTFLEET_BLAST_MAX_RUN_PERCENT", 50, minimum=1
 # Fail closed (promise 12): a policy acts only on checkpoints whose every location had an inventory applied
 # within this many hours, and whose last inventory did not fail.
 POLICY_EVIDENCE_HOURS = env_int("CKPTFLEET_POLICY_EVIDENCE_HOURS", 48, minimum=1)
+# Retention lock: how long a locked policy can still be unlocked (AWS Backup Vault Lock's cooling-off,
+# 72 h by default there too); after it the policy can only be made stricter. And how long a change
+# that waits for a second person's approval stays open before it expires.
+POLICY_LOCK_COOLING_OFF_HOURS = env_int("CKPTFLEET_POLICY_LOCK_COOLING_OFF_HOURS", 72, minimum=1, maximum=24 * 366)
+CHANGE_REQUEST_EXPIRY_DAYS = env_int("CKPTFLEET_CHANGE_REQUEST_EXPIRY_DAYS", 14, minimum=1, maximum=366)
 S3_SECRETS_DIR = Path(env_str("CKPTFLEET_S3_SECRETS_DIR", str(VAR_DIR / "s3-secrets")))
 # Promotions pulled by a host's agent: how long each presigned GET URL stays valid, from a minute to the
 # seven days SigV4 allows (fleet.s3.PRESIGN_MAX_SECONDS, not imported here: settings load before boto3).

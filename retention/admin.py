@@ -8,6 +8,6 @@ from retention.models import RetentionPolicy
 
 @admin.register(RetentionPolicy)
 class RetentionPolicyAdmin(ReadOnlyAdmin):
-    list_display = ("name", "team", "run", "keep_last", "keep_every", "enabled", "last_proposed_at")
+    list_display = ("name", "team", "run", "keep_last", "keep_every", "enabled", "locked_at", "last_proposed_at")
     list_filter = ("enabled",)
     search_fields = ("name", "team__name", "run__name")

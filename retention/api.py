@@ -19,6 +19,9 @@ from access.middleware import request_id_of
 from access.permissions import role_required
 from access.roles import Role
 from access.scoping import restrict, restrict_policies, restrict_teams, visible_team_names
+from approvals.api import ChangeRequestSerializer
+from approvals.choices import ChangeState
+from approvals.models import ChangeRequest
 from audit.actor import Actor
 from catalog.models import Run, Team
 from ckptfleet.errors import DomainError
@@ -229,6 +232,12 @@ class TieringView(APIView):
 
 class PolicySerializer(serializers.ModelSerializer):
     reason = serializers.CharField(write_only=True, required=False, allow_blank=True, default="")
+    lock_state = serializers.CharField(
+        read_only=True, help_text="unlocked; cooling_off (locked, can still be unlocked); binding (only stricter)"
+    )
+    pending_changes = serializers.SerializerMethodField(
+        help_text="Ids of change requests awaiting a second person (/api/v1/approvals/changes/<id>/)."
+    )
 
     class Meta:
         model = RetentionPolicy
@@ -248,11 +257,32 @@ class PolicySerializer(serializers.ModelSerializer):
             "updated_at",
             "last_proposed_at",
             "last_proposed_count",
+            "locked_at",
+            "locked_label",
+            "lock_cooling_off_ends_at",
+            "lock_state",
+            "pending_changes",
             "reason",
         ]
-        read_only_fields = ["created_label", "created_at", "updated_at", "last_proposed_at", "last_proposed_count"]
+        read_only_fields = [
+            "created_label",
+            "created_at",
+            "updated_at",
+            "last_proposed_at",
+            "last_proposed_count",
+            "locked_at",
+            "locked_label",
+            "lock_cooling_off_ends_at",
+        ]
         extra_kwargs = {"team": {"validators": []}, "run": {"validators": []}}
         validators = []  # uniqueness and the one-scope rule are the service's, with its own messages
+
+    def get_pending_changes(self, obj: RetentionPolicy) -> list[int]:
+        return list(
+            ChangeRequest.objects.filter(
+                target_type="retention_policy", target_id=obj.pk, state=ChangeState.AWAITING_APPROVAL
+            ).values_list("pk", flat=True)
+        )
 
 
 class PolicyListView(APIView):
@@ -287,7 +317,11 @@ class PolicyListView(APIView):
 
 
 class PolicyDetailView(APIView):
-    """One policy; PATCH changes its name, rules or enabled (operator role), audited."""
+    """One policy; PATCH changes its name, rules or enabled (operator role), audited.
+
+    A change that can delete more (enabling, or keeping less while enabled) is not applied: it answers
+    202 with the change request that waits for a second person (``retention.services.deletes_more``).
+    A locked policy past its cooling-off refuses a loosening with 409."""
 
     def get_permissions(self):
         if self.request.method == "PATCH":
@@ -308,14 +342,56 @@ class PolicyDetailView(APIView):
         if {"team", "run"} & set(d):
             raise DomainError("a policy's team or run cannot change; create a policy for the other one")
         reason = d.pop("reason", "")
-        policy = services.policy_update(
+        edit = services.policy_update(
             policy_id=pk,
             actor=Actor.for_request(request),
             reason=reason,
             request_id=getattr(request, "request_id", None) or request_id_of(request),
             **d,
         )
+        data = PolicySerializer(edit.policy).data
+        if edit.change_request is not None:
+            data["change_request"] = ChangeRequestSerializer(edit.change_request).data
+            return Response(data, status=status.HTTP_202_ACCEPTED)
+        return Response(data)
+
+
+class LockSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000)
+
+
+class PolicyLockView(APIView):
+    """POST locks the policy (approver role, with a reason); audited. See ``retention.services.policy_lock``."""
+
+    unlock = False
+
+    def get_permissions(self):
+        doing = "unlocking a retention policy" if self.unlock else "locking a retention policy"
+        return [role_required(Role.APPROVER, doing=doing)()]
+
+    @extend_schema(operation_id="retention_policy_lock", request=LockSerializer, responses=PolicySerializer)
+    def post(self, request, pk: int):
+        get_object_or_404(restrict_policies(RetentionPolicy.objects.all(), request.user), pk=pk)
+        ser = LockSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        service = services.policy_unlock if self.unlock else services.policy_lock
+        policy = service(
+            policy_id=pk,
+            actor=Actor.for_request(request),
+            reason=ser.validated_data["reason"],
+            request_id=request_id_of(request),
+        )
         return Response(PolicySerializer(policy).data)
+
+
+class PolicyUnlockView(PolicyLockView):
+    """POST unlocks the policy during its cooling-off (approver role, not the one who locked it); audited."""
+
+    unlock = True
+
+    @extend_schema(operation_id="retention_policy_unlock", request=LockSerializer, responses=PolicySerializer)
+    def post(self, request, pk: int):
+        return super().post(request, pk)
 
 
 class PolicyDryRunView(APIView):

@@ -10,5 +10,7 @@ urlpatterns = [
     path("tiering/", api.TieringView.as_view(), name="tiering"),
     path("policies/", api.PolicyListView.as_view(), name="policies"),
     path("policies/<int:pk>/", api.PolicyDetailView.as_view(), name="policy"),
+    path("policies/<int:pk>/lock/", api.PolicyLockView.as_view(), name="policy-lock"),
+    path("policies/<int:pk>/unlock/", api.PolicyUnlockView.as_view(), name="policy-unlock"),
     path("policies/<int:pk>/dry-run/", api.PolicyDryRunView.as_view(), name="policy-dry-run"),
 ]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.utils import timezone
 
 from retention.rules import KeepRules
 
@@ -41,6 +42,16 @@ class RetentionPolicy(models.Model):
     updated_at = models.DateTimeField()
     last_proposed_at = models.DateTimeField(null=True, blank=True)
     last_proposed_count = models.IntegerField(null=True, blank=True)
+    # The retention lock (``retention.services.policy_lock``). Until ``lock_cooling_off_ends_at`` a different
+    # approver may still unlock it; from then on it can only be made stricter (``retention.rules.loosenings``),
+    # never unlocked or deleted, which the database enforces too (the triggers of retention migration 0003).
+    # The end is fixed when it is locked, so that changing the setting later moves no lock.
+    locked_at = models.DateTimeField(null=True, blank=True)
+    locked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    locked_label = models.CharField(max_length=200, blank=True)
+    lock_cooling_off_ends_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name", "pk"]
@@ -51,6 +62,11 @@ class RetentionPolicy(models.Model):
                 name="retentionpolicy_one_scope",
             ),
             models.CheckConstraint(condition=~Q(name=""), name="retentionpolicy_has_name"),
+            models.CheckConstraint(
+                condition=Q(locked_at__isnull=True, lock_cooling_off_ends_at__isnull=True)
+                | Q(locked_at__isnull=False, lock_cooling_off_ends_at__gte=F("locked_at")),
+                name="retentionpolicy_lock_has_cooling_off",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -73,6 +89,21 @@ class RetentionPolicy(models.Model):
         )
 
     @property
+    def locked(self) -> bool:
+        return self.locked_at is not None
+
+    def lock_binding(self, now=None) -> bool:
+        """Locked and past its cooling-off: no unlock, no delete, only stricter edits."""
+        return self.lock_cooling_off_ends_at is not None and self.lock_cooling_off_ends_at <= (now or timezone.now())
+
+    @property
+    def lock_state(self) -> str:
+        """ "unlocked", "cooling_off" (locked, can still be unlocked) or "binding"."""
+        if not self.locked:
+            return "unlocked"
+        return "binding" if self.lock_binding() else "cooling_off"
+
+    @property
     def origin(self) -> str:
         """What the deletions it proposes carry as their origin."""
         return f"policy:{self.pk}"
@@ -89,4 +120,8 @@ class RetentionPolicy(models.Model):
             "keep_critical": self.keep_critical,
             "keep_stepless": self.keep_stepless,
             "enabled": self.enabled,
+            "locked_at": self.locked_at.isoformat() if self.locked_at else None,
+            "lock_cooling_off_ends_at": (
+                self.lock_cooling_off_ends_at.isoformat() if self.lock_cooling_off_ends_at else None
+            ),
         }

@@ -236,3 +236,42 @@ def apply_rules(checkpoints: Iterable[CheckpointFacts], rules: KeepRules) -> Pla
             reasons.append(Reason.STEPLESS)
         decisions.append(Decision(c, tuple(reasons), "" if reasons else _why_dropped(c, rules)))
     return Plan(tuple(decisions))
+
+
+def loosenings(before: KeepRules, after: KeepRules) -> list[str]:
+    """How ``after`` keeps less than ``before``, in words, one line per rule; empty when it keeps at least as much.
+
+    The rules keep the union of what each keeps, so ``after`` keeps a superset of ``before`` for every run
+    when each rule on its own does:
+
+    - **keep last N**: the N highest steps; a larger N keeps those and more, so N may only grow;
+    - **keep every Mth step**: the multiples of M. Off (0) keeps none of them, so any M is stricter
+      than off. Between two values, the multiples of M' include every multiple of M exactly when M'
+      divides M (every 1,000th becomes every 500th: stricter; every 1,000th becomes every 2,000th:
+      looser, it drops step 1,000). Switching it off from a value is looser;
+    - **keep milestones / critical / step-less**: on keeps a class that off does not, so on may not
+      turn off.
+
+    Being enabled is not a rule: a disabled policy proposes nothing (``policy_propose``), and a run's
+    disabled policy still keeps its team's policy off that run (``policy_scope``), so disabling never
+    loosens; the callers compare it themselves (``retention.services.deletes_more``).
+    """
+    out = []
+    if after.keep_last < before.keep_last:
+        out.append(f"keep the last {after.keep_last} instead of {before.keep_last}")
+    if before.keep_every:
+        if not after.keep_every:
+            out.append(f"stop keeping every step that is a multiple of {before.keep_every:,}")
+        elif before.keep_every % after.keep_every:
+            out.append(
+                f"keep multiples of {after.keep_every:,} instead of {before.keep_every:,}, which drops step "
+                f"{before.keep_every:,}"
+            )
+    for name, what in (
+        ("keep_milestones", "milestones"),
+        ("keep_critical", "critical checkpoints"),
+        ("keep_stepless", "step-less exports"),
+    ):
+        if getattr(before, name) and not getattr(after, name):
+            out.append(f"stop keeping {what}")
+    return out

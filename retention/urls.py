@@ -10,4 +10,5 @@ urlpatterns = [
     path("tiering/", views.tiering, name="tiering"),
     path("policies/", views.policy_list, name="policies"),
     path("policies/<int:pk>/", views.policy_detail, name="policy"),
+    path("policies/<int:pk>/lock/", views.policy_lock, name="policy-lock"),
 ]

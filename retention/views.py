@@ -10,10 +10,13 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
 
 from access.middleware import request_id_of
 from access.roles import Role, has_role
 from access.scoping import restrict, restrict_policies, visible_team_names
+from approvals.selectors import for_target, view_of
 from audit.actor import Actor
 from audit.models import AuditEvent
 from catalog.models import Run, Team
@@ -115,19 +118,30 @@ def policy_list(request):
                 except DomainError as exc:
                     form.add_error(None, exc.message)
                 else:
-                    messages.success(request, f"Policy {policy.name} created. Its dry run is below.")
+                    note = ""
+                    if d["enabled"] and not policy.enabled:
+                        note = (
+                            " It stays disabled until another person with the approver role approves enabling it "
+                            "(below)."
+                        )
+                    messages.success(request, f"Policy {policy.name} created.{note} Its dry run is below.")
                     return redirect("retention:policy", pk=policy.pk)
     policies = restrict_policies(RetentionPolicy.objects.select_related("team", "run__team"), request.user)
     policies = policies.order_by("name", "pk")
     return render(request, "retention/policy_list.html", {"policies": policies, "form": form})
 
 
-@login_required
-def policy_detail(request, pk: int):
-    policy = restrict_policies(RetentionPolicy.objects.select_related("team", "run__team"), request.user).filter(pk=pk)
-    policy = policy.first()
+def _visible_policy(request, pk: int) -> RetentionPolicy:
+    policy = restrict_policies(RetentionPolicy.objects.select_related("team", "run__team"), request.user)
+    policy = policy.filter(pk=pk).first()
     if policy is None:
         raise Http404("no such policy")
+    return policy
+
+
+@login_required
+def policy_detail(request, pk: int):
+    policy = _visible_policy(request, pk)
     can_edit = has_role(request.user, Role.OPERATOR)
     initial = {k: getattr(policy, k) for k in services.EDITABLE}
     form = PolicyForm(request.POST or None, initial=initial) if can_edit else None
@@ -138,7 +152,7 @@ def policy_detail(request, pk: int):
         if form.is_valid():
             d = form.cleaned_data
             try:
-                services.policy_update(
+                edit = services.policy_update(
                     policy_id=policy.pk,
                     actor=Actor.for_request(request),
                     request_id=getattr(request, "request_id", None) or request_id_of(request),
@@ -148,12 +162,53 @@ def policy_detail(request, pk: int):
             except DomainError as exc:
                 form.add_error(None, exc.message)
             else:
-                messages.success(request, "Policy saved.")
+                if edit.change_request is not None:
+                    messages.info(
+                        request,
+                        f"Not applied yet: this change can delete more, so it waits for another person with the "
+                        f"approver role (change request {edit.change_request.pk}, below).",
+                    )
+                elif edit.changed:
+                    messages.success(request, "Policy saved.")
+                else:
+                    messages.info(request, "Nothing changed.")
                 return redirect("retention:policy", pk=pk)
     sim = services.policy_dry_run(policy, team_names=visible_team_names(request.user))
     history = AuditEvent.objects.filter(target_type="retention_policy", target_id=policy.pk).order_by("-at", "-id")[:50]
+    changes = [view_of(c, request.user) for c in for_target("retention_policy", policy.pk, request.user, limit=10)]
     return render(
         request,
         "retention/policy_detail.html",
-        {"policy": policy, "form": form, "sim": sim, "detail": _detail_shown(sim), "history": history},
+        {
+            "policy": policy,
+            "form": form,
+            "sim": sim,
+            "detail": _detail_shown(sim),
+            "history": history,
+            "changes": changes,
+            "pending": [c for c in changes if c.change.awaiting],
+            "decided": [c for c in changes if not c.change.awaiting],
+            "can_lock": has_role(request.user, Role.APPROVER),
+            "back": reverse("retention:policy", args=[policy.pk]),
+        },
     )
+
+
+@login_required
+@require_POST
+def policy_lock(request, pk: int):
+    policy = _visible_policy(request, pk)
+    unlock = request.POST.get("do") == "unlock"
+    service = services.policy_unlock if unlock else services.policy_lock
+    try:
+        service(
+            policy_id=policy.pk,
+            actor=Actor.for_request(request),
+            reason=request.POST.get("reason", ""),
+            request_id=request_id_of(request),
+        )
+    except DomainError as exc:
+        messages.error(request, f"Not {'unlocked' if unlock else 'locked'}: {exc.message}")
+    else:
+        messages.success(request, f"Policy {policy.name} {'unlocked' if unlock else 'locked'}.")
+    return redirect("retention:policy", pk=pk)

@@ -206,6 +206,7 @@ def test_every_page_passes_axe_as_the_role_it_is_for(demo, person, django_user_m
     approver.sign_in("/actions/deletions/")
     audit.check(approver, "/actions/deletions/")
     audit.check(approver, f"/actions/deletions/{deletion.pk}/")
+    audit.check(approver, "/approvals/")
 
     finance = person("demo-finance")
     finance.sign_in("/spend/")

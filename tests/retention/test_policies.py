@@ -15,6 +15,7 @@ from retention import services
 from retention.models import RetentionPolicy
 from retention.tasks import propose_retention_deletions
 from tests.conftest import give_roles
+from tests.helpers.approvals import approve_waiting, person
 from tests.retention.fleet import Fleet, alpha
 
 
@@ -30,11 +31,16 @@ def operator(django_user_model) -> Actor:
     return Actor(kind=ActorKind.USER, label="olga", source=EventSource.UI, user=user)
 
 
+@pytest.fixture
+def approver(django_user_model) -> Actor:
+    return person(django_user_model, "abe", Role.APPROVER)
+
+
 def events(action: str):
     return list(AuditEvent.objects.filter(action=action))
 
 
-def test_creating_and_editing_a_policy_is_audited(fleet, operator):
+def test_creating_and_editing_a_policy_is_audited(fleet, operator, approver):
     policy = services.policy_create(actor=operator, name="llm keep 3", team=fleet.team, keep_last=3, reason="tidy")
     [created] = events("retention_policy.create")
     assert created.target_id == policy.pk and created.after["keep_last"] == 3 and created.before is None
@@ -43,7 +49,10 @@ def test_creating_and_editing_a_policy_is_audited(fleet, operator):
     [updated] = events("retention_policy.update")
     assert updated.before["keep_last"] == 3 and updated.after == {**updated.before, "keep_last": 4, "keep_every": 1000}
     services.policy_update(policy_id=policy.pk, actor=operator, enabled=True)
-    assert len(events("retention_policy.enable")) == 1
+    assert events("retention_policy.enable") == [] and len(events("change_request.create")) == 1
+    approve_waiting(policy.pk, by=approver)
+    [enabled] = events("retention_policy.enable")
+    assert enabled.actor_label == "abe" and enabled.after["requested_by"] == "olga"
     count = AuditEvent.objects.count()
     services.policy_update(policy_id=policy.pk, actor=operator, enabled=True)  # no change: no event
     assert AuditEvent.objects.count() == count
@@ -91,12 +100,14 @@ def test_a_viewer_cannot_create_or_edit_one(fleet, operator, django_user_model):
     assert RetentionPolicy.objects.get().enabled is False
 
 
-def test_a_policy_proposes_what_its_rules_drop_and_nothing_a_promise_protects(fleet, operator):
+def test_a_policy_proposes_what_its_rules_drop_and_nothing_a_promise_protects(fleet, operator, approver):
     steps = alpha(fleet)
     run = steps[100].run
     policy = services.policy_create(
         actor=operator, name="alpha", run=run, keep_last=1, keep_critical=False, enabled=True
     )
+    assert services.policy_propose(policy_id=policy.pk).scheduled == []  # enabled only once a second person agrees
+    approve_waiting(policy.pk, by=approver)
     proposal = services.policy_propose(policy_id=policy.pk)
     assert sorted(proposal.scheduled) == sorted([steps[100].pk, steps[400].pk])
     jobs = DeletionJob.objects.filter(origin=f"policy:{policy.pk}")
@@ -112,37 +123,41 @@ def test_a_policy_proposes_what_its_rules_drop_and_nothing_a_promise_protects(fl
     assert policy.last_proposed_count == 0 and policy.last_proposed_at is not None
 
 
-def test_a_policy_with_keep_critical_never_proposes_a_critical_checkpoint(fleet, operator):
+def test_a_policy_with_keep_critical_never_proposes_a_critical_checkpoint(fleet, operator, approver):
     steps = alpha(fleet)
     policy = services.policy_create(actor=operator, name="alpha", run=steps[100].run, keep_last=1, enabled=True)
+    approve_waiting(policy.pk, by=approver)
     assert services.policy_propose(policy_id=policy.pk).scheduled == [steps[400].pk]
 
 
-def test_a_disabled_policy_proposes_nothing_and_a_held_run_nothing(fleet, operator):
+def test_a_disabled_policy_proposes_nothing_and_a_held_run_nothing(fleet, operator, approver):
     steps = alpha(fleet)
     run = steps[100].run
     policy = services.policy_create(actor=operator, name="alpha", run=run, keep_last=1, keep_critical=False)
     assert services.policy_propose(policy_id=policy.pk).scheduled == []
     services.policy_update(policy_id=policy.pk, actor=operator, enabled=True)
+    approve_waiting(policy.pk, by=approver)
     fleet.hold(run)
     proposal = services.policy_propose(policy_id=policy.pk)
     assert proposal.scheduled == [] and DeletionJob.objects.count() == 0
 
 
-def test_a_runs_own_policy_wins_over_its_teams(fleet, operator):
+def test_a_runs_own_policy_wins_over_its_teams(fleet, operator, approver):
     steps = alpha(fleet)
     run = steps[100].run
     team_policy = services.policy_create(
         actor=operator, name="team", team=fleet.team, keep_last=1, keep_critical=False, enabled=True
     )
+    approve_waiting(team_policy.pk, by=approver)
     services.policy_create(actor=operator, name="own", run=run, keep_last=10)
     assert services.policy_dry_run(team_policy).runs == []
     assert services.policy_propose(policy_id=team_policy.pk).scheduled == []
 
 
-def test_the_beat_task_queues_each_enabled_policy(fleet, operator, django_capture_on_commit_callbacks):
+def test_the_beat_task_queues_each_enabled_policy(fleet, operator, approver, django_capture_on_commit_callbacks):
     steps = alpha(fleet)
     policy = services.policy_create(actor=operator, name="alpha", run=steps[100].run, keep_last=1, enabled=True)
+    approve_waiting(policy.pk, by=approver)
     assert "propose-retention-deletions" in celery_app.conf.beat_schedule
     with django_capture_on_commit_callbacks(execute=True):
         assert propose_retention_deletions() == {"policies": [policy.pk]}
@@ -163,6 +178,14 @@ def test_the_policy_pages(fleet, signed_in_as):
     assert "Dry run" in page and "retention_policy.create" in page and "2.08 USD" in page
     edit = ops.post(response.url, {"name": "alpha", "keep_last": 2, "keep_every": 0, "enabled": "on"})
     assert edit.status_code == 302
+    policy.refresh_from_db()
+    assert policy.keep_last == 1 and not policy.enabled  # enabling waits, whole, for a second person
+    page = ops.get(response.url).content.decode()
+    assert "Enabled: no → yes" in page and "Keep the last N: 1 → 2" in page and "Approve change" not in page
+    approver = signed_in_as(Role.APPROVER)
+    assert "Approve change" in approver.get(response.url).content.decode()
+    [change] = policy_changes(policy)
+    assert approver.post(f"/approvals/changes/{change.pk}/approve/").status_code == 302
     policy.refresh_from_db()
     assert policy.keep_last == 2 and policy.enabled
     viewer = signed_in_as(Role.VIEWER)
@@ -188,7 +211,8 @@ def test_the_policy_api(fleet, signed_in_as):
     dry = ops.get(f"/api/v1/retention/policies/{pk}/dry-run/").json()
     assert dry["freed"]["monthly"] == "2.08" and dry["enabled"] is False
     patched = ops.patch(f"/api/v1/retention/policies/{pk}/", {"enabled": True}, content_type="application/json")
-    assert patched.status_code == 200 and patched.json()["enabled"] is True
+    assert patched.status_code == 202 and patched.json()["enabled"] is False
+    assert patched.json()["change_request"]["lines"][0] == "Enabled: no → yes"
     viewer = signed_in_as(Role.VIEWER)
     refused = viewer.patch(f"/api/v1/retention/policies/{pk}/", {"keep_last": 9}, content_type="application/json")
     assert refused.status_code == 403
@@ -210,6 +234,7 @@ def test_a_real_worker_proposes_a_policys_deletions(celery_worker_process, djang
     policy = services.policy_create(
         actor=actor, name="alpha", run=steps[100].run, keep_last=1, keep_critical=False, enabled=True
     )
+    approve_waiting(policy.pk, by=person(django_user_model, "abe", Role.APPROVER))
     propose_policy_deletions.delay(policy.pk)
     wait_for(lambda: DeletionJob.objects.count() == 2, timeout=60, what="the worker to schedule two deletions")
     jobs = DeletionJob.objects.all()
@@ -231,3 +256,9 @@ def test_an_edit_through_the_api_carries_the_callers_request_id(fleet, signed_in
     assert created.status_code == 201
     [event] = events("retention_policy.create")
     assert event.request_id == "req-123abc" and event.source == "api"
+
+
+def policy_changes(policy):
+    from approvals.models import ChangeRequest
+
+    return list(ChangeRequest.objects.filter(target_type="retention_policy", target_id=policy.pk))

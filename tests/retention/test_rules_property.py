@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.choices import Importance
-from retention.rules import CheckpointFacts, KeepRules, Reason, apply_rules
+from retention.rules import CheckpointFacts, KeepRules, Reason, apply_rules, loosenings
 
 
 @st.composite
@@ -177,3 +177,35 @@ def test_a_critical_checkpoint_is_dropped_only_when_critical_ones_are_not_kept()
 def test_it_refuses_a_negative_or_fractional_count(bad):
     with pytest.raises(ValueError, match="whole number"):
         KeepRules(keep_last=bad)
+
+
+@settings(max_examples=300, deadline=None)
+@given(checkpoints=runs(), before=rule_sets, after=rule_sets)
+def test_rules_that_loosen_nothing_keep_everything_the_old_rules_kept(checkpoints, before, after):
+    """The retention lock's "only stricter" (``loosenings``) is sound: whatever the run, what the old rules kept,
+    the new ones keep too. (It is also what a second person is not asked about: ``retention.services.deletes_more``.)"""
+    if loosenings(before, after):
+        return
+    assert apply_rules(checkpoints, after).kept_ids >= apply_rules(checkpoints, before).kept_ids
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        (KeepRules(keep_last=5), KeepRules(keep_last=4)),
+        (KeepRules(keep_every=1000), KeepRules(keep_every=0)),
+        (KeepRules(keep_every=1000), KeepRules(keep_every=2000)),
+        (KeepRules(keep_every=1000), KeepRules(keep_every=300)),
+        (KeepRules(keep_milestones=True), KeepRules(keep_milestones=False)),
+        (KeepRules(keep_critical=True), KeepRules(keep_critical=False)),
+        (KeepRules(keep_stepless=True), KeepRules(keep_stepless=False)),
+    ],
+)
+def test_each_loosening_named_drops_a_checkpoint_the_old_rules_kept(before, after):
+    """And it is not stricter than needed: for each loosening it names, some run loses a checkpoint."""
+    assert loosenings(before, after)
+    importance = {1: Importance.MILESTONE, 2: Importance.CRITICAL}
+    run = [CheckpointFacts(id=i, step=s, importance=importance.get(i, Importance.ROUTINE)) for i, s in enumerate(
+        (1000, 3001, 3003, 5000, 6000, 7000, 8000), start=1
+    )] + [CheckpointFacts(id=99, step=None, tag="final")]  # fmt: skip
+    assert apply_rules(run, before).kept_ids - apply_rules(run, after).kept_ids
