@@ -37,3 +37,8 @@ def poison(url: str, key: str) -> None:
     """Count this run in ``key``, then take the worker process down as a segfault would: no result, no ack."""
     _redis(url).incr(key)
     os._exit(1)
+
+
+@app.task(name="tests.broker.echo", acks_late=True)
+def echo(value: int) -> int:
+    return value
