@@ -8,6 +8,10 @@ outcome (success, error, retry): only runs that took their process down add up. 
 ``TASK_MAX_DELIVERIES`` of those is refused: acknowledged without running, logged at ERROR, and
 handed to the recorders registered with ``on_refused`` (the audit app writes an audit event).
 
+A run stopped because the broker connection was lost (settings: cancel long-running tasks on
+connection loss) also counts until the task next completes; only a task cut off by that many broker
+losses in a row, without ever finishing in between, would be refused for it.
+
 In-process (eager) tasks, and a broker other than Redis, are not counted: nothing is redelivered there.
 """
 

@@ -10,12 +10,16 @@ timeout, so every task that completes here was requeued at reconnection, not by 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
 
 from tests.conftest import wait_for
-from tests.helpers.broker import spawn_worker, stop_worker, use_broker
+from tests.helpers.broker import REPO, spawn_worker, stop_worker, use_broker
 from tests.helpers.broker_tasks import mark
 from tests.reliability.conftest import scale
 
@@ -68,3 +72,32 @@ def test_the_worker_survives_redis_restarts_and_finishes_every_task(broker_redis
         undo()
         if worker is not None:
             stop_worker(worker)
+
+
+def _celery_conf(extra: dict[str, str], tmp_path) -> dict:
+    """The Celery settings a process started with ``extra`` in its environment ends up with."""
+    environ = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY"}}
+    environ.update({"CKPTFLEET_VAR_DIR": str(tmp_path), "CKPTFLEET_DEBUG": "1", **extra})
+    script = (
+        "import json; from ckptfleet.celery import app; c = app.conf; print(json.dumps({k: c[k] for k in ("
+        "'broker_transport', 'broker_connection_retry', 'broker_connection_max_retries', "
+        "'broker_transport_options', 'worker_cancel_long_running_tasks_on_connection_loss')}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=environ, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_worker_on_redis_uses_our_transport_and_retries_for_ever(tmp_path):
+    conf = _celery_conf(
+        {"REDIS_URL": "redis://127.0.0.1:6379/0", "CKPTFLEET_BROKER_VISIBILITY_TIMEOUT": "900"}, tmp_path
+    )
+    assert conf["broker_transport"] == "ckptfleet.broker:Transport"
+    assert conf["broker_connection_retry"] is True
+    assert conf["broker_connection_max_retries"] is None
+    assert conf["worker_cancel_long_running_tasks_on_connection_loss"] is True
+    assert conf["broker_transport_options"]["visibility_timeout"] == 900
+    # Without Redis, tasks run in-process on the memory transport, which is left alone.
+    assert _celery_conf({}, tmp_path)["broker_transport"] is None
