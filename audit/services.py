@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from audit.actor import Actor
 from audit.models import AuditChainHead, AuditEvent
+from audit.selectors import REFUSED_TASK
 
 GENESIS = "0" * 64
 
@@ -141,7 +142,7 @@ def audit_refused_delivery(*, task_name: str, task_id: str, deliveries: int) -> 
     with transaction.atomic():
         return audit(
             Actor.system("delivery guard"),
-            "task.refused",
+            REFUSED_TASK,
             target_type="task",
             target_label=f"{task_name}[{task_id}]",
             reason=(
