@@ -28,6 +28,12 @@ What goes wrong in kombu 5.7's Redis transport (celery 5.7, redis-py 8.1), seen 
    message is never requeued twice). With ``worker_cancel_long_running_tasks_on_connection_loss`` the
    tasks that were running are stopped when the connection drops, so nothing requeued here is still
    running elsewhere in the worker.
+
+3. A message is popped from its queue (BRPOP) before the worker writes its unacked record; if Redis
+   goes away in between, the message is in neither place and is lost. Repair: such a message is kept
+   in this process too and pushed back to the front of its queue by the next channel that connects.
+   (A reply Redis never sent cannot be repaired here: a Redis killed right after serving a BRPOP can
+   still lose that one message.)
 """
 
 from __future__ import annotations
@@ -40,17 +46,31 @@ from kombu.transport import redis as kombu_redis
 logger = logging.getLogger(__name__)
 
 _stranded: set[str] = set()  # delivery tags whose requeue failed because Redis was unreachable
+# Messages popped from their queue whose unacked record could not be written: (payload, exchange, key).
+_unrecorded: list[tuple[dict, str, str]] = []
 _stranded_lock = threading.Lock()
 
 
 def stranded_count() -> int:
     """How many messages this process still has to requeue once Redis answers again."""
     with _stranded_lock:
-        return len(_stranded)
+        return len(_stranded) + len(_unrecorded)
 
 
 class QoS(kombu_redis.QoS):
     """Keeps the messages that could not be requeued while Redis was down, for the next channel."""
+
+    def append(self, message, delivery_tag):
+        # A message is popped from its queue (BRPOP) before its unacked record is written; when Redis goes
+        # between the two, the message would be in neither place, lost. Keep it here to requeue instead.
+        try:
+            return super().append(message, delivery_tag)
+        except self.channel.connection_errors:
+            delivery = message.delivery_info
+            with _stranded_lock:
+                _unrecorded.append((message._raw, delivery["exchange"], delivery["routing_key"]))
+            logger.warning("Redis went away while a message was being taken; it will be requeued as soon as it answers")
+            raise
 
     def restore_unacked(self, client=None):
         try:
@@ -87,13 +107,24 @@ class Channel(kombu_redis.Channel):
     def _requeue_stranded(self) -> None:
         with _stranded_lock:
             tags = list(_stranded)
-        if not tags:
+            unrecorded = list(_unrecorded)
+        if not tags and not unrecorded:
             return
         for tag in tags:
             self.qos.restore_by_tag(tag)
             with _stranded_lock:
                 _stranded.discard(tag)
-        logger.warning("Redis answers again: requeued %d message(s) left unacknowledged when it went away", len(tags))
+        if unrecorded:
+            with self.conn_or_acquire() as client, client.pipeline() as pipe:
+                for payload, exchange, routing_key in unrecorded:
+                    self._do_restore_message(payload, exchange, routing_key, pipe)
+                pipe.execute()
+            with _stranded_lock:
+                del _unrecorded[: len(unrecorded)]
+        logger.warning(
+            "Redis answers again: requeued %d message(s) left unacknowledged when it went away",
+            len(tags) + len(unrecorded),
+        )
 
 
 class Transport(kombu_redis.Transport):
