@@ -8,3 +8,10 @@ class AuditConfig(AppConfig):
 
     name = "audit"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # A task message refused after too many deliveries (ckptfleet.deliveries, a floor below) is audited.
+        from audit.services import audit_refused_delivery
+        from ckptfleet.deliveries import on_refused
+
+        on_refused(audit_refused_delivery)

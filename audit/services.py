@@ -6,11 +6,12 @@ import hashlib
 import json
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from audit.actor import Actor
 from audit.models import AuditChainHead, AuditEvent
+from audit.selectors import REFUSED_TASK
 
 GENESIS = "0" * 64
 
@@ -132,3 +133,21 @@ def audit_verify() -> tuple[int, AuditEvent | None, str]:
     if head and head.last_hash != prev:
         return checked, None, "the newest events are missing (the chain head does not match the last event)"
     return checked, None, ""
+
+
+def audit_refused_delivery(*, task_name: str, task_id: str, deliveries: int) -> AuditEvent:
+    """Record that a task's message was refused after too many deliveries (ckptfleet.deliveries).
+
+    The refusal changes nothing else, so the event is its own transaction."""
+    with transaction.atomic():
+        return audit(
+            Actor.system("delivery guard"),
+            REFUSED_TASK,
+            target_type="task",
+            target_label=f"{task_name}[{task_id}]",
+            reason=(
+                f"delivered {deliveries} times; each earlier run took its worker down, "
+                "so the message was acknowledged without running"
+            ),
+            after={"task": task_name, "task_id": task_id, "deliveries": deliveries},
+        )

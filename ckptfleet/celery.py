@@ -7,7 +7,8 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ckptfleet.settings")
 
-app = Celery("ckptfleet")
+# Every task's base class bounds how often one message is delivered (a message that kills its worker).
+app = Celery("ckptfleet", task_cls="ckptfleet.deliveries:GuardedTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 app.conf.beat_schedule = {

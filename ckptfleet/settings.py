@@ -208,6 +208,36 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "ckptfleet"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker outlives any broker outage: it retries the connection for as long as it takes (Celery's
+# default gives up after 100 tries), and on Redis it uses our transport (ckptfleet/broker.py), which
+# survives a Redis restart and requeues the messages it held at once when Redis is back.
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+if REDIS_URL:
+    CELERY_BROKER_TRANSPORT = "ckptfleet.broker:Transport"
+# A message a worker took and never acknowledged (the worker was killed) goes back to the queue after
+# this long. It must exceed the longest single run of a task, or a task still running is delivered a
+# second time (harmless: tasks are idempotent and claim their work, but wasted). The lease of a
+# deletion job (10 min) and of a promotion (CKPTFLEET_PROMOTION_LEASE_SECONDS) resend stalled work
+# sooner anyway.
+BROKER_VISIBILITY_TIMEOUT = env_int("CKPTFLEET_BROKER_VISIBILITY_TIMEOUT", 1800, minimum=60)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": BROKER_VISIBILITY_TIMEOUT,
+    # Find a dead connection (a Redis restarted behind a proxy, a dropped NAT entry) within seconds,
+    # not at the next TCP timeout.
+    "health_check_interval": 10,
+    "socket_keepalive": True,
+    "socket_connect_timeout": 5,
+    # Look for messages past their visibility timeout every 10 s (kombu's default: every 100 s).
+    "unacked_restore_throttle": 1,
+}
+# On a lost broker connection, stop the acks_late tasks that are running: their acknowledgement could
+# not be delivered anyway, and their messages go straight back to the queue to run again (every task
+# survives being killed mid-way; tests/actions/test_execution_worker.py). Celery 6 makes this the default.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# A message whose delivery keeps killing its worker (a crash, os._exit, the OOM killer) would come back
+# forever with acks_late; after this many deliveries it is refused instead (ckptfleet/deliveries.py).
+TASK_MAX_DELIVERIES = env_int("CKPTFLEET_TASK_MAX_DELIVERIES", 5, minimum=1)
 CELERY_TIMEZONE = "UTC"
 
 REST_FRAMEWORK = {

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
 from django.shortcuts import render
 
+from audit.selectors import REFUSED_TASK, refused_task_messages
 from dashboard.jobs import KINDS, STATES, jobs_by_key, recent_jobs
 
 JOBS_SHOWN = 100
+REFUSED_SHOWN = 10
 
 
 @login_required
@@ -29,6 +32,10 @@ def job_list(request):
             "states": STATES.items(),
             "limit": JOBS_SHOWN,
             "any_active": any(j.active for j in jobs),
+            # Task messages that kept killing their worker and were refused (ckptfleet.deliveries).
+            "refused": list(refused_task_messages(limit=REFUSED_SHOWN)),
+            "refused_action": REFUSED_TASK,
+            "max_deliveries": settings.TASK_MAX_DELIVERIES,
         },
     )
 

@@ -172,3 +172,18 @@ def test_the_dockerfile_builds_a_non_root_image_without_secrets():
     assert users and users[-1] not in {"root", "0"}, "the image must run as a non-root user"
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert "secrets" in ignored, "the build context must leave ./secrets out"
+
+
+def test_the_worker_comes_back_and_the_broker_keeps_its_queues(compose):
+    # The worker reconnects after a Redis restart (tests/reliability/test_broker_restart.py); should it exit
+    # anyway Compose starts it again, and Redis keeps the queues and unacknowledged messages across a restart.
+    services = compose["services"]
+    assert services["worker"]["restart"] == "unless-stopped"
+    assert services["redis"]["restart"] == "unless-stopped"
+    redis_command = _words(services["redis"]["command"])
+    assert redis_command[redis_command.index("--appendonly") + 1] == "yes"
+    targets = [
+        volume["target"] if isinstance(volume, dict) else volume.split(":")[1]
+        for volume in services["redis"]["volumes"]
+    ]
+    assert "/data" in targets  # a named volume: the data outlives the container

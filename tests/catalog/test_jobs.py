@@ -97,3 +97,14 @@ def test_the_jobs_page_query_count_does_not_grow(signed_in, jobs):
 
 def test_progress_needs_a_signed_in_person(client):
     assert client.get("/jobs/progress.json?job=scan:1").status_code in (302, 401, 403)
+
+
+def test_refused_task_messages_are_listed_with_a_link_to_their_audit_events(signed_in, jobs):
+    from audit.services import audit_refused_delivery
+
+    assert "Refused task messages" not in signed_in.get("/jobs/").content.decode()
+    audit_refused_delivery(task_name="actions.tasks.execute_deletion", task_id="6f1c-poison", deliveries=6)
+    page = signed_in.get("/jobs/").content.decode()
+    assert "Refused task messages" in page
+    assert "<code>actions.tasks.execute_deletion[6f1c-poison]</code>" in page and "6 deliveries" in page
+    assert 'href="/audit/?action=task.refused"' in page
