@@ -39,11 +39,12 @@ def chain(db):
     return events
 
 
+HEAD = "UPDATE catalog_auditchainhead SET"
 STATEMENTS = {
     "rewind to an older event": "UPDATE catalog_auditchainhead SET count = count - 1, last_hash = %(older)s",
     "overwrite the hash": "UPDATE catalog_auditchainhead SET last_hash = %(forged)s",
-    "overwrite the hash and step forward": "UPDATE catalog_auditchainhead SET count = count + 1, last_hash = %(forged)s",
-    "step to an event that does not follow": "UPDATE catalog_auditchainhead SET count = count + 1, last_hash = %(older)s",
+    "overwrite the hash and step forward": f"{HEAD} count = count + 1, last_hash = %(forged)s",
+    "step to an event that does not follow": f"{HEAD} count = count + 1, last_hash = %(older)s",
     "jump two": "UPDATE catalog_auditchainhead SET count = count + 2",
     "lower the count": "UPDATE catalog_auditchainhead SET count = 0",
     "delete it": "DELETE FROM catalog_auditchainhead",
