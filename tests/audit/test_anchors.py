@@ -252,5 +252,5 @@ def test_a_real_worker_anchors_and_verifies_and_the_page_shows_it(audit_anchor_d
     check = AuditVerification.objects.get()
     assert (check.ok, check.events_checked, check.anchors_checked) == (True, 3, 1)
     page = signed_in.get("/audit/").content.decode()
-    assert "Intact</span> Last verified" in page and "3 events and 1 anchor checked" in page
+    assert "Intact</span> Last verified" in page and "3 events checked against 1 anchor" in page
     assert "Anchored</span> Last anchor" in page

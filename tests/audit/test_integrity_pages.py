@@ -26,7 +26,7 @@ def test_the_page_shows_the_last_verification_and_anchor_with_their_age(db, sign
     verify_and_record(trigger=VerificationTrigger.SCHEDULE)
     page = signed_in.get("/audit/").content.decode()
     assert "Intact</span> Last verified" in page and "(schedule)" in page
-    assert "3 events and 1 anchor checked" in page
+    assert "3 events checked against 1 anchor" in page
     assert "Anchored</span> Last anchor" in page and "event 3 (hash" in page and "signed file" in page
     assert "just now" in page or "seconds ago" in page or "minute ago" in page
     assert "The audit trail failed verification" not in page and "Overdue" not in page

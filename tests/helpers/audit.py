@@ -16,15 +16,15 @@ def sqlite_triggers() -> dict[str, str]:
     return importlib.import_module("audit.migrations.0003_chain_head_trigger").SQLITE_TRIGGERS
 
 
-def tamper(sql: str, params: list) -> None:
+def tamper(sql: str, params: list, *, many: bool = False) -> None:
     """Run ``sql`` with the audit tables' triggers out of the way (disabled on PostgreSQL, dropped and put back on
-    SQLite), as someone with the database owner's rights would."""
+    SQLite), as someone with the database owner's rights would; ``many``: once per row of ``params``."""
     with connection.cursor() as cursor:
         if is_postgres():
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
             for table in TABLES:
                 cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
-            cursor.execute(sql, params)
+            (cursor.executemany if many else cursor.execute)(sql, params)
             for table in TABLES:
                 cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
             # The test runner's flush needs TRUNCATE (tests/conftest.py); this enabled it with the others.
@@ -36,6 +36,6 @@ def tamper(sql: str, params: list) -> None:
         dropped = [name for name in sqlite_triggers() if name in present]
         for name in dropped:
             cursor.execute(f"DROP TRIGGER {name}")
-        cursor.execute(sql, params)
+        (cursor.executemany if many else cursor.execute)(sql, params)
         for name in dropped:
             cursor.execute(sqlite_triggers()[name])
