@@ -254,3 +254,20 @@ def test_a_real_worker_anchors_and_verifies_and_the_page_shows_it(audit_anchor_d
     page = signed_in.get("/audit/").content.decode()
     assert "Intact</span> Last verified" in page and "3 events checked against 1 anchor" in page
     assert "Anchored</span> Last anchor" in page
+
+
+def test_the_demo_anchors_its_trail_in_a_signed_file_and_verifies_it(
+    db, tmp_path, settings, audit_anchor_dir, signed_in
+):
+    import io
+
+    settings.VAR_DIR = tmp_path
+    out = io.StringIO()
+    call_command("seed_demo", dir=str(tmp_path / "demo"), stdout=out)
+    said = out.getvalue()
+    assert "audit anchor: event " in said and "audit verification: intact" in said
+    anchor = AuditAnchor.objects.get()
+    assert anchor.outcome == "written" and anchor.location.startswith(str(audit_anchor_dir))
+    assert anchor_lines(audit_anchor_dir)[0]["count"] == anchor.count > 0
+    page = signed_in.get("/audit/").content.decode()
+    assert "Anchored</span> Last anchor" in page and "Intact</span> Last verified" in page
