@@ -19,8 +19,7 @@ from audit.tasks import anchor_audit_chain, verify_audit_scheduled
 from audit.verify import audit_verify_all
 from ckptfleet.celery import app as celery_app
 from fleet.audit_anchors import S3AnchorStore
-from tests.audit.chain import record
-from tests.helpers.audit import tamper
+from tests.helpers.audit import record, tamper
 
 
 def anchor_lines(directory) -> list[dict]:

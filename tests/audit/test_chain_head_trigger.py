@@ -7,9 +7,8 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 
 from audit.models import AuditChainHead
-from tests.audit.chain import record
 from tests.conftest import is_postgres
-from tests.helpers.audit import sqlite_triggers
+from tests.helpers.audit import record, sqlite_triggers
 
 
 def _head() -> tuple[int, str]:

@@ -11,9 +11,8 @@ from audit.anchors import anchor_write
 from audit.choices import AnchorOutcome, AnchorTarget, VerificationTrigger
 from audit.models import AuditAnchor, AuditVerification
 from audit.verify import verify_and_record
-from tests.audit.chain import record
 from tests.conftest import queries_for
-from tests.helpers.audit import tamper
+from tests.helpers.audit import record, tamper
 
 
 def test_the_page_shows_the_last_verification_and_anchor_with_their_age(db, signed_in, audit_anchor_dir):

@@ -14,8 +14,7 @@ from django.core.management import CommandError, call_command
 from audit.models import AuditEvent
 from audit.services import KEYED_PREFIX, UNKEYED, audit_verify, event_fields, event_hash
 from ckptfleet.env import audit_key_id, env_keyring
-from tests.audit.chain import record, record_unkeyed
-from tests.helpers.audit import tamper
+from tests.helpers.audit import record, record_unkeyed, tamper
 
 
 @pytest.fixture

@@ -8,9 +8,8 @@ import pytest
 from audit.anchors import anchor_write
 from audit.choices import VerificationTrigger
 from audit.verify import verify_and_record
-from tests.audit.chain import record
 from tests.conftest import give_roles
-from tests.helpers.audit import tamper
+from tests.helpers.audit import record, tamper
 from tests.helpers.browser import shot
 
 PASSWORD = "a-long-password-1"

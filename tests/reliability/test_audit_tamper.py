@@ -19,8 +19,7 @@ from audit.models import AuditChainHead, AuditEvent
 from audit.services import UNKEYED, event_fields, event_hash
 from audit.verify import audit_verify_all
 from fleet.audit_anchors import S3AnchorStore
-from tests.audit.chain import record
-from tests.helpers.audit import tamper
+from tests.helpers.audit import record, tamper
 
 EVENTS = 600
 ANCHOR_EVERY = 100
