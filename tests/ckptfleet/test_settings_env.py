@@ -240,3 +240,29 @@ def test_behind_the_proxy_a_forwarded_https_request_is_served(client, db, monkey
         assert page["Strict-Transport-Security"].startswith("max-age=31536000")
         assert client.get("/healthz/").status_code == 200
         assert client.get("/accounts/login/").status_code == 301
+
+
+def test_the_audit_key_and_its_keyring_are_read_by_id(monkeypatch, tmp_path):
+    from ckptfleet.env import audit_key_id
+
+    current, old = "c" * 40, "o" * 40
+    ring = tmp_path / "keyring"
+    ring.write_text(f"# rotated out\n{old}\n")
+    key_file = tmp_path / "audit_key"
+    key_file.write_text(current + "\n")
+    values = production(
+        monkeypatch, tmp_path, CKPTFLEET_AUDIT_KEY="", CKPTFLEET_AUDIT_KEY_FILE=str(key_file),
+        CKPTFLEET_AUDIT_KEYRING_FILE=str(ring),
+    )  # fmt: skip
+    assert values["AUDIT_KEY_ID"] == audit_key_id(current)
+    assert values["AUDIT_KEYS"] == {audit_key_id(current): current, audit_key_id(old): old}
+
+
+def test_development_makes_an_audit_key_once_and_keeps_it(monkeypatch, tmp_path):
+    first = load(monkeypatch, tmp_path, CKPTFLEET_DEBUG="1")
+    key_file = tmp_path / "dev-audit-key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert first["AUDIT_KEYS"] == {first["AUDIT_KEY_ID"]: key_file.read_text().strip()}
+    assert load(monkeypatch, tmp_path, CKPTFLEET_DEBUG="1")["AUDIT_KEY_ID"] == first["AUDIT_KEY_ID"]
+    assert first["AUDIT_ANCHOR_DIR"] == str(tmp_path / "audit-anchors")
+    assert production(monkeypatch, tmp_path)["AUDIT_ANCHOR_DIR"] == ""  # production anchors where it is told
