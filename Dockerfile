@@ -1,6 +1,6 @@
 # Checkpoint Fleet, the image that docker-compose.yml runs as web, worker, beat and migrate.
 # No secret goes into the image: the run-time secret key and database password come in as files
-# (see docker-compose.yml); collectstatic gets a throwaway key for its one RUN only.
+# (see docker-compose.yml); collectstatic gets throwaway keys for its one RUN only.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -23,7 +23,8 @@ COPY . .
 # since the lock has installed them all (pip check: the versions pyproject.toml pins).
 RUN pip install --no-deps -e . \
     && pip check \
-    && DJANGO_SECRET_KEY=collectstatic-build-only CKPTFLEET_VAR_DIR=/tmp/build-var \
+    && DJANGO_SECRET_KEY=collectstatic-build-only CKPTFLEET_AUDIT_KEY=collectstatic-build-only-never-keys-events \
+        CKPTFLEET_VAR_DIR=/tmp/build-var \
         python manage.py collectstatic --no-input \
     && rm -rf /tmp/build-var
 

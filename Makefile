@@ -144,8 +144,8 @@ bench: venv services ## Run the ingestion benchmark against PostgreSQL and Redis
 bench-scan: venv services ## Run the bucket-scan benchmark: a local S3 endpoint, PostgreSQL, Redis and the aws CLI (BENCH_ARGS=...)
 	$(PY) bench/scan_bench.py $(BENCH_ARGS)
 
-# The production environment of the README's "Production shape", word for word, but for the secret key file and
-# the database: a throw-away key and an SQLite file in a temporary folder (tests/ckptfleet/test_deploy_check.py
+# The production environment of the README's "Production shape", word for word, but for the key files and
+# the database: throw-away keys and an SQLite file in a temporary folder (tests/ckptfleet/test_deploy_check.py
 # holds the two to the same list). `env -i` keeps the caller's own settings out of the check.
 DEPLOY_ENV = CKPTFLEET_DEBUG=0 REDIS_URL=redis://redis.internal:6379/0 ALLOWED_HOSTS=fleet.example.com \
 	MEDIA_ROOT=/var/lib/ckptfleet/media CKPTFLEET_BEHIND_TLS_PROXY=1 CKPTFLEET_HSTS_PRELOAD=1
@@ -154,8 +154,10 @@ DEPLOY_ENV = CKPTFLEET_DEBUG=0 REDIS_URL=redis://redis.internal:6379/0 ALLOWED_H
 check-deploy: venv ## manage.py check --deploy --fail-level WARNING with the README's production environment
 	@tmp=$$(mktemp -d -t ckptfleet-deploy.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
 	$(PY) -c 'import secrets; print(secrets.token_urlsafe(50))' > "$$tmp/django_secret_key"; \
+	$(PY) -c 'import secrets; print(secrets.token_urlsafe(48))' > "$$tmp/audit_key"; \
 	env -i PATH="$$PATH" HOME="$$HOME" LANG=C.UTF-8 $(DEPLOY_ENV) \
-		DJANGO_SECRET_KEY_FILE="$$tmp/django_secret_key" DATABASE_URL="sqlite:///$$tmp/ckptfleet.sqlite3" \
+		DJANGO_SECRET_KEY_FILE="$$tmp/django_secret_key" CKPTFLEET_AUDIT_KEY_FILE="$$tmp/audit_key" \
+		DATABASE_URL="sqlite:///$$tmp/ckptfleet.sqlite3" \
 		CKPTFLEET_VAR_DIR="$$tmp/var" \
 		$(PY) manage.py check --deploy --fail-level WARNING
 

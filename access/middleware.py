@@ -23,7 +23,7 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
 def exempt(path: str) -> bool:
     static = settings.STATIC_URL or "/static/"
-    return path.startswith(("/accounts/login/", "/accounts/logout/", "/healthz/", static, "/api/"))
+    return path.startswith(("/accounts/login/", "/accounts/logout/", "/healthz/", "/metrics", static, "/api/"))
 
 
 def whom_to_ask() -> tuple[str, list[str]]:

@@ -11,7 +11,9 @@ from django.utils import timezone
 
 from access.models import ApiToken
 from audit.actor import Actor
-from audit.services import audit, audit_verify
+from audit.choices import VerificationTrigger
+from audit.services import audit
+from audit.verify import record_report
 from ckptfleet.errors import DomainError, NotAuthenticated
 
 TOKEN_PREFIX = "cfu"  # noqa: S105 - a public prefix; host agents' tokens start with "cfh"
@@ -87,18 +89,26 @@ AUDIT_VERIFY_ACTION = "audit.verify"
 
 
 def audit_chain_verify(*, actor: Actor, request_id: str = ""):
-    """Walk the whole audit chain and append the result as an ``audit.verify`` event; returns that event.
+    """Walk the whole audit chain, compare it with its anchors, keep the result (audit.verify.record_report) and
+    append it as an ``audit.verify`` event; returns that event.
 
     The walk reads every event (about 75 µs each on PostgreSQL), so people start it as a task.
     """
 
-    checked, broken, why = audit_verify()
+    report, _ = record_report(trigger=VerificationTrigger.PERSON)
+    why = report.problems[0] if report.problems else ""
     with transaction.atomic():
         return audit(
             actor,
             AUDIT_VERIFY_ACTION,
             target_type="audit_chain",
             target_label="audit chain",
-            after={"intact": not why, "checked": checked, "broken_event": broken.pk if broken else None, "why": why},
+            after={
+                "intact": report.ok,
+                "checked": report.events_checked,
+                "anchors_checked": report.anchors_checked,
+                "broken_event": report.broken_event,
+                "why": why,
+            },
             request_id=request_id,
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from audit.models import AuditChainHead, AuditEvent
+from audit.models import AuditAnchor, AuditChainHead, AuditEvent, AuditVerification
 from ckptfleet.admin_base import EstimatedCountPaginator, ReadOnlyAdmin
 
 
@@ -26,3 +26,17 @@ class AuditEventAdmin(ReadOnlyAdmin):
 @admin.register(AuditChainHead)
 class AuditChainHeadAdmin(ReadOnlyAdmin):
     list_display = ["last_hash", "count"]
+
+
+@admin.register(AuditAnchor)
+class AuditAnchorAdmin(ReadOnlyAdmin):
+    """Each anchor of the chain written (or tried) outside the database; the anchor itself lives there."""
+
+    list_display = ["at", "target", "count", "last_hash", "outcome", "location"]
+    list_filter = ["target", "outcome"]
+
+
+@admin.register(AuditVerification)
+class AuditVerificationAdmin(ReadOnlyAdmin):
+    list_display = ["finished_at", "trigger", "ok", "events_checked", "anchors_checked", "problem"]
+    list_filter = ["ok", "trigger"]

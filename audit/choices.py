@@ -17,3 +17,19 @@ class EventSource(models.TextChoices):
     COMMAND = "command", "Management command"
     TASK = "task", "Task"
     AGENT = "agent", "Agent"
+
+
+class AnchorTarget(models.TextChoices):
+    FILE = "file", "Signed file"
+    S3 = "s3", "S3 Object Lock"
+
+
+class AnchorOutcome(models.TextChoices):
+    WRITTEN = "written", "Written"
+    FAILED = "failed", "Failed"
+
+
+class VerificationTrigger(models.TextChoices):
+    SCHEDULE = "schedule", "Schedule"
+    PERSON = "person", "Person"
+    COMMAND = "command", "Command"

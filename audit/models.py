@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from audit.choices import ActorKind, EventSource
+from audit.choices import ActorKind, AnchorOutcome, AnchorTarget, EventSource, VerificationTrigger
 
 
 class AuditEventQuerySet(models.QuerySet):
@@ -39,6 +39,8 @@ class AuditEvent(models.Model):
     request_id = models.CharField(max_length=64, blank=True)
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64, unique=True)
+    # How ``hash`` was made: "sha256" (events before the chain was keyed) or "hmac-sha256:<key id>".
+    alg = models.CharField(max_length=40)
 
     objects = AuditEventQuerySet.as_manager()
 
@@ -70,3 +72,45 @@ class AuditChainHead(models.Model):
 
     def __str__(self) -> str:
         return f"audit chain head after {self.count} events"
+
+
+class AuditAnchor(models.Model):
+    """One time the chain head was written outside the database (an anchor), or tried to be.
+
+    The anchor itself, signed, lives in the file or the bucket; this row says where, so the verifier can tell an
+    anchor that went missing from the outside store. The verifier trusts the outside copy, never this row alone.
+    """
+
+    at = models.DateTimeField(db_index=True)
+    target = models.CharField(max_length=8, choices=AnchorTarget.choices)
+    location = models.CharField(max_length=1000, blank=True)
+    count = models.BigIntegerField()
+    last_hash = models.CharField(max_length=64)
+    outcome = models.CharField(max_length=8, choices=AnchorOutcome.choices)
+    error = models.TextField(blank=True)
+    retain_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.get_target_display()} anchor of {self.at:%Y-%m-%d %H:%M} at event {self.count}: {self.outcome}"
+
+
+class AuditVerification(models.Model):
+    """The result of one walk of the chain against its anchors: what the audit page, health and metrics report."""
+
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(db_index=True)
+    trigger = models.CharField(max_length=8, choices=VerificationTrigger.choices)
+    ok = models.BooleanField()
+    events_checked = models.BigIntegerField()
+    anchors_checked = models.IntegerField()
+    problem = models.TextField(blank=True)
+    problems = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["-finished_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"audit verification of {self.finished_at:%Y-%m-%d %H:%M}: {'ok' if self.ok else 'FAILED'}"

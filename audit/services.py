@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -14,11 +17,44 @@ from audit.models import AuditChainHead, AuditEvent
 from audit.selectors import REFUSED_TASK
 
 GENESIS = "0" * 64
+# Events written before the chain was keyed; anyone could recompute these, so only what follows them is keyed.
+UNKEYED = "sha256"
+KEYED_PREFIX = "hmac-sha256:"
 
 
-def _digest(prev_hash: str, fields: dict[str, Any]) -> str:
-    body = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(f"{prev_hash}\n{body}".encode()).hexdigest()
+class UnknownAuditKey(Exception):
+    """An event or anchor names a key that is neither the current audit key nor in the keyring."""
+
+    def __init__(self, key_id: str) -> None:
+        super().__init__(key_id)
+        self.key_id = key_id
+
+
+def current_alg() -> str:
+    """What new events are hashed with: HMAC-SHA256 under the current key, named by its id (never the key)."""
+    return f"{KEYED_PREFIX}{settings.AUDIT_KEY_ID}"
+
+
+def audit_key(key_id: str) -> bytes:
+    """The audit key with this id, from the current key or the keyring; raises UnknownAuditKey."""
+    key = settings.AUDIT_KEYS.get(key_id)
+    if key is None:
+        raise UnknownAuditKey(key_id)
+    return key.encode()
+
+
+def event_hash(prev_hash: str, fields: dict[str, Any], alg: str) -> str:
+    """The hash of an event with these fields after ``prev_hash``, made the way ``alg`` names.
+
+    A keyed event's hash covers its ``alg`` too, so nobody can relabel it as unkeyed and recompute it."""
+    if alg.startswith(KEYED_PREFIX):
+        body = json.dumps({**fields, "alg": alg}, sort_keys=True, separators=(",", ":"), default=str)
+        key = audit_key(alg.removeprefix(KEYED_PREFIX))
+        return hmac.new(key, f"{prev_hash}\n{body}".encode(), hashlib.sha256).hexdigest()
+    if alg == UNKEYED:
+        body = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(f"{prev_hash}\n{body}".encode()).hexdigest()
+    raise UnknownAuditKey(alg)
 
 
 def event_fields(event: AuditEvent) -> dict[str, Any]:
@@ -81,7 +117,8 @@ def audit_record(
     # JSON fields are hashed as they will read back from the database.
     event.before = json.loads(json.dumps(before, default=str)) if before is not None else None
     event.after = json.loads(json.dumps(after, default=str)) if after is not None else None
-    event.hash = _digest(head.last_hash, event_fields(event))
+    event.alg = current_alg()
+    event.hash = event_hash(head.last_hash, event_fields(event), event.alg)
     event.save(force_insert=True)
     AuditChainHead.objects.filter(pk=1).update(last_hash=event.hash, count=head.count + 1)
     return event
@@ -118,20 +155,42 @@ def audit(
     )
 
 
-def audit_verify() -> tuple[int, AuditEvent | None, str]:
-    """Walk the chain oldest first. Returns (events checked, first broken event or None, why)."""
+def audit_verify(on_event: Callable[[int, AuditEvent], None] | None = None) -> tuple[int, AuditEvent | None, str]:
+    """Walk the chain oldest first. Returns (events checked, first broken event or None, why).
+
+    ``on_event(position, event)`` sees each event that checked out, position 1 being the oldest: the anchors are
+    compared there (audit.verify)."""
     prev = GENESIS
     checked = 0
+    keyed = False
     for event in AuditEvent.objects.order_by("id").iterator(chunk_size=2000):
         if event.prev_hash != prev:
             return checked, event, "its prev_hash does not match the hash of the event before it"
-        if _digest(prev, event_fields(event)) != event.hash:
+        if keyed and event.alg == UNKEYED:
+            return checked, event, "it is hashed without the key after keyed events (rewritten by someone without it)"
+        try:
+            expected = event_hash(prev, event_fields(event), event.alg)
+        except UnknownAuditKey as exc:
+            return (
+                checked,
+                event,
+                (
+                    f"it names audit key {exc.key_id!r}, which is neither the current key nor in the keyring "
+                    "(CKPTFLEET_AUDIT_KEYRING_FILE)"
+                ),
+            )
+        if expected != event.hash:
             return checked, event, "its content does not match its hash (edited after it was written)"
+        keyed = keyed or event.alg != UNKEYED
         prev = event.hash
         checked += 1
+        if on_event is not None:
+            on_event(checked, event)
     head = AuditChainHead.objects.filter(pk=1).first()
     if head and head.last_hash != prev:
         return checked, None, "the newest events are missing (the chain head does not match the last event)"
+    if head and head.count != checked:
+        return checked, None, f"the chain head counts {head.count:,} events but the chain has {checked:,}"
     return checked, None, ""
 
 

@@ -4,6 +4,7 @@ import os
 from importlib import import_module
 
 from celery import Celery
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ckptfleet.settings")
 
@@ -23,6 +24,12 @@ app.conf.beat_schedule = {
     "start-due-deletions": {"task": "actions.tasks.start_due_deletions", "schedule": 60.0},
     # Promotions: restores due for a status poll (each job every PROMOTION_POLL_SECONDS), and lost jobs resent.
     "advance-promotions": {"task": "promotion.tasks.advance_promotions", "schedule": 60.0},
+    # The audit chain's head written outside the database, and the chain checked against those anchors.
+    "anchor-audit-chain": {"task": "audit.tasks.anchor_audit_chain", "schedule": 60.0 * settings.AUDIT_ANCHOR_MINUTES},
+    "verify-audit-chain": {
+        "task": "audit.tasks.verify_audit_scheduled",
+        "schedule": 60.0 * settings.AUDIT_VERIFY_MINUTES,
+    },
 }
 
 

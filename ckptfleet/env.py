@@ -6,6 +6,7 @@ bad deployment fails at start with a message instead of misbehaving later.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -90,6 +91,36 @@ def env_secret(name: str) -> str | None:
         except OSError as exc:
             raise ImproperlyConfigured(f"{name}_FILE={file_name!r} cannot be read: {exc.strerror}") from None
     return value or None
+
+
+AUDIT_KEY_MIN_LENGTH = 32
+
+
+def audit_key_id(key: str) -> str:
+    """A short public name for an audit key: a hash of it, so the name neither reveals the key nor can drift from it."""
+    return hashlib.sha256(f"ckptfleet audit key id\n{key}".encode()).hexdigest()[:12]
+
+
+def check_audit_key(name: str, key: str) -> str:
+    if len(key) < AUDIT_KEY_MIN_LENGTH:
+        # The message names the variable and the length rule, never the value.
+        raise ImproperlyConfigured(f"{name}: an audit key must be at least {AUDIT_KEY_MIN_LENGTH} characters")
+    return key
+
+
+def env_keyring(name: str) -> list[str]:
+    """The older audit keys in the file named by NAME: one a line, blank lines and ``#`` comments ignored."""
+    file_name = os.environ.get(name, "").strip()
+    if not file_name:
+        return []
+    try:
+        text = Path(file_name).read_text()
+    except OSError as exc:
+        raise ImproperlyConfigured(f"{name}={file_name!r} cannot be read: {exc.strerror}") from None
+    keys = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    for number, key in enumerate(keys, 1):
+        check_audit_key(f"{name} (key {number})", key)
+    return keys
 
 
 def parse_database_url(name: str, url: str) -> dict:

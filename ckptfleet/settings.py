@@ -14,11 +14,14 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from ckptfleet.env import (
+    audit_key_id,
+    check_audit_key,
     check_url,
     env_bool,
     env_choice,
     env_int,
     env_json,
+    env_keyring,
     env_list,
     env_secret,
     env_str,
@@ -98,6 +101,37 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
+
+
+def _audit_keys() -> tuple[str, dict[str, str]]:
+    """The current audit key's id, and every key the verifier may need by id (the current one and the keyring's).
+
+    Each audit event and anchor is an HMAC-SHA256 under the current key and names its id, so an event written before
+    a rotation still verifies with the old key listed in CKPTFLEET_AUDIT_KEYRING_FILE."""
+    key = env_secret("CKPTFLEET_AUDIT_KEY")
+    if key:
+        check_audit_key("CKPTFLEET_AUDIT_KEY", key)
+    elif not DEBUG:
+        raise ImproperlyConfigured(
+            "CKPTFLEET_AUDIT_KEY_FILE (or CKPTFLEET_AUDIT_KEY) must be set unless CKPTFLEET_DEBUG=1: it keys the audit "
+            "chain, so that whoever can write to the database still cannot rewrite the trail unnoticed"
+        )
+    else:
+        # A development key made once per checkout, beside the development secret key and like it kept out of git.
+        key_file = VAR_DIR / "dev-audit-key"
+        if not key_file.exists():
+            VAR_DIR.mkdir(parents=True, exist_ok=True)
+            key_file.write_text(secrets.token_urlsafe(48))
+            key_file.chmod(0o600)
+        key = key_file.read_text().strip()
+    keys = {audit_key_id(old): old for old in env_keyring("CKPTFLEET_AUDIT_KEYRING_FILE")}
+    current = audit_key_id(key)
+    keys[current] = key
+    return current, keys
+
+
+# Names with KEY in them: Django's error reports blank them out.
+AUDIT_KEY_ID, AUDIT_KEYS = _audit_keys()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -330,6 +364,30 @@ if DEMO_S3_ENDPOINT:
 # Django's own cap on in-memory request bodies does not apply to the streamed inventory upload.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024**2
 
+# The audit chain's anchors: its head (event count, last hash, time, HMAC signature) written outside the database
+# every AUDIT_ANCHOR_MINUTES, to a directory (a JSON-lines file per month) and/or to an S3 bucket with Object Lock,
+# where each anchor object is kept in COMPLIANCE mode for AUDIT_ANCHOR_RETAIN_DAYS. The verifier (beat, every
+# AUDIT_VERIFY_MINUTES) checks the chain end to end and against every anchor. In development the directory defaults
+# to var/audit-anchors; in production anchors are written only where configured.
+AUDIT_ANCHOR_DIR = env_str("CKPTFLEET_AUDIT_ANCHOR_DIR", str(VAR_DIR / "audit-anchors") if DEBUG else "")
+AUDIT_ANCHOR_S3 = env_str("CKPTFLEET_AUDIT_ANCHOR_S3")
+if AUDIT_ANCHOR_S3:
+    check_url("CKPTFLEET_AUDIT_ANCHOR_S3", AUDIT_ANCHOR_S3, {"s3"})
+AUDIT_ANCHOR_S3_ENDPOINT = env_str("CKPTFLEET_AUDIT_ANCHOR_S3_ENDPOINT")
+if AUDIT_ANCHOR_S3_ENDPOINT:
+    check_url("CKPTFLEET_AUDIT_ANCHOR_S3_ENDPOINT", AUDIT_ANCHOR_S3_ENDPOINT, {"http", "https"})
+AUDIT_ANCHOR_S3_REGION = env_str("CKPTFLEET_AUDIT_ANCHOR_S3_REGION")
+# A credentials reference as for buckets (default, profile:NAME, file:NAME), checked when the client is made.
+AUDIT_ANCHOR_S3_CREDENTIALS = env_str("CKPTFLEET_AUDIT_ANCHOR_S3_CREDENTIALS", "default")
+AUDIT_ANCHOR_S3_ADDRESSING = env_choice(
+    "CKPTFLEET_AUDIT_ANCHOR_S3_ADDRESSING", "auto", frozenset({"auto", "path", "virtual"})
+)
+AUDIT_ANCHOR_RETAIN_DAYS = env_int("CKPTFLEET_AUDIT_ANCHOR_RETAIN_DAYS", 365, minimum=1, maximum=36500)
+AUDIT_ANCHOR_MINUTES = env_int("CKPTFLEET_AUDIT_ANCHOR_MINUTES", 60, minimum=1)
+AUDIT_VERIFY_MINUTES = env_int("CKPTFLEET_AUDIT_VERIFY_MINUTES", 60, minimum=1)
+# /metrics (Prometheus text format): open like /healthz/ unless a token is set; then "Authorization: Bearer <token>".
+METRICS_TOKEN = env_secret("CKPTFLEET_METRICS_TOKEN") or ""
+
 # Access: whom the 403 page of a person without a role names (a team, a channel, an address), and
 # whether a person in a "team:<name>" group sees only that team's runs.
 CKPTFLEET_ACCESS_CONTACT = env_str("CKPTFLEET_ACCESS_CONTACT", "")
@@ -395,7 +453,7 @@ if not DEBUG:
     CSRF_COOKIE_HTTPONLY = True
     SECURE_SSL_REDIRECT = _ssl_redirect
     # Compose, Kubernetes and load balancers probe the health check over plain HTTP from inside the network.
-    SECURE_REDIRECT_EXEMPT = [r"^healthz/$"]
+    SECURE_REDIRECT_EXEMPT = [r"^healthz/$", r"^metrics$"]
     if _behind_tls_proxy:
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_HSTS_SECONDS = _hsts_seconds

@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from ckptfleet.health import healthz
+from ckptfleet.metrics import metrics
 from dashboard.api import dashboard as dashboard_api
 from dashboard.api.audit import AuditEventViewSet
 from dashboard.api.fleet import (
@@ -48,6 +49,8 @@ api = [
 
 urlpatterns = [
     path("healthz/", healthz, name="healthz"),
+    # Prometheus' conventional path, without a slash.
+    path("metrics", metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

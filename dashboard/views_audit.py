@@ -10,8 +10,9 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Iterator
-from datetime import UTC
+from datetime import UTC, timedelta
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import StreamingHttpResponse
@@ -23,6 +24,9 @@ from access.roles import Role, has_role, require_role
 from access.scoping import restrict_events, scoped_team_names
 from access.services import AUDIT_VERIFY_ACTION
 from access.tasks import verify_audit_chain
+from audit import verify as audit_verify
+from audit.anchors import configured_stores
+from audit.choices import AnchorOutcome
 from audit.models import AuditChainHead, AuditEvent
 from ckptfleet.errors import PermissionRefused
 from ckptfleet.params import positive_int_param
@@ -91,7 +95,32 @@ def _total(user) -> int:
 
 
 def last_verification() -> AuditEvent | None:
+    """The newest verification a person asked for on this page (an event: who asked is part of the trail)."""
     return AuditEvent.objects.filter(action=VERIFY_ACTION).order_by("-pk").first()
+
+
+def _stale(when, minutes: int) -> bool:
+    """Older than two scheduled intervals: beat or the worker is not running, or the runs fail."""
+    return when is None or timezone.now() - when > timedelta(minutes=2 * minutes)
+
+
+def integrity_context() -> dict:
+    """The last verification and anchors, for the callout on top of the trail."""
+    verification = audit_verify.last_verification()
+    anchor = audit_verify.last_anchor()
+    written = (
+        anchor if anchor is not None and anchor.outcome == AnchorOutcome.WRITTEN else audit_verify.last_written_anchor()
+    )
+    return {
+        "check": verification,
+        "check_stale": _stale(verification.finished_at if verification else None, settings.AUDIT_VERIFY_MINUTES),
+        "anchor": anchor,
+        "anchor_written": written,
+        "anchor_stale": _stale(written.at if written else None, settings.AUDIT_ANCHOR_MINUTES),
+        "anchor_stores": [store.describe() for store in configured_stores()],
+        "verify_minutes": settings.AUDIT_VERIFY_MINUTES,
+        "anchor_minutes": settings.AUDIT_ANCHOR_MINUTES,
+    }
 
 
 @login_required
@@ -116,8 +145,8 @@ def audit_trail(request):
             "total": _total(request.user),
             # The chain is the whole fleet's: a person scoped to some teams is told it held, not its length.
             "scoped": scoped_team_names(request.user) is not None,
-            "verification": last_verification(),
             "can_verify": has_role(request.user, Role.ADMIN),
+            **integrity_context(),
         },
     )
 
@@ -188,12 +217,12 @@ def audit_verify_now(request):
     if done is None or (asked is not None and done.pk == asked.pk):
         messages.info(request, "Verification of the audit chain started; reload this page for its result.")
     elif done.after.get("intact"):
-        messages.success(request, f"The audit chain is intact: {done.after['checked']} events checked.")
-    else:
-        where = f"event {done.after['broken_event']}" if done.after.get("broken_event") else "the end of the chain"
-        messages.error(
+        anchors = done.after.get("anchors_checked", 0)
+        messages.success(
             request,
-            f"The audit chain is broken at {where}: {done.after['why']}. "
-            f"{done.after['checked']} events before it are intact.",
+            f"The audit chain is intact: {done.after['checked']:,} events checked. "
+            + (f"It agrees with its {anchors:,} anchors." if anchors else "No anchor to compare it with."),
         )
+    else:
+        messages.error(request, f"Audit trail verification failed: {done.after['why']}.")
     return redirect("audit:trail")

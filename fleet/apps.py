@@ -6,4 +6,10 @@ class FleetConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from audit.anchors import register_store
+        from audit.choices import AnchorTarget
         from fleet.api import schema  # noqa: F401 - registers the host token scheme with drf-spectacular
+        from fleet.audit_anchors import s3_anchor_store
+
+        # The audit trail's anchors in an Object Lock bucket: audit, the floor below, cannot import the S3 client.
+        register_store(AnchorTarget.S3, s3_anchor_store)

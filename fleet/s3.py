@@ -1208,3 +1208,57 @@ def delete_objects(client: Any, bucket: str, objects: list[tuple[str, str, str]]
 def is_transient_code(code: str) -> bool:
     """A per-key error that says "try again later" rather than "never"."""
     return code in _TRANSIENT_CODES or code in ("500", "503")
+
+
+# --- audit anchors: write-once objects under Object Lock COMPLIANCE retention ------------------------
+# Used by fleet.audit_anchors, the S3 store of the audit chain's anchors (audit.anchors).
+
+
+def put_compliance_locked(client: Any, bucket: str, key: str, body: bytes, *, retain_until: datetime) -> str:
+    """Write a new object version that nobody, the account's root included, can delete or overwrite before
+    ``retain_until`` (Object Lock COMPLIANCE mode). Returns its version id; raises S3Error when the store refuses
+    (a bucket without Object Lock does)."""
+    what = f"PutObject (COMPLIANCE until {retain_until:%Y-%m-%d}) of s3://{bucket}/{key}"
+    try:
+        answer = client.put_object(
+            Bucket=bucket,
+            Key=key,
+            Body=body,
+            ContentType="application/json",
+            # Object Lock puts must carry a checksum (S3 refuses them otherwise); this client sends one only when asked.
+            ChecksumAlgorithm="SHA256",
+            ObjectLockMode="COMPLIANCE",
+            ObjectLockRetainUntilDate=retain_until,
+        )
+    except (ClientError, BotoCoreError) as exc:
+        raise describe(exc, what) from None
+    version_id = str(answer.get("VersionId") or "")
+    if not version_id:
+        raise S3Error(f"{what}: the store kept no version, so it did not lock it", code="ObjectLockMissing")
+    return version_id
+
+
+def object_versions(client: Any, bucket: str, prefix: str) -> Iterator[tuple[str, str]]:
+    """(key, version id) of every version below ``prefix``, current or not, delete markers left out."""
+    what = f"ListObjectVersions of s3://{bucket}/{prefix}"
+    try:
+        for answer in client.get_paginator("list_object_versions").paginate(
+            Bucket=bucket, Prefix=prefix, PaginationConfig={"PageSize": PAGE_SIZE}
+        ):
+            for item in answer.get("Versions", ()):
+                yield item["Key"], str(item.get("VersionId") or "")
+    except (ClientError, BotoCoreError) as exc:
+        raise describe(exc, what) from None
+
+
+def get_version_small(client: Any, bucket: str, key: str, version_id: str, *, limit: int) -> bytes:
+    """The content of one small object version, at most ``limit`` bytes. Raises S3Error."""
+    try:
+        answer = client.get_object(Bucket=bucket, Key=key, VersionId=version_id)
+        body = answer["Body"]
+        try:
+            return body.read(limit + 1)[:limit]
+        finally:
+            body.close()
+    except (ClientError, BotoCoreError) as exc:
+        raise describe(exc, f"GetObject of s3://{bucket}/{key} version {version_id}") from None

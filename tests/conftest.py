@@ -142,9 +142,46 @@ def django_db_setup(django_db_setup, django_db_blocker):
     Production keeps the TRUNCATE trigger; here only the flush between tests needs it off, and the
     test of that trigger switches it back on inside its own rolled-back transaction.
     """
-    with django_db_blocker.unblock(), connection.cursor() as cursor:
+    with django_db_blocker.unblock():
+        let_the_test_runner_flush()
+
+
+def let_the_test_runner_flush() -> None:
+    """Take away the audit triggers that refuse the runner's flush: TRUNCATE on PostgreSQL, DELETE on SQLite (the
+    tests of those triggers put them back inside their own rolled-back transaction). A test that migrates the
+    audit app forward again calls this after it."""
+    with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("ALTER TABLE catalog_auditevent DISABLE TRIGGER catalog_auditevent_no_truncate")
+            cursor.execute("ALTER TABLE catalog_auditchainhead DISABLE TRIGGER audit_chain_head_no_truncate")
+        else:
+            for name in FLUSH_BLOCKING_SQLITE_TRIGGERS:
+                cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
+
+
+FLUSH_BLOCKING_SQLITE_TRIGGERS = ("catalog_auditevent_no_delete", "audit_chain_head_no_delete")
+
+
+@pytest.fixture(autouse=True)
+def _no_audit_anchors_unless_asked():
+    """Anchors live outside the database, so they outlast a test's rolled-back events: a test that anchors names
+    its own directory (``audit_anchor_dir``), and every other test writes and reads none."""
+    from django.conf import settings
+
+    previous = (settings.AUDIT_ANCHOR_DIR, settings.AUDIT_ANCHOR_S3)
+    settings.AUDIT_ANCHOR_DIR, settings.AUDIT_ANCHOR_S3 = "", ""
+    yield
+    settings.AUDIT_ANCHOR_DIR, settings.AUDIT_ANCHOR_S3 = previous
+
+
+@pytest.fixture
+def audit_anchor_dir(tmp_path):
+    """A directory of signed anchor files of this test's own, configured as CKPTFLEET_AUDIT_ANCHOR_DIR."""
+    from django.conf import settings
+
+    directory = tmp_path / "audit-anchors"
+    settings.AUDIT_ANCHOR_DIR = str(directory)
+    return directory
 
 
 def _forget_broker_connections() -> None:
@@ -176,6 +213,8 @@ def celery_worker_process(transactional_db, settings, tmp_path):
         "CKPTFLEET_DEBUG": "1",
         "MEDIA_ROOT": str(settings.MEDIA_ROOT),
         "CELERY_TASK_ALWAYS_EAGER": "0",
+        # The worker reads and writes the same anchors as the test (none unless the test configured a directory).
+        "CKPTFLEET_AUDIT_ANCHOR_DIR": settings.AUDIT_ANCHOR_DIR,
     }
     queue = f"tests-{os.getpid()}-{time.monotonic_ns()}"
     log = tmp_path / "worker.log"

@@ -33,6 +33,8 @@ class AuditEventSerializer(serializers.ModelSerializer):
             "request_id",
             "prev_hash",
             "hash",
+            # How ``hash`` was made ("sha256", or "hmac-sha256:<key id>"): enough to re-check it with the key.
+            "alg",
         ]
         read_only_fields = fields
 

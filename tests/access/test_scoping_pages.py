@@ -292,6 +292,18 @@ def test_a_scoped_member_sees_that_the_chain_held_but_not_how_long_it_is(fleet, 
     assert not re.search(r"\d+ events checked", page)
 
 
+def test_a_scoped_member_sees_the_last_anchor_but_not_the_chains_length_in_it(
+    fleet, scoping, signed_in_as, audit_anchor_dir
+):
+    from audit.anchors import anchor_write
+
+    [anchor] = anchor_write()
+    assert f"event {anchor.count:,} (hash" in text(signed_in_as("admin", username="fleet-admin"), "/audit/")
+    page = text(in_team(signed_in_as, "vision"), "/audit/")
+    assert "Anchored</span> Last anchor" in page and "(hash" in page
+    assert f"event {anchor.count:,}" not in page
+
+
 def team_options(page: str) -> set[str]:
     """The values of the team select's options, but "" (every team)."""
     select = page.split('name="team"', 1)[1].split("</select>", 1)[0]

@@ -94,12 +94,12 @@ def test_postgres_refuses_update_delete_and_truncate(db, statement):
 
 
 def _rehash(event: AuditEvent, **changes) -> str:
-    """Edit an event the careful way: change it and recompute its own hash, as a forger would."""
-    from audit.services import _digest, event_fields
+    """Edit an event the careful way: change it and recompute its own hash, as a forger who holds the key would."""
+    from audit.services import event_fields, event_hash
 
     for name, value in changes.items():
         setattr(event, name, value)
-    new_hash = _digest(event.prev_hash, event_fields(event))
+    new_hash = event_hash(event.prev_hash, event_fields(event), event.alg)
     sets = ", ".join(f"{name} = %s" for name in changes)
     tamper(f"UPDATE catalog_auditevent SET {sets}, hash = %s WHERE id = %s", [*changes.values(), new_hash, event.pk])
     return new_hash

@@ -200,7 +200,9 @@ def test_the_page_links_the_export_of_what_it_shows(trail, signed_in):
 
 def test_the_api_is_read_only_even_for_admins(trail, admin_client):
     event = trail["pin"]
-    assert admin_client.get(f"/api/v1/audit/{event.pk}/").json()["hash"] == event.hash
+    answer = admin_client.get(f"/api/v1/audit/{event.pk}/").json()
+    assert (answer["hash"], answer["alg"]) == (event.hash, event.alg)
+    assert answer["alg"].startswith("hmac-sha256:")
     assert admin_client.post("/api/v1/audit/", {"action": "x"}).status_code == 405
     assert admin_client.put(f"/api/v1/audit/{event.pk}/", {}).status_code == 405
     assert admin_client.patch(f"/api/v1/audit/{event.pk}/", {}).status_code == 405
@@ -257,12 +259,12 @@ def test_the_run_page_history_costs_the_same_queries_for_many_events(db, signed_
 def test_an_admin_verifies_the_chain_from_the_page_and_the_page_shows_when(db, signed_in, signed_in_as):
     for i in range(3):
         record(f"a.{i}")
-    assert "Not verified from this page yet" in signed_in.get("/audit/").content.decode()
+    assert "Not verified yet" in signed_in.get("/audit/").content.decode()
     done = signed_in.post("/audit/verify/", follow=True).content.decode()
-    assert "The audit chain is intact: 3 events checked." in done
+    assert "The audit chain is intact: 3 events checked. No anchor to compare it with." in done
     assert "Intact</span> Last verified" in done
     event = AuditEvent.objects.get(action="audit.verify")
-    assert event.after == {"intact": True, "checked": 3, "broken_event": None, "why": ""}
+    assert event.after == {"intact": True, "checked": 3, "anchors_checked": 0, "broken_event": None, "why": ""}
     viewer_page = signed_in_as("viewer").get("/audit/").content.decode()
     assert "Verify the chain now" not in viewer_page
     assert "manage.py verify_audit" in viewer_page
@@ -273,8 +275,9 @@ def test_a_tampered_event_shows_as_a_broken_chain_on_the_page(db, signed_in):
     events = [record(f"a.{i}") for i in range(4)]
     tamper("UPDATE catalog_auditevent SET reason = %s WHERE id = %s", ["edited", events[1].pk])
     done = signed_in.post("/audit/verify/", follow=True).content.decode()
-    assert f"The audit chain is broken at event {events[1].pk}" in done
-    assert "1 events before it are intact" in done
+    assert f"Audit trail verification failed: the chain is broken at event {events[1].pk}" in done
+    assert "the one event before it is intact" in done
+    assert "The audit trail failed verification" in done  # the red banner
     assert "Broken</span>" in done
     assert AuditEvent.objects.get(action="audit.verify").after["broken_event"] == events[1].pk
 

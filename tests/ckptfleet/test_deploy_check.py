@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # Stood in for by a throw-away key file and an SQLite file: the check opens neither for real.
-STAND_INS = {"DJANGO_SECRET_KEY_FILE", "DATABASE_URL"}
+STAND_INS = {"DJANGO_SECRET_KEY_FILE", "CKPTFLEET_AUDIT_KEY_FILE", "DATABASE_URL"}
 
 
 def readme_production_env() -> dict[str, str]:
@@ -51,12 +51,15 @@ def test_make_check_deploy_uses_the_readmes_environment():
 def test_the_deploy_check_passes_with_the_documented_environment(tmp_path):
     key = tmp_path / "django_secret_key"
     key.write_text(secrets.token_urlsafe(50))
+    audit_key = tmp_path / "audit_key"
+    audit_key.write_text(secrets.token_urlsafe(48))
     environ = {
         # Nothing of the caller's own settings: only what the README says, as `make check-deploy` runs it.
         "PATH": os.environ.get("PATH", ""),
         "HOME": os.environ.get("HOME", str(tmp_path)),
         **readme_production_env(),
         "DJANGO_SECRET_KEY_FILE": str(key),
+        "CKPTFLEET_AUDIT_KEY_FILE": str(audit_key),
         "DATABASE_URL": f"sqlite:///{tmp_path / 'ckptfleet.sqlite3'}",
         "CKPTFLEET_VAR_DIR": str(tmp_path / "var"),
     }
@@ -79,12 +82,13 @@ def test_without_https_the_deploy_check_fails(tmp_path):
         "HOME": os.environ.get("HOME", str(tmp_path)),
         **readme_production_env(),
         "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+        "CKPTFLEET_AUDIT_KEY": secrets.token_urlsafe(48),
         "DATABASE_URL": f"sqlite:///{tmp_path / 'ckptfleet.sqlite3'}",
         "CKPTFLEET_VAR_DIR": str(tmp_path / "var"),
         "CKPTFLEET_BEHIND_TLS_PROXY": "0",
         "CKPTFLEET_PLAIN_HTTP": "1",
     }
-    del environ["DJANGO_SECRET_KEY_FILE"]
+    del environ["DJANGO_SECRET_KEY_FILE"], environ["CKPTFLEET_AUDIT_KEY_FILE"]
     done = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
         cwd=ROOT,

@@ -84,6 +84,8 @@ def _start(extra: dict[str, str], tmp_path) -> subprocess.CompletedProcess:
     ("extra", "named"),
     [
         ({"CKPTFLEET_DEBUG": "0"}, "DJANGO_SECRET_KEY"),
+        ({"CKPTFLEET_DEBUG": "0", "DJANGO_SECRET_KEY": "k" * 50}, "CKPTFLEET_AUDIT_KEY_FILE"),
+        ({"CKPTFLEET_DEBUG": "1", "CKPTFLEET_AUDIT_KEY": "short"}, "at least 32 characters"),
         ({"CKPTFLEET_DEBUG": "1", "REDIS_URL": "localhost:6379"}, "REDIS_URL"),
         ({"CKPTFLEET_DEBUG": "1", "DATABASE_URL": "oracle://x/y"}, "DATABASE_URL"),
         # Not JSON: settings say so; an unknown tier: the catalog app says so at start.
@@ -105,7 +107,8 @@ def test_the_embedded_default_starts_with_nothing_set(tmp_path):
 def test_the_health_check_answers_without_a_login(client, db):
     response = client.get("/healthz/")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok"}
+    assert response.json()["status"] == "ok"
+    assert response.json()["audit"]["verified_ok"] is None  # nothing verified yet: said, not guessed
 
 
 def test_collectstatic_succeeds_with_the_production_storage(tmp_path):
@@ -120,6 +123,7 @@ def test_collectstatic_succeeds_with_the_production_storage(tmp_path):
             "CKPTFLEET_DEBUG": "0",
             "CKPTFLEET_PLAIN_HTTP": "1",
             "DJANGO_SECRET_KEY_FILE": str(key),
+            "CKPTFLEET_AUDIT_KEY": "a" * 32,
             "STATIC_ROOT": str(tmp_path / "static"),
         }
     )

@@ -41,7 +41,9 @@ def load(monkeypatch, tmp_path, **environ: str) -> dict:
 
 
 def production(monkeypatch, tmp_path, **environ: str) -> dict:
-    return load(monkeypatch, tmp_path, CKPTFLEET_DEBUG="0", DJANGO_SECRET_KEY=KEY, **environ)
+    return load(
+        monkeypatch, tmp_path, CKPTFLEET_DEBUG="0", DJANGO_SECRET_KEY=KEY, **{"CKPTFLEET_AUDIT_KEY": KEY, **environ}
+    )
 
 
 # Each new variable with bad values, and the words of the refusal beside its name.
@@ -67,6 +69,14 @@ BAD = [
     ("CKPTFLEET_RETENTION_REQUEST_PRICE_PER_1000", '{"DEEP_ARCHIVE": "NaN"}', "is not a price"),
     ("CKPTFLEET_RETENTION_REQUEST_PRICE_PER_1000", '{"DEEP_ARCHIVE": true}', "is not a price"),
     ("CKPTFLEET_DEMO_S3", "127.0.0.1:5055", "is not a http/https URL"),
+    ("CKPTFLEET_AUDIT_KEY", "too-short", "at least 32 characters"),
+    ("CKPTFLEET_AUDIT_KEYRING_FILE", "/nonexistent/audit-keyring", "cannot be read"),
+    ("CKPTFLEET_AUDIT_ANCHOR_S3", "anchors-bucket/audit/", "is not a s3 URL"),
+    ("CKPTFLEET_AUDIT_ANCHOR_S3_ENDPOINT", "127.0.0.1:9000", "is not a http/https URL"),
+    ("CKPTFLEET_AUDIT_ANCHOR_S3_ADDRESSING", "sideways", "is not one of"),
+    ("CKPTFLEET_AUDIT_ANCHOR_RETAIN_DAYS", "0", "must be at least 1"),
+    ("CKPTFLEET_AUDIT_ANCHOR_MINUTES", "0", "must be at least 1"),
+    ("CKPTFLEET_AUDIT_VERIFY_MINUTES", "hourly", "is not an integer"),
     ("LOG_LEVEL", "verbose", "is not one of"),
     ("CKPTFLEET_PLAIN_HTTP", "maybe", "is not a boolean"),
     ("CKPTFLEET_BEHIND_TLS_PROXY", "nginx", "is not a boolean"),
@@ -112,7 +122,15 @@ def test_plain_http_contradicting_https_settings_is_refused(monkeypatch, tmp_pat
 )
 def test_the_refusal_stops_the_real_start(tmp_path, name, value):
     environ = {k: v for k, v in os.environ.items() if not k.startswith(_OURS)}
-    environ.update({"CKPTFLEET_VAR_DIR": str(tmp_path), "CKPTFLEET_DEBUG": "0", "DJANGO_SECRET_KEY": KEY, name: value})
+    environ.update(
+        {
+            "CKPTFLEET_VAR_DIR": str(tmp_path),
+            "CKPTFLEET_DEBUG": "0",
+            "DJANGO_SECRET_KEY": KEY,
+            "CKPTFLEET_AUDIT_KEY": KEY,
+            name: value,
+        }
+    )
     done = subprocess.run(
         [sys.executable, "manage.py", "check"], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=120
     )
@@ -205,7 +223,9 @@ def _https_settings(values: dict) -> dict:
 def test_the_health_check_answers_plain_http_while_pages_go_to_https(client, db, monkeypatch, tmp_path):
     with override_settings(**_https_settings(production(monkeypatch, tmp_path))):
         probe = client.get("/healthz/")
-        assert probe.status_code == 200 and probe.json() == {"status": "ok"}
+        assert probe.status_code == 200 and probe.json()["status"] == "ok"
+        scrape = client.get("/metrics")
+        assert scrape.status_code == 200 and scrape["Content-Type"].startswith("text/plain; version=0.0.4")
         page = client.get("/accounts/login/")
         assert page.status_code == 301 and page["Location"] == "https://testserver/accounts/login/"
         secure = client.get("/healthz/", secure=True)
@@ -220,3 +240,29 @@ def test_behind_the_proxy_a_forwarded_https_request_is_served(client, db, monkey
         assert page["Strict-Transport-Security"].startswith("max-age=31536000")
         assert client.get("/healthz/").status_code == 200
         assert client.get("/accounts/login/").status_code == 301
+
+
+def test_the_audit_key_and_its_keyring_are_read_by_id(monkeypatch, tmp_path):
+    from ckptfleet.env import audit_key_id
+
+    current, old = "c" * 40, "o" * 40
+    ring = tmp_path / "keyring"
+    ring.write_text(f"# rotated out\n{old}\n")
+    key_file = tmp_path / "audit_key"
+    key_file.write_text(current + "\n")
+    values = production(
+        monkeypatch, tmp_path, CKPTFLEET_AUDIT_KEY="", CKPTFLEET_AUDIT_KEY_FILE=str(key_file),
+        CKPTFLEET_AUDIT_KEYRING_FILE=str(ring),
+    )  # fmt: skip
+    assert values["AUDIT_KEY_ID"] == audit_key_id(current)
+    assert values["AUDIT_KEYS"] == {audit_key_id(current): current, audit_key_id(old): old}
+
+
+def test_development_makes_an_audit_key_once_and_keeps_it(monkeypatch, tmp_path):
+    first = load(monkeypatch, tmp_path, CKPTFLEET_DEBUG="1")
+    key_file = tmp_path / "dev-audit-key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert first["AUDIT_KEYS"] == {first["AUDIT_KEY_ID"]: key_file.read_text().strip()}
+    assert load(monkeypatch, tmp_path, CKPTFLEET_DEBUG="1")["AUDIT_KEY_ID"] == first["AUDIT_KEY_ID"]
+    assert first["AUDIT_ANCHOR_DIR"] == str(tmp_path / "audit-anchors")
+    assert production(monkeypatch, tmp_path)["AUDIT_ANCHOR_DIR"] == ""  # production anchors where it is told

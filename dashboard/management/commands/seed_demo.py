@@ -45,7 +45,9 @@ from access.roles import Role
 from actions import services as actions
 from actions.models import DeletionJob, Hold, Pin
 from audit.actor import Actor
-from audit.choices import EventSource
+from audit.anchors import FileAnchorStore, anchor_write
+from audit.choices import EventSource, VerificationTrigger
+from audit.verify import verify_and_record
 from catalog.models import Checkpoint, Team
 from ckptfleet.errors import DomainError
 from fleet import agent
@@ -379,6 +381,21 @@ class Command(BaseCommand):
             self._buckets(opts["s3_endpoint"].rstrip("/"), actor)
         self._demo_login()
         self._demo_actions()
+        self._anchor_audit()
+
+    def _anchor_audit(self) -> None:
+        """Anchor the trail in a signed file (var/audit-anchors in development) and verify it against the anchor, so
+        the audit page shows both from the start; beat does the same on its schedule."""
+        if not settings.AUDIT_ANCHOR_DIR:
+            self.stdout.write("audit anchors: none written (CKPTFLEET_AUDIT_ANCHOR_DIR is not set)")
+            return
+        for anchor in anchor_write(stores=[FileAnchorStore(Path(settings.AUDIT_ANCHOR_DIR))]):
+            self.stdout.write(f"audit anchor: event {anchor.count:,} in {anchor.location} ({anchor.outcome})")
+        check = verify_and_record(trigger=VerificationTrigger.COMMAND)
+        self.stdout.write(
+            f"audit verification: {'intact' if check.ok else 'FAILED: ' + check.problem}, "
+            f"{check.events_checked:,} events and {check.anchors_checked:,} anchors checked"
+        )
 
     def _scan(self, host: Host, root: Path):
         cache = agent.ChecksumCache(str(Path(settings.VAR_DIR) / "demo-checksums.sqlite3"))
