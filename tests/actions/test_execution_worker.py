@@ -18,7 +18,9 @@ import sys
 import time
 from datetime import timedelta
 
+import kombu.exceptions
 import pytest
+import redis.exceptions
 from django.db import connection
 from django.utils import timezone
 
@@ -71,7 +73,11 @@ def spawn_worker(queue: str, log_path) -> subprocess.Popen:
     def answers() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"the worker exited: {open(log_path).read()[-2000:]}")
-        return bool(celery_app.control.ping(destination=[f"{queue}@{socket.gethostname()}"], timeout=0.5))
+        try:
+            return bool(celery_app.control.ping(destination=[f"{queue}@{socket.gethostname()}"], timeout=0.5))
+        except (OSError, redis.exceptions.ConnectionError, kombu.exceptions.OperationalError):
+            celery_app._pool = None  # a pooled connection from before a broker restart: ask again on a new one
+            return False
 
     wait_for(answers, timeout=60, what="the new Celery worker to answer a ping")
     return proc
@@ -106,6 +112,12 @@ def stored(bucket: str) -> set[tuple[str, str]]:
 
 
 def test_a_big_deletion_survives_its_worker_being_killed(s3, celery_worker_process, tmp_path):
+    big_deletion_under_kills(s3, celery_worker_process, tmp_path, rounds=ROUNDS)
+
+
+def big_deletion_under_kills(s3, first_worker, tmp_path, *, rounds: int, restart_broker=None) -> str:
+    """The test above, for ``rounds`` kills; ``restart_broker()``, if given, is called after every other kill
+    (tests/reliability: the broker restarts while a replacement worker starts). Returns its figures."""
     seed = int(os.environ.get("KILL_SEED", time.time_ns() % 100_000))
     rng = random.Random(seed)
     t_setup = time.monotonic()
@@ -178,14 +190,15 @@ def test_a_big_deletion_survives_its_worker_being_killed(s3, celery_worker_proce
     assert sorted(execution.start_due()["started"]) == sorted([job.pk, held_job.pk])
 
     queue = celery_app.conf.task_default_queue
-    worker = celery_worker_process
+    worker = first_worker
     kills = []
+    restarts = 0
     t0 = time.monotonic()
 
     def recorded_now() -> int:
         return DeletionItem.objects.filter(job=job, state=ItemState.DELETED).count()
 
-    for _ in range(ROUNDS):
+    for round_ in range(rounds):
         # A random moment while the job runs, chosen by its progress rather than by the clock (an idle
         # machine finishes 10,000 keys in seconds): once a random number of items is recorded, and a
         # random fraction of a batch later, so the kill lands before a batch, mid-batch or after it.
@@ -202,6 +215,9 @@ def test_a_big_deletion_survives_its_worker_being_killed(s3, celery_worker_proce
         # What the database recorded, and what the store had already deleted (more: killed mid-batch).
         recorded = DeletionItem.objects.filter(job=job, state=ItemState.DELETED).count()
         kills.append((recorded, len(frozen - stored(name))))
+        if restart_broker is not None and round_ % 2 == 0:
+            restart_broker()
+            restarts += 1
         worker = spawn_worker(queue, tmp_path / f"worker-{len(kills)}.log")
         # Beat's sweep, once the lease of the killed delivery has run out.
         execution.start_due(now=timezone.now() + execution.LEASE + timedelta(seconds=1))
@@ -212,14 +228,15 @@ def test_a_big_deletion_survives_its_worker_being_killed(s3, celery_worker_proce
 
         wait_for(ended, timeout=240, interval=0.5, what="the deletion to finish")
     finally:
-        if worker is not celery_worker_process:
+        if worker is not first_worker:
             worker.terminate()
             worker.wait(timeout=30)
     elapsed = time.monotonic() - t0
-    print(
-        f"seed {seed}: killed at (recorded, deleted in the store) {kills} of {OBJECTS}; "
-        f"finished {elapsed:.1f} s after the start; set up in {t0 - t_setup:.1f} s"
+    figures = (
+        f"seed {seed}: {len(kills)} kills -9 at (recorded, deleted in the store) {kills} of {OBJECTS}; "
+        f"{restarts} broker restarts; finished {elapsed:.1f} s after the start; set up in {t0 - t_setup:.1f} s"
     )
+    print(figures)
 
     job.refresh_from_db()
     assert job.state == DeletionState.COMPLETED, job.outcome
@@ -242,3 +259,4 @@ def test_a_big_deletion_survives_its_worker_being_killed(s3, celery_worker_proce
     assert copy.gone_at is not None
     assert not ShardFile.objects.filter(copy=copy, gone_at__isnull=True).exists()
     assert CheckpointCopy.objects.get(checkpoint=held, location=bucket.location).gone_at is None
+    return figures
