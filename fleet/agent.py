@@ -694,7 +694,7 @@ def _load_json(f: BinaryIO, size: int, limit: int) -> Any:
         return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except UnicodeDecodeError:
         raise _FactsError("not UTF-8 text") from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the decoder recurses
         raise _FactsError(f"invalid JSON: {exc}") from None
 
 
@@ -708,7 +708,7 @@ def _safetensors_facts(f: BinaryIO, size: int) -> dict[str, Any]:
         raise _FactsError(f"header of {n} bytes is cut off: the file has {size} bytes")
     try:
         header = json.loads(_read_exact(f, n).decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise _FactsError(f"header is not valid JSON: {exc}") from None
     if not isinstance(header, dict):
         raise _FactsError("header is not a JSON object")
