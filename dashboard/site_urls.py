@@ -4,9 +4,10 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.routers import DefaultRouter
 
 from ckptfleet.health import healthz
+from ckptfleet.middleware import not_found
+from ckptfleet.routers import IdDefaultRouter
 from dashboard.api import dashboard as dashboard_api
 from dashboard.api.audit import AuditEventViewSet
 from dashboard.api.fleet import (
@@ -20,7 +21,7 @@ from dashboard.api.fleet import (
 )
 from dashboard.api.views import CheckpointViewSet, OrphanListView, RunViewSet
 
-router = DefaultRouter()
+router = IdDefaultRouter()
 router.register("runs", RunViewSet, basename="run")
 router.register("checkpoints", CheckpointViewSet, basename="checkpoint")
 router.register("hosts", HostViewSet, basename="host")
@@ -62,3 +63,6 @@ urlpatterns = [
     path("retention/", include("retention.urls")),
     path("", include("promotion.urls")),  # /promotions/, /checkpoints/<pk>/promote/ and /api/v1/promotions/
 ]
+
+# /api/ answers a path that matches nothing (a non-numeric id included) in its JSON shape; pages get 404.html.
+handler404 = not_found
