@@ -2369,7 +2369,7 @@ def _md5() -> Any:
     try:
         return hashlib.md5(usedforsecurity=False)
     except TypeError:  # Python 3.8
-        return hashlib.md5()  # noqa: S324 - compared with an ETag, not used for security
+        return hashlib.md5()  # noqa: S324  # nosec B324 - compared with an ETag, not used for security
 
 
 def _strip_etag(value: object) -> str:
@@ -2410,7 +2410,7 @@ def _download(url: str, out: BinaryIO, *, size: int, etag: str, timeout: float) 
     # pull_file lets only http(s) URLs through.
     request = urllib.request.Request(url, headers={"User-Agent": AGENT})  # noqa: S310
     try:
-        response = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
+        response = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310  # nosec B310 - http(s) only, checked above
     except urllib.error.HTTPError as exc:
         reason = _store_refusal(exc)
         if exc.code in (408, 429) or exc.code >= 500 or (exc.code == 403 and "expired" in reason.lower()):
