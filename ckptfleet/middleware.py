@@ -17,7 +17,9 @@ API's exception handler answers it for the API.
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import SuspiciousOperation
 from django.http import HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import render
 from django.views.defaults import page_not_found
 
@@ -99,7 +101,11 @@ class RequestGuardMiddleware:
                 f"the request body is {int(raw)} bytes, over the limit of {limit} bytes",
             )
         if request.method == "POST" and request.content_type in _FORMS:
-            for name, values in request.POST.lists():
+            try:
+                form = request.POST
+            except (MultiPartParserError, SuspiciousOperation):  # too many fields, a broken multipart body
+                return refusal(request, 400, "bad_request", "the form body cannot be read")
+            for name, values in form.lists():
                 if "\x00" in name or any("\x00" in v for v in values):
                     return refusal(request, 400, "bad_request", f"form field {_shown(name)} contains a NUL character")
         return None

@@ -122,3 +122,14 @@ def test_a_body_over_the_limit_is_a_413_before_any_view_reads_it(signed_in, sett
         "detail": f"the request body is {len(body)} bytes, over the limit of 1024 bytes",
     }
     assert not DeletionJob.objects.exists() and AuditEvent.objects.count() == before
+
+
+def test_a_form_body_that_cannot_be_read_is_a_400(signed_in):
+    run = RunFactory()
+    response = signed_in.post(
+        f"/actions/runs/{run.pk}/hold/",
+        data=b"--x\r\nContent-Disposition: form-data; name=reason\r\n\r\nr\r\n--x--\r\n",
+        content_type="multipart/form-data",  # no boundary
+    )
+    assert response.status_code == 400
+    assert not Hold.objects.exists()

@@ -23,6 +23,7 @@ from drf_spectacular.generators import SchemaGenerator
 
 from access.services import api_token_create
 from audit.actor import Actor
+from fleet.services import host_register, host_token_issue, location_add
 from tests.conftest import give_roles
 from tests.factories import CheckpointCopyFactory, CheckpointFactory, RunFactory
 from tests.reliability.conftest import report
@@ -38,7 +39,15 @@ def token(transactional_db, django_user_model) -> str:
     return raw
 
 
-def fuzz(live_server, token: str, tmp_path: Path, *, examples: int, phases: str, seed: int) -> int:
+@pytest.fixture
+def host_token(transactional_db) -> str:
+    actor = Actor.command(label="tests")
+    host = host_register(name="gpu-fuzz", actor=actor)
+    location_add(host=host, name="gpu-fuzz:/ckpt", kind="nvme", tier="nvme", root_path="/ckpt", actor=actor)
+    return host_token_issue(host=host, actor=actor)
+
+
+def fuzz(live_server, token: str, tmp_path: Path, *, examples: int, phases: str, seed: int, only: str = "") -> int:
     """Run schemathesis; fail on any 5xx (or an error it hits); return how many requests it sent."""
     schema = tmp_path / "openapi.yaml"
     schema.write_text(yaml.safe_dump(SchemaGenerator().get_schema(request=None, public=True)))
@@ -67,10 +76,11 @@ def fuzz(live_server, token: str, tmp_path: Path, *, examples: int, phases: str,
         # The inventory upload is gzip NDJSON, which schemathesis cannot write; tests/fleet/test_ingest.py and
         # the input-abuse tests try it.
         "--exclude-path-regex=^/api/v1/inventories/$",
+        *([f"--include-path-regex={only}"] if only else []),
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600, env={**os.environ})
     sent = len(json.loads(har.read_text())["log"]["entries"]) if har.exists() else 0
-    report("API requests fuzzed (schemathesis, 0 server errors allowed)", sent)
+    report(f"API requests fuzzed{' (' + only + ')' if only else ''} (schemathesis, 0 server errors allowed)", sent)
     assert done.returncode == 0, done.stdout[-20000:] + done.stderr[-5000:]
     assert sent > 0, done.stdout[-5000:]
     return sent
@@ -78,6 +88,20 @@ def fuzz(live_server, token: str, tmp_path: Path, *, examples: int, phases: str,
 
 def test_a_short_fuzz_of_every_api_operation_gets_no_server_error(live_server, token, tmp_path):
     assert fuzz(live_server, token, tmp_path, examples=5, phases="examples,fuzzing", seed=15) >= 200
+
+
+def test_a_short_fuzz_of_the_agent_endpoints_with_a_host_token_gets_no_server_error(live_server, host_token, tmp_path):
+    # The agent's four operations; the coverage phase tries their bodies' boundary values.
+    sent = fuzz(
+        live_server,
+        host_token,
+        tmp_path,
+        examples=25,
+        phases="examples,coverage,fuzzing",
+        seed=15,
+        only="^/api/v1/agent/",
+    )
+    assert sent >= 20
 
 
 @pytest.mark.reliability_long
