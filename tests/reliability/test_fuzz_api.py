@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 import yaml
@@ -48,10 +49,16 @@ def host_token(transactional_db) -> str:
 
 
 def fuzz(live_server, token: str, tmp_path: Path, *, examples: int, phases: str, seed: int, only: str = "") -> int:
-    """Run schemathesis; fail on any 5xx (or an error it hits); return how many requests it sent."""
+    """Run schemathesis; fail on any 5xx or any error it hits but one: return how many requests it sent.
+
+    The one error let through is a "Network Error" in which the test server (Django's, on Python's
+    http.server) read bytes the client left on a kept-alive connection as the next request and answered in
+    HTTP/0.9 ("Connection aborted. <!DOCTYPE HTML>"): a framing quirk of that server with the odd methods
+    and bodies of the coverage phase, not an answer of the application. It is counted and printed.
+    """
     schema = tmp_path / "openapi.yaml"
     schema.write_text(yaml.safe_dump(SchemaGenerator().get_schema(request=None, public=True)))
-    har = tmp_path / "requests.har"
+    har, junit = tmp_path / "requests.har", tmp_path / "junit.xml"
     command = [
         sys.executable,
         "-m",
@@ -70,8 +77,9 @@ def fuzz(live_server, token: str, tmp_path: Path, *, examples: int, phases: str,
         "--no-shrink",
         "--no-color",
         "--suppress-health-check=all",
-        "--report=har",
+        "--report=har,junit",
         f"--report-har-path={har}",
+        f"--report-junit-path={junit}",
         "--warnings=off",
         # The inventory upload is gzip NDJSON, which schemathesis cannot write; tests/fleet/test_ingest.py and
         # the input-abuse tests try it.
@@ -81,8 +89,18 @@ def fuzz(live_server, token: str, tmp_path: Path, *, examples: int, phases: str,
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600, env={**os.environ})
     sent = len(json.loads(har.read_text())["log"]["entries"]) if har.exists() else 0
     report(f"API requests fuzzed{' (' + only + ')' if only else ''} (schemathesis, 0 server errors allowed)", sent)
-    assert done.returncode == 0, done.stdout[-20000:] + done.stderr[-5000:]
-    assert sent > 0, done.stdout[-5000:]
+    output = done.stdout[-20000:] + done.stderr[-5000:]
+    assert junit.exists(), output
+    cases = list(ElementTree.parse(junit).getroot().iter("testcase"))
+    failures = [(case.get("name"), f.get("message")) for case in cases for f in case.iter("failure")]
+    errors = [(case.get("name"), e.get("message") or "") for case in cases for e in case.iter("error")]
+    framing = [e for e in errors if "Connection aborted. <!DOCTYPE HTML>" in e[1]]
+    if framing:
+        report("test-server framing errors (not application answers)", framing)
+    assert failures == [], output
+    assert [e for e in errors if e not in framing] == [], output
+    assert done.returncode == 0 or errors, output
+    assert sent > 0, output
     return sent
 
 
