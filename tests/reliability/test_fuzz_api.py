@@ -86,7 +86,8 @@ def fuzz(live_server, token: str, tmp_path: Path, *, examples: int, phases: str,
         "--exclude-path-regex=^/api/v1/inventories/$",
         *([f"--include-path-regex={only}"] if only else []),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=3600, env={**os.environ})
+    # In tmp_path: schemathesis keeps a cache (.schemathesis/) in its working directory.
+    done = subprocess.run(command, capture_output=True, text=True, timeout=3600, env={**os.environ}, cwd=tmp_path)
     sent = len(json.loads(har.read_text())["log"]["entries"]) if har.exists() else 0
     report(f"API requests fuzzed{' (' + only + ')' if only else ''} (schemathesis, 0 server errors allowed)", sent)
     output = done.stdout[-20000:] + done.stderr[-5000:]
