@@ -45,7 +45,7 @@ endef
 PYTEST_SQLITE = $(call run_pytest,"pytest on SQLite (embedded default)",,sqlite)
 PYTEST_POSTGRES = $(call run_pytest,"pytest on PostgreSQL + Redis",DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL),postgres)
 
-.PHONY: help venv lock demo test test-sqlite test-postgres lint typecheck test-deps services bench compose-check
+.PHONY: help venv lock demo test test-sqlite test-postgres test-reliability lint typecheck test-deps services bench compose-check
 
 help: ## List the targets
 	@echo "Checkpoint Fleet: make TARGET"
@@ -129,6 +129,16 @@ test-sqlite: venv test-deps ## The suite on SQLite only
 
 test-postgres: venv test-deps services ## The suite on PostgreSQL + Redis only
 	$(PYTEST_POSTGRES)
+
+# tests/reliability at full length (RELIABILITY_LONG=1: the long variants too), printing each check's figure (-s),
+# on SQLite and then on PostgreSQL + Redis. `make test` runs only their short smoke.
+test-reliability: venv test-deps services ## The reliability suite at full length (tests/reliability, RELIABILITY_LONG=1), on both databases
+	@failed=""; \
+	RELIABILITY_LONG=1 $(MAKE) --no-print-directory _pytest-sqlite PYTEST_ARGS="-s tests/reliability $(PYTEST_ARGS)" \
+		|| failed="$$failed SQLite"; \
+	RELIABILITY_LONG=1 $(MAKE) --no-print-directory _pytest-postgres PYTEST_ARGS="-s tests/reliability $(PYTEST_ARGS)" \
+		|| failed="$$failed PostgreSQL"; \
+	if [ -n "$$failed" ]; then echo "make test-reliability: FAILED on$$failed" >&2; exit 1; fi
 
 # The bare runs, without prerequisites, for `test` which has already made them.
 .PHONY: _pytest-sqlite _pytest-postgres

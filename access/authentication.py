@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rest_framework import authentication
+from rest_framework import authentication, exceptions
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):
@@ -14,6 +14,12 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         header = authentication.get_authorization_header(request).decode("latin-1")
         scheme, _, raw = header.partition(" ")
         raw = raw.strip()
+        if scheme == self.keyword and raw.startswith("cfh_"):
+            raise exceptions.AuthenticationFailed(
+                "this is a host agent's token (cfh_), which only the agent endpoints take; "
+                "a script uses a person's token (cfu_, manage.py api_token create <user>)",
+                code="not_authenticated",
+            )
         if scheme != self.keyword or not raw.startswith("cfu_"):
             return None
         # Imported here: DRF reads this class while ckptfleet.errors, which the services need, is loading.

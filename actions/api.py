@@ -30,12 +30,14 @@ from actions.models import DeletionItem, DeletionJob, Hold, Pin
 from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from ckptfleet.errors import DomainError
+from ckptfleet.params import parse_id
 
 
 def _get(model, pk, what: str, request):
+    pk = parse_id(pk, what)
     try:
         return restrict(model.objects.all(), request.user).get(pk=pk)
-    except (model.DoesNotExist, ValueError, TypeError):
+    except model.DoesNotExist:
         raise DomainError(f"{what} {pk} does not exist", code="not_found", http_status=404) from None
 
 

@@ -1,10 +1,10 @@
 from django.urls import path
-from rest_framework.routers import SimpleRouter
 
 from actions.api import DeletionViewSet, HoldViewSet, PinViewSet
 from actions.views_bulk import BulkApiView
+from ckptfleet.routers import IdRouter
 
-router = SimpleRouter()
+router = IdRouter()
 router.register("pins", PinViewSet, basename="action-pin")
 router.register("holds", HoldViewSet, basename="action-hold")
 router.register("deletions", DeletionViewSet, basename="action-deletion")

@@ -28,6 +28,7 @@ from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from catalog.templatetags.fleet_format import bytes_iec, count
 from ckptfleet.errors import DomainError
+from ckptfleet.params import parse_id
 
 ITEMS_PER_PAGE = 200
 JOBS_PER_PAGE = 50
@@ -91,9 +92,7 @@ def hold(request, pk: int):
     checkpoint = None
     raw = request.POST.get("checkpoint", "")
     if raw:
-        checkpoint = (
-            restrict(Checkpoint.objects.all(), request.user).filter(pk=int(raw) if raw.isdigit() else 0).first()
-        )
+        checkpoint = restrict(Checkpoint.objects.all(), request.user).filter(pk=parse_id(raw, "checkpoint")).first()
         if checkpoint is None:
             messages.error(request, "Not held: that checkpoint does not exist.")
             return _back(request, reverse("catalog:run-detail", args=[pk]))
@@ -147,7 +146,7 @@ def schedule(request, pk: int):
     if raw_copy:
         copy = (
             CheckpointCopy.objects.select_related("location")
-            .filter(pk=int(raw_copy) if raw_copy.isdigit() else 0, checkpoint=checkpoint)
+            .filter(pk=parse_id(raw_copy, "copy"), checkpoint=checkpoint)
             .first()
         )
         if copy is None:

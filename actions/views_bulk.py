@@ -12,6 +12,7 @@ refusal is audited like any other.
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -125,6 +126,9 @@ class Selection:
 # --- reading the selection ------------------------------------------------------------------------------
 
 
+_ID = re.compile(r"[0-9]{1,18}")  # ASCII digits only: str.isdigit also takes "¹", which int() refuses
+
+
 def parse_items(values: list[str]) -> tuple[list[tuple[int, int | None]], list[str]]:
     """``"<checkpoint id>"`` or ``"<checkpoint id>:<copy id>"`` values, in order and without repeats."""
     out: list[tuple[int, int | None]] = []
@@ -132,7 +136,7 @@ def parse_items(values: list[str]) -> tuple[list[tuple[int, int | None]], list[s
     for raw in values:
         head, _, tail = (raw or "").strip().partition(":")
         # Ids are positive and fit a bigint; anything else is refused before it reaches a query.
-        if not head.isdigit() or (tail and not tail.isdigit()) or len(head) > 18 or len(tail) > 18:
+        if not _ID.fullmatch(head) or (tail and not _ID.fullmatch(tail)):
             errors.append(f"{raw[:40]!r} is not a checkpoint (or checkpoint:copy) id")
             continue
         pair = (int(head), int(tail) if tail else None)

@@ -162,6 +162,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # NUL characters and oversized bodies are refused before anything reads them (400 and 413).
+    "ckptfleet.middleware.RequestGuardMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -275,9 +277,18 @@ TASK_MAX_DELIVERIES = env_int("CKPTFLEET_TASK_MAX_DELIVERIES", 5, minimum=1)
 CELERY_TIMEZONE = "UTC"
 
 REST_FRAMEWORK = {
+    # The token class first: DRF answers a request nobody authenticated with 401 (and WWW-Authenticate) only
+    # when the first class names a scheme; the session class names none, and 401 became a misleading 403.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
         "access.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    # JSON through ckptfleet.jsonsafe: deep nesting or a NUL character is a 400, not a RecursionError or
+    # a PostgreSQL DataError.
+    "DEFAULT_PARSER_CLASSES": [
+        "ckptfleet.parsers.SafeJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["access.permissions.HasRole"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -363,6 +374,9 @@ if DEMO_S3_ENDPOINT:
     check_url("CKPTFLEET_DEMO_S3", DEMO_S3_ENDPOINT, {"http", "https"})
 # Django's own cap on in-memory request bodies does not apply to the streamed inventory upload.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024**2
+# A refused (413) body up to this size is read and thrown away before the answer, so that clients which send
+# their whole body before reading see the 413 (ckptfleet.middleware); a larger one is not read.
+CKPTFLEET_BODY_DRAIN_BYTES = env_int("CKPTFLEET_BODY_DRAIN_BYTES", 64 * 1024**2, minimum=0)
 
 # The audit chain's anchors: its head (event count, last hash, time, HMAC signature) written outside the database
 # every AUDIT_ANCHOR_MINUTES, to a directory (a JSON-lines file per month) and/or to an S3 bucket with Object Lock,

@@ -261,7 +261,7 @@ def jobs_by_key(keys: list[str], *, user=None) -> list[Job]:
     ids: dict[str, list[int]] = {name: [] for name in _KIND_SOURCES}
     for key in keys[:200]:
         kind, _, pk = key.partition(":")
-        if kind in ids and pk.isdigit():
+        if kind in ids and pk.isascii() and pk.isdigit() and len(pk) <= 18:
             ids[kind].append(int(pk))
     jobs: list[Job] = []
     for name, (rows, as_job, *_) in _KIND_SOURCES.items():

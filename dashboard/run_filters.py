@@ -31,6 +31,7 @@ from catalog import selectors
 from catalog.choices import CopyState, RunStatus
 from catalog.models import CopyTierUsage, Run
 from ckptfleet.errors import DomainError
+from ckptfleet.params import lenient_id
 from fleet.choices import Tier
 from spend import placement
 
@@ -162,7 +163,7 @@ class RunFilters:
         team = (params.get("team") or "").strip()
         return cls(
             q=(params.get("q") or "").strip()[:200],
-            team_id=int(team) if team.isdigit() and int(team) > 0 else None,
+            team_id=lenient_id(team),
             status=pick("status", RunStatus.values),
             tier=pick("tier", Tier.values),
             flag=pick("flag", placement.Flag.values),

@@ -4,10 +4,11 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.routers import DefaultRouter
 
 from ckptfleet.health import healthz
 from ckptfleet.metrics import metrics
+from ckptfleet.middleware import not_found
+from ckptfleet.routers import IdDefaultRouter
 from dashboard.api import dashboard as dashboard_api
 from dashboard.api.audit import AuditEventViewSet
 from dashboard.api.fleet import (
@@ -21,7 +22,7 @@ from dashboard.api.fleet import (
 )
 from dashboard.api.views import CheckpointViewSet, OrphanListView, RunViewSet
 
-router = DefaultRouter()
+router = IdDefaultRouter()
 router.register("runs", RunViewSet, basename="run")
 router.register("checkpoints", CheckpointViewSet, basename="checkpoint")
 router.register("hosts", HostViewSet, basename="host")
@@ -67,3 +68,6 @@ urlpatterns = [
     path("retention/", include("retention.urls")),
     path("", include("promotion.urls")),  # /promotions/, /checkpoints/<pk>/promote/ and /api/v1/promotions/
 ]
+
+# /api/ answers a path that matches nothing (a non-numeric id included) in its JSON shape; pages get 404.html.
+handler404 = not_found

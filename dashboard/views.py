@@ -22,7 +22,7 @@ from catalog import recovery, selectors
 from catalog.choices import CopyState, RunStatus, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from catalog.verification import VerificationSummary, failure_domain, summarize
-from ckptfleet.params import positive_int_param
+from ckptfleet.params import positive_int_param, whole_number
 from dashboard.run_filters import SORTS, BadCursor, RunFilters
 from fleet.choices import Tier
 from spend import placement
@@ -52,7 +52,8 @@ def run_list(request):
     except BadCursor:
         cursor = None
     number = (request.GET.get("page") or "").strip()
-    offset = (int(number) - 1) * RUNS_PER_PAGE if cursor is None and number.isdigit() and int(number) > 1 else 0
+    page = whole_number(number, "page", minimum=1, maximum=10**9) if number else 1
+    offset = (page - 1) * RUNS_PER_PAGE if cursor is None else 0
     runs = restrict_runs(Run.objects.all(), request.user)
     # A scoped person chooses among their own teams; another team's id is not found, and lists nothing.
     refusal = filters.team_refusal(restrict_teams(Team.objects.all(), request.user))

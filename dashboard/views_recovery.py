@@ -18,6 +18,7 @@ from catalog import selectors
 from catalog.models import Checkpoint, Run
 from catalog.recovery import recovery_for
 from ckptfleet.errors import DomainError
+from ckptfleet.params import parse_id
 
 MATCHES_SHOWN = 20
 
@@ -74,8 +75,8 @@ def protect(request, pk: int):
     """Pin and hold the checkpoint for the incident: two audited actions in one transaction."""
     the_run = _run(request, pk)
     try:
-        checkpoint = Checkpoint.objects.get(pk=int(request.POST.get("checkpoint", "")), run=the_run)
-    except (ValueError, Checkpoint.DoesNotExist):
+        checkpoint = Checkpoint.objects.get(pk=parse_id(request.POST.get("checkpoint", ""), "checkpoint"), run=the_run)
+    except Checkpoint.DoesNotExist:
         raise Http404("no such checkpoint in this run") from None
     reason = request.POST.get("reason", "")
     incident = request.POST.get("case_ref", "")

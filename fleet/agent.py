@@ -694,7 +694,7 @@ def _load_json(f: BinaryIO, size: int, limit: int) -> Any:
         return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except UnicodeDecodeError:
         raise _FactsError("not UTF-8 text") from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the decoder recurses
         raise _FactsError(f"invalid JSON: {exc}") from None
 
 
@@ -708,7 +708,7 @@ def _safetensors_facts(f: BinaryIO, size: int) -> dict[str, Any]:
         raise _FactsError(f"header of {n} bytes is cut off: the file has {size} bytes")
     try:
         header = json.loads(_read_exact(f, n).decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise _FactsError(f"header is not valid JSON: {exc}") from None
     if not isinstance(header, dict):
         raise _FactsError("header is not a JSON object")
@@ -2369,7 +2369,7 @@ def _md5() -> Any:
     try:
         return hashlib.md5(usedforsecurity=False)
     except TypeError:  # Python 3.8
-        return hashlib.md5()  # noqa: S324 - compared with an ETag, not used for security
+        return hashlib.md5()  # noqa: S324  # nosec B324 - compared with an ETag, not used for security
 
 
 def _strip_etag(value: object) -> str:
@@ -2410,7 +2410,7 @@ def _download(url: str, out: BinaryIO, *, size: int, etag: str, timeout: float) 
     # pull_file lets only http(s) URLs through.
     request = urllib.request.Request(url, headers={"User-Agent": AGENT})  # noqa: S310
     try:
-        response = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
+        response = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310  # nosec B310 - http(s) only, checked above
     except urllib.error.HTTPError as exc:
         reason = _store_refusal(exc)
         if exc.code in (408, 429) or exc.code >= 500 or (exc.code == 403 and "expired" in reason.lower()):

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from audit.actor import Actor
 from audit.services import audit
+from ckptfleet import jsonsafe
 from ckptfleet.celery import task
 from ckptfleet.errors import DomainError, NotAuthenticated, PermissionRefused, TooLarge
 from ckptfleet.rules import name_problem
@@ -179,7 +180,9 @@ def _read_header(first_chunk: bytes) -> dict:
     if not newline:
         raise DomainError("the inventory has no complete header line", code="bad_inventory")
     try:
-        header = json.loads(line)
+        header = jsonsafe.loads(line, refuse_nul=True)
+    except (jsonsafe.JsonTooDeep, jsonsafe.JsonHasNul) as exc:
+        raise DomainError(f"line 1: the header is refused: {exc}", code="bad_inventory") from None
     except ValueError:
         raise DomainError("line 1: the header is not valid JSON", code="bad_inventory") from None
     if not isinstance(header, dict) or header.get("type") != "header":

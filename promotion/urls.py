@@ -1,14 +1,14 @@
 """Pages and API of promotions, included once from ``dashboard.site_urls``."""
 
 from django.urls import include, path
-from rest_framework.routers import SimpleRouter
 
+from ckptfleet.routers import IdRouter
 from promotion import views
 from promotion.api.views import PromotionViewSet
 
 app_name = "promotion"
 
-router = SimpleRouter()
+router = IdRouter()
 router.register("promotions", PromotionViewSet, basename="api-promotion")
 
 urlpatterns = [

@@ -18,6 +18,7 @@ from audit.actor import Actor
 from audit.choices import EventSource
 from catalog.models import Run
 from ckptfleet.errors import PermissionRefused
+from ckptfleet.params import optional_id
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host, PriceBasis, StorageLocation
 from fleet.pricebook import utc_today
@@ -48,12 +49,7 @@ class CSVRenderer(BaseRenderer):
 
 
 def _int_param(request, name: str) -> int | None:
-    value = request.query_params.get(name)
-    if value in (None, ""):
-        return None
-    if not value.isdigit():
-        raise serializers.ValidationError({name: "an id"})
-    return int(value)
+    return optional_id(request.query_params.get(name), name)
 
 
 def _basis(request) -> spend.Basis:

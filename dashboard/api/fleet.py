@@ -52,6 +52,8 @@ class InventoryUploadView(APIView):
     authentication_classes = [HostTokenAuthentication]
     permission_classes = [IsHost]
     parser_classes = [StreamParser]
+    # The body is read in chunks against CKPTFLEET_INVENTORY_MAX_BYTES, not the 10 MB of other requests.
+    streams_request_body = True
 
     @extend_schema(
         request={"application/x-ndjson": bytes},

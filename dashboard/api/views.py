@@ -15,6 +15,7 @@ from access.scoping import restrict_runs, restrict_teams, visible_orphans
 from catalog import selectors
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from ckptfleet.errors import DomainError
+from ckptfleet.params import optional_id, whole_number
 from dashboard.api.serializers import (
     CheckpointPlacementSerializer,
     CheckpointSerializer,
@@ -36,9 +37,7 @@ def _limit(request, default: int, maximum: int) -> int:
     raw = request.query_params.get("limit")
     if raw is None or raw == "":
         return default
-    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
-        raise DomainError(f"limit must be a whole number from 1 to {maximum}, not {raw!r}", code="bad_limit")
-    return int(raw)
+    return whole_number(raw, "limit", minimum=1, maximum=maximum)
 
 
 class RunKeysetPagination(BasePagination):
@@ -61,7 +60,7 @@ class RunKeysetPagination(BasePagination):
                 f"cursor must come from `next` or `previous` of this sort: {exc}", code="bad_cursor"
             ) from None
         size = request.query_params.get("page_size") or ""
-        size = min(int(size), self.max_page_size) if size.isdigit() and int(size) > 0 else self.page_size
+        size = min(whole_number(size, "page_size", minimum=1), self.max_page_size) if size else self.page_size
         self.page = filters.page(queryset, cursor=cursor, size=size)
         return self.page.runs
 
@@ -251,10 +250,7 @@ class CheckpointViewSet(viewsets.ReadOnlyModelViewSet):
     def flagged(self, request):
         """Without ``flag``: every placement flag with its help and count. With it: the flagged checkpoints,
         cursor-paged, each with why."""
-        run = request.query_params.get("run") or None
-        if run is not None and not run.isdigit():
-            raise ValidationError({"run": "a run id"})
-        run_id = int(run) if run else None
+        run_id = optional_id(request.query_params.get("run"), "run")
         flag = request.query_params.get("flag") or None
 
         def scoped(name):
@@ -294,8 +290,6 @@ class OrphanListView(generics.ListAPIView):
         kind = self.request.query_params.get("kind") or None
         if kind is not None and kind not in selectors.OrphanKind.values:
             raise ValidationError({"kind": f"one of {', '.join(selectors.OrphanKind.values)}"})
-        location = self.request.query_params.get("location") or None
-        if location is not None and not location.isdigit():
-            raise ValidationError({"location": "a storage location id"})
-        groups = selectors.orphans(kind=kind, location_id=int(location) if location else None)
+        location_id = optional_id(self.request.query_params.get("location"), "location")
+        groups = selectors.orphans(kind=kind, location_id=location_id)
         return visible_orphans(groups, self.request.user)

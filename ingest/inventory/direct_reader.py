@@ -5,7 +5,6 @@ raises ``Fallback``, and the line-by-line way decides."""
 from __future__ import annotations
 
 import gzip
-import json
 import math
 import re
 import zlib
@@ -15,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 import orjson
 
 from catalog.formats.base import FileEntry
+from ckptfleet import jsonsafe
 from fleet.agent import MAX_PATH_BYTES, REFUSED_PATH_CHARS, SHA256_HEX
 from ingest.inventory.lines import digests_text, facts_stored
 
@@ -43,7 +43,7 @@ class Lines:
         if len(raw) > self.max_line:
             raise Fallback
         try:
-            obj = json.loads(raw)
+            obj = jsonsafe.loads(raw)
         except (ValueError, UnicodeDecodeError):
             raise Fallback from None
         if not isinstance(obj, dict) or obj.get("type") != kind:
@@ -146,7 +146,8 @@ class Reader:
                 if len(raw) > max_line:
                     raise Fallback
                 try:
-                    obj = json.loads(raw) if b'"facts"' in raw else loads(raw)
+                    # Too deep a line (JsonTooDeep, a ValueError) goes to the line-by-line reader, which names it.
+                    obj = jsonsafe.loads(raw) if b'"facts"' in raw else jsonsafe.check(raw, loads(raw))
                     if obj["type"] != "file":
                         raise Fallback
                     path, size, mtime = obj["path"], obj["size"], obj["mtime"]

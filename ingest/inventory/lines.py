@@ -13,6 +13,7 @@ from typing import cast
 
 from catalog.digests import dumps as digests_dumps
 from catalog.digests import from_line
+from ckptfleet import jsonsafe
 from fleet.agent import SHA256_HEX, path_problem
 from ingest.inventory.rows import InventoryError, Row
 
@@ -105,7 +106,9 @@ def read_inventory(stream, *, max_line: int, header: dict | None = None) -> Iter
             if seen_end:
                 raise InventoryError(lineno, "content after the end line")
             try:
-                obj = json.loads(raw)
+                obj = jsonsafe.loads(raw, allow_nan=True)  # NaN: refused by the field's own rule
+            except jsonsafe.JsonTooDeep as exc:
+                raise InventoryError(lineno, str(exc)) from None
             except (ValueError, UnicodeDecodeError):
                 raise InventoryError(lineno, "not valid JSON") from None
             if not isinstance(obj, dict):

@@ -68,7 +68,20 @@ def test_a_revoked_unknown_or_deactivated_persons_token_is_refused(ada, client):
 
 def test_a_host_agents_token_is_no_persons_token(make_host, client):
     kit = make_host()
-    assert client.get("/api/v1/runs/", **kit.auth()).status_code in (401, 403)
+    for method, url in (("get", "/api/v1/runs/"), ("post", "/api/v1/actions/pins/")):
+        response = getattr(client, method)(url, **kit.auth())
+        # 401 (not 403): the request is not authenticated, and says how to authenticate.
+        assert response.status_code == 401, url
+        assert response["WWW-Authenticate"] == "Bearer"
+        assert response.json()["error"] == "not_authenticated"
+        assert "host agent's token" in response.json()["detail"]
+    assert not AuditEvent.objects.filter(action="access.refused").exists()
+
+
+def test_no_credentials_at_all_is_a_401_that_names_the_scheme(client):
+    response = client.get("/api/v1/runs/")
+    assert (response.status_code, response["WWW-Authenticate"]) == (401, "Bearer")
+    assert response.json()["error"] == "not_authenticated"
 
 
 def test_revoking_nothing_is_refused_and_changes_nothing(ada):

@@ -239,7 +239,7 @@ def test_the_api_lists_orphans(signed_in, fleet_with_orphans):
 
 
 def test_the_api_refuses_a_stranger(client):
-    assert client.get("/api/v1/orphans/").status_code == 403
+    assert client.get("/api/v1/orphans/").status_code == 401
 
 
 def test_the_page_sends_a_stranger_to_sign_in(client):

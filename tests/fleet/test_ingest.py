@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import json
@@ -136,6 +137,26 @@ def test_it_rejects_a_root_the_host_has_not_registered(make_host, push):
     response = push(kit, kit.body(dcp(100), root="/etc"))
     assert response.status_code == 400
     assert response.json()["error"] == "unknown_root"
+    assert Inventory.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("header", "why"),
+    [
+        ({"root": "/mnt/nvme0/checkpoints\x00x"}, "NUL character"),  # was a PostgreSQL DataError: HTTP 500
+        ({"agent": "x\x00"}, "NUL character"),
+        ({"agent": functools.reduce(lambda inner, _: [inner], range(69), [])}, "deeper than 64"),
+    ],
+    ids=["nul-in-root", "nul-in-agent", "deep"],
+)
+def test_a_header_with_a_nul_or_deep_nesting_is_refused_and_nothing_is_stored(make_host, push, header, why):
+    kit = make_host()
+    lines = kit.lines(dcp(100))
+    lines[0].update(header)
+    response = push(kit, gzip_lines(lines))
+    assert response.status_code == 400, response.content
+    assert response.json()["error"] == "bad_inventory"
+    assert why in response.json()["detail"] and response.json()["detail"].startswith("line 1:")
     assert Inventory.objects.count() == 0
 
 
@@ -631,6 +652,20 @@ def test_an_unusual_but_valid_line_is_applied(make_host, push, line):
             b'{"type": "file", "path": "a/b", "size": 3145728, "mtime": 1, '
             b'"checksums": {"blocks": {"size": 1048576, "crc32": "AAAAAQ=="}}}\n',
             "base64 of 3 big-endian crc32 values",
+        ),
+        # Facts nested 5,000 deep: a RecursionError crashed the ingest task and left it "processing" for 2 hours.
+        pytest.param(
+            b'{"type": "file", "path": "a/b", "size": 1, "mtime": 1, "facts": {"kind": "x", "v": '
+            + b"[" * 5000
+            + b"]" * 5000
+            + b"}}\n",
+            "JSON nested deeper than 64 levels",
+            id="facts-5000-deep",
+        ),
+        pytest.param(
+            b'{"type": "file", "path": "a/b", "size": 1, "mtime": 1, "deep": ' + b"[" * 65 + b"]" * 65 + b"}\n",
+            "JSON nested deeper than 64 levels",
+            id="65-deep",
         ),
     ],
 )
