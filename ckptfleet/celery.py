@@ -22,6 +22,8 @@ app.conf.beat_schedule = {
     "start-due-deletions": {"task": "actions.tasks.start_due_deletions", "schedule": 60.0},
     # Promotions: restores due for a status poll (each job every PROMOTION_POLL_SECONDS), and lost jobs resent.
     "advance-promotions": {"task": "promotion.tasks.advance_promotions", "schedule": 60.0},
+    # Governance holds' Object Lock retention is a rolling date: moved on daily once half of it is left.
+    "renew-governance-holds": {"task": "actions.objectlock.renew_governance_task", "schedule": 86400.0},
 }
 
 

@@ -137,7 +137,7 @@ def is_postgres() -> bool:
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
-    """Let the test runner empty the audit table between transactional tests on PostgreSQL.
+    """Let the test runner empty the audit and hold tables between transactional tests on PostgreSQL.
 
     Production keeps the TRUNCATE trigger; here only the flush between tests needs it off, and the
     test of that trigger switches it back on inside its own rolled-back transaction.
@@ -145,6 +145,9 @@ def django_db_setup(django_db_setup, django_db_blocker):
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("ALTER TABLE catalog_auditevent DISABLE TRIGGER catalog_auditevent_no_truncate")
+            # Likewise the holds' TRUNCATE guard (actions.holdguard): a test that placed a compliance hold then
+            # flushes; the row-level guard stays on and tests/actions/test_hold_modes.py tests both.
+            cursor.execute("ALTER TABLE actions_hold DISABLE TRIGGER actions_hold_no_truncate")
 
 
 def _forget_broker_connections() -> None:
