@@ -395,6 +395,8 @@ def release(*, hold: Hold, reason: str, actor: Actor, case_ref: str = "", reques
     target = hold.checkpoint if hold.checkpoint_id else hold.run
     if hold.mode == HoldMode.GOVERNANCE:
         release_case = _text(case_ref, "a case reference for releasing a governance hold", limit=MAX_CASE_REF)
+        if actor.kind != ActorKind.USER:
+            raise PermissionRefused("only a person with the approver role releases a governance hold")
         _person_role(actor, Role.APPROVER, doing="releasing a governance hold", target=target)
     else:
         release_case = (case_ref or "").strip()[:MAX_CASE_REF] if isinstance(case_ref, str) else ""

@@ -98,6 +98,11 @@ def test_a_governance_hold_is_released_only_by_another_approver_with_a_reason_an
         )
     assert AuditEvent.objects.filter(action="access.refused", actor_label="oscar").exists()
     refused(lambda: services.release(hold=made, reason="done", actor=as_ui(april)), match="case reference")
+    refused(
+        lambda: services.release(hold=made, reason="policy", case_ref="X", actor=POLICY),
+        match="only a person with the approver role",
+        kind=PermissionRefused,
+    )
     refused(lambda: services.release(hold=made, reason="", case_ref="GOV-1-C", actor=as_ui(april)), match="reason")
 
     n = events()
@@ -330,3 +335,13 @@ def test_the_admin_of_holds_is_read_only_for_a_superuser(fleet, olga, root, clie
     assert client.post(f"/admin/actions/hold/{made.pk}/delete/", {"post": "yes"}).status_code == 403
     assert client.post(f"/admin/actions/hold/{made.pk}/change/", {"mode": "legal"}).status_code == 403
     assert Hold.objects.get(pk=made.pk).active
+
+
+@pytest.mark.parametrize("mode", [HoldMode.LEGAL, HoldMode.GOVERNANCE, HoldMode.COMPLIANCE])
+def test_a_checkpoint_under_a_hold_of_any_mode_is_never_scheduled_for_deletion(fleet, olga, root, mode):
+    until = soon() if mode == HoldMode.COMPLIANCE else None
+    services.hold(run=fleet.run, reason="r", case_ref="ANY-1", mode=mode, retain_until=until, actor=as_ui(olga))
+    ckpt = fleet.checkpoints[100]
+    preview = services.preview(checkpoint=ckpt)
+    assert not preview.allowed and preview.promise == 1 and f"under a {mode} hold" in preview.refusal
+    refused(lambda: services.schedule_deletion(checkpoint=ckpt, reason="x", actor=as_ui(root)), match=f"{mode} hold")

@@ -174,6 +174,10 @@ def test_the_hold_list_shows_modes_and_dates_and_offers_release_only_to_who_may_
     as_olga = client_for(olga).get(url).content.decode()
     assert all(release(h) not in as_olga for h in (legal, gov, kept))
 
+    # The run page's timeline names each hold with its mode and, for a compliance hold, its date.
+    run_page = client_for(oscar).get(reverse("catalog:run-detail", args=[fleet.run.pk])).content.decode()
+    assert f"Held (GOV-1, governance; LEG-1; SEC-1, compliance until {kept.retain_until:%Y-%m-%d})" in run_page
+
     refused = client_for(oscar).post(release(kept), {"reason": "please"}, follow=True).content.decode()
     assert "Not released: hold SEC-1 is a compliance hold retained until" in refused
     assert Hold.objects.get(pk=kept.pk).active

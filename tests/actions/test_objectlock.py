@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from botocore.exceptions import ClientError
+from django.urls import reverse
 from django.utils import timezone
 
 from actions import execution, objectlock, services
@@ -248,7 +249,7 @@ def still_there(s3, bucket: str, f) -> bool:
 
 
 def test_a_compliance_hold_sets_compliance_retention_that_no_bypass_gets_past_and_its_extension_reaches_the_store(
-    s3, locked, django_capture_on_commit_callbacks, olga, oscar
+    s3, locked, django_capture_on_commit_callbacks, olga, oscar, client
 ):
     ckpt = Checkpoint.objects.filter(copies__location__bucket__bucket_name=locked, step__isnull=False).first()
     mine = files_of(ckpt)
@@ -289,6 +290,14 @@ def test_a_compliance_hold_sets_compliance_retention_that_no_bypass_gets_past_an
     made.refresh_from_db()
     assert (made.mirror_mode, made.mirror_retain_until, made.mirror_state) == ("COMPLIANCE", later, MirrorState.DONE)
     assert {retention(s3, locked, f) for f in mine} == {("COMPLIANCE", later)}
+
+    # The checkpoint page shows the mirror's state: objects confirmed, refusals, the retention mode and date.
+    client.force_login(oscar)
+    page = client.get(reverse("catalog:checkpoint-detail", args=[ckpt.pk])).content.decode()
+    assert (
+        f"Object Lock: Mirrored to Object Lock: {len(mine)} objects confirmed, 0 refusals; "
+        f"COMPLIANCE retention until {later:%Y-%m-%d %H:%M:%S} UTC"
+    ) in page
 
 
 def test_a_governance_hold_sets_rolling_governance_retention_renews_it_and_lifts_it_when_released(
