@@ -10,8 +10,13 @@ Roles: a person (``Actor.kind == "user"``) needs the operator role to act and th
 approve; workers and beat act for policies and need none. The promises are checked for everyone:
 an admin gets no bypass, whichever way in.
 
+Holds have a mode (``HoldMode``): legal, governance (the approver role releases it, with a case
+reference) and compliance (nobody releases it before ``retain_until``, which is only ever extended;
+``actions.holdguard``'s triggers refuse the same in the database).
+
 Object Lock: a hold placed or released on checkpoints with objects in an Object-Lock bucket is
-mirrored onto those objects as legal holds after the hold commits (``actions.objectlock``). The
+mirrored onto those objects as legal holds (and GOVERNANCE or COMPLIANCE retention for those modes)
+after the hold commits (``actions.objectlock``). The
 catalog's hold is what every promise reads and it stands whatever the store answers; a refusal is
 recorded on the hold (``mirror_state``) and in the mirror's own audit event.
 """

@@ -57,6 +57,8 @@ def actions_panel(context, target):
     for h in holds:
         h.is_retained = h.retained(now)
         h.can_release = may_release(user, h, now=now)
+        if h.is_retained:
+            h.extend_min = max(now.date(), h.retain_until.date()) + timedelta(days=1)
     modes = [label.lower() for mode, label in HoldMode.choices if any(h.mode == mode for h in holds)]
     today = now.date()
     pins = list(pins.order_by("-pinned_at", "-pk")[:LISTED])
