@@ -16,9 +16,13 @@ for the batch and then wins. An item is marked deleted only when the store confi
 that refuses (Object Lock legal hold or retention: AccessDenied) leaves the item blocked, never
 retried, and the job says so in its outcome and in the audit trail.
 
-Objects in buckets are deleted here, by exact version (or, unversioned, conditional on the ETag);
-files on hosts are deleted by the host's agent (``agent_pending`` / ``agent_report``), which checks
-size and mtime first. When a job ends, the files it removed are marked gone and the locations'
+Objects in buckets are deleted here, by exact version: in a versioned bucket an item frozen without
+its version id (the scan's HEAD pass had not reached it) has its version looked up by the content the
+plan froze, never deleted version-less (that only adds a delete marker and keeps the data); in a
+bucket without versioning each object is HEADed right before the delete and skipped when its size or
+ETag changed, as not every store honours the ETag condition the delete also carries. Files on hosts
+are deleted by the host's agent (``agent_pending`` / ``agent_report``), which checks size and mtime
+first. When a job ends, the files it removed are marked gone and the locations'
 copies judged again by the ingestion's own code, so the catalog shows what remains.
 """
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -108,9 +113,11 @@ def blocker(job: DeletionJob) -> str:
         )
         refusal = promises.last_verified_copy(checkpoint, copy, survivors)
     elif refusal is None and job.origin.startswith("policy"):
-        refusal = promises.newest_restorable_for_policy(
-            checkpoint, job.origin, newest_restorable(checkpoint.run)[0]
-        ) or promises.disputed_for_policy(checkpoint, job.origin)
+        refusal = (
+            promises.newest_restorable_for_policy(checkpoint, job.origin, newest_restorable(checkpoint.run)[0])
+            or promises.disputed_for_policy(checkpoint, job.origin)
+            or promises.unidentified_for_policy(checkpoint, job.origin)
+        )
     return f"{refusal.message} [{refusal.code}]" if refusal is not None else ""
 
 
@@ -131,8 +138,10 @@ def _lock(job_id: int) -> DeletionJob | None:
 
 def due_jobs(now: datetime):
     """Scheduled jobs whose grace period is over and which need no approval or have it."""
-    return DeletionJob.objects.filter(state=DeletionState.SCHEDULED, execute_after__lte=now).filter(
-        Q(needs_approval=False) | Q(approved_at__isnull=False)
+    return (
+        DeletionJob.objects.filter(state=DeletionState.SCHEDULED, execute_after__lte=now)
+        .filter(Q(needs_approval=False) | Q(approved_at__isnull=False))
+        .filter(Q(approvals_required__lt=2) | Q(second_approved_at__isnull=False))
     )
 
 
@@ -228,10 +237,11 @@ def execute(job_id: int) -> str:
     """
     skip: set[int] = set()
     clients: dict[int, object] = {}
+    versioning: dict[int, str | None] = {}
     idle = 0
     while True:
         try:
-            result = run_batch(job_id, skip=frozenset(skip), clients=clients)
+            result = run_batch(job_id, skip=frozenset(skip), clients=clients, versioning=versioning)
         except s3.S3Error as exc:
             if not exc.transient:
                 fail(job_id, f"the store refused the deletion: {exc.message}")
@@ -262,20 +272,27 @@ def execute(job_id: int) -> str:
             time.sleep(min(2**idle, 30))
 
 
-def run_batch(job_id: int, *, skip: frozenset[int] = frozenset(), clients: dict | None = None) -> BatchResult:
+def run_batch(
+    job_id: int, *, skip: frozenset[int] = frozenset(), clients: dict | None = None, versioning: dict | None = None
+) -> BatchResult:
     """One batch of at most ``BATCH`` objects of one bucket, in one transaction with the locks held.
 
-    ``clients`` keeps one S3 client per bucket across the batches of one task run.
+    ``clients`` keeps one S3 client per bucket across the batches of one task run, ``versioning`` the
+    buckets' versioning status. A job with nothing pending ends by its items, before the promises
+    are read again: a hold placed after the last batch deleted everything blocked nothing.
     """
     with transaction.atomic():
         job = _lock(job_id)
         if job is None or job.state != DeletionState.RUNNING:
             return BatchResult("stopped")
+        pending = DeletionItem.objects.filter(job=job, state=ItemState.PENDING)
+        if not pending.exists():
+            _finish(job, *_verdict(job), actor=WORKER)
+            return BatchResult("done")
         why = blocker(job)
         if why:
-            _finish(job, DeletionState.BLOCKED, f"stopped before it was done: {why}", actor=WORKER)
+            _finish(job, DeletionState.BLOCKED, _stopped(job, why), actor=WORKER)
             return BatchResult("stopped")
-        pending = DeletionItem.objects.filter(job=job, state=ItemState.PENDING)
         first = (
             pending.filter(location__kind=LocationKind.BUCKET)
             .exclude(pk__in=skip)
@@ -286,22 +303,45 @@ def run_batch(job_id: int, *, skip: frozenset[int] = frozenset(), clients: dict 
         if first is None:
             if skip and pending.filter(pk__in=skip).exists():
                 return BatchResult("retry")
-            if pending.exists():
-                return BatchResult("waiting")
-            _finish(job, *_verdict(job), actor=WORKER)
-            return BatchResult("done")
+            return BatchResult("waiting")
         items = list(pending.filter(location_id=first).exclude(pk__in=skip).order_by("pk")[:BATCH])
         bucket = Bucket.objects.select_related("location").get(location_id=first)
         clients = {} if clients is None else clients
         client = clients.get(first) or clients.setdefault(first, s3.client_for(bucket))
-        outcomes = s3.delete_objects(client, bucket.bucket_name, [(i.path, i.version_id, i.etag) for i in items])
+        versioning = {} if versioning is None else versioning
+        if first not in versioning:
+            versioning[first] = s3.bucket_versioning(client, bucket.bucket_name)
         now = timezone.now()
         done: dict[str, list[DeletionItem]] = defaultdict(list)
+        checked = _check_before_delete(client, bucket.bucket_name, items, versioned=versioning[first])
+        resolved = 0
+        for item in items:
+            verdict = checked[item.pk]
+            if verdict.skip:
+                item.state, item.detail, item.done_at = ItemState.SKIPPED, verdict.skip, now
+                done[item.state].append(item)
+            elif verdict.version_id and verdict.version_id != item.version_id:
+                item.version_id = verdict.version_id
+                DeletionItem.objects.filter(pk=item.pk).update(version_id=item.version_id)
+                resolved += 1
+        sending = [i for i in items if i.state == ItemState.PENDING]
+        outcomes = (
+            s3.delete_objects(client, bucket.bucket_name, [(i.path, i.version_id, i.etag) for i in sending])
+            if sending
+            else []
+        )
         retry: list[int] = []
         refused: list[dict] = []
-        for item, outcome in zip(items, outcomes, strict=True):
+        for item, outcome in zip(sending, outcomes, strict=True):
             if outcome.deleted:
                 item.state, item.detail = ItemState.DELETED, ""
+            elif outcome.marker_version_id:
+                # The bucket became versioned since it was read: the store only hid the object. Take the
+                # marker away again, and look the version up on the next pass.
+                _remove_marker(client, bucket.bucket_name, item, outcome.marker_version_id)
+                versioning.pop(first, None)
+                retry.append(item.pk)
+                continue
             elif outcome.code == "AccessDenied":
                 item.state = ItemState.BLOCKED
                 item.detail = (
@@ -330,6 +370,7 @@ def run_batch(job_id: int, *, skip: frozenset[int] = frozenset(), clients: dict 
                 "location": bucket.location.name,
                 **counts,
                 "unconfirmed": len(retry),
+                "versions_looked_up": resolved,
                 "first_key": items[0].path,
                 "last_key": items[-1].path,
             },
@@ -345,6 +386,80 @@ def run_batch(job_id: int, *, skip: frozenset[int] = frozenset(), clients: dict 
             )
             log.warning("deletion %s: %s objects refused by %s", job.pk, len(refused), bucket.location.name)
     return BatchResult("more", deleted=counts["deleted"], retry=tuple(retry))
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What the store says of one frozen object just before it is deleted: the exact version to delete,
+    or why it must not be (``skip``, in words; "missing: ..." when the planned content is gone)."""
+
+    version_id: str = ""
+    skip: str = ""
+
+
+CHECK_THREADS = 16  # HEAD / ListObjectVersions requests in flight for one batch
+MTIME_SLACK = timedelta(seconds=1)  # listings give LastModified to the second or the millisecond
+
+
+def _check_before_delete(
+    client, bucket: str, items: list[DeletionItem], *, versioned: str | None
+) -> dict[int, Checked]:
+    """Make every item of a batch an exact delete, or skip it, by asking the store right before deleting.
+
+    An item frozen with its version id is exact already. One frozen without (the scan's HEAD pass had
+    not reached it) is never sent version-less to a versioned bucket, where that only adds a delete
+    marker: its version is looked up by the content the plan froze (size, ETag, last modified). In a
+    bucket without versioning (or whose status could not be read) the object is HEADed, and one whose
+    size or ETag differ from the plan is skipped as changed: the ETag condition of DeleteObjects is not
+    honoured by every store, so it is not relied on alone. Raises S3Error for the batch to retry.
+    """
+    todo = [i for i in items if not i.version_id]
+    if not todo:
+        return {i.pk: Checked(version_id=i.version_id) for i in items}
+    if versioned in ("Enabled", "Suspended"):
+
+        def check(item: DeletionItem) -> Checked:
+            return _planned_version(item, s3.key_versions(client, bucket, item.path))
+
+    else:
+
+        def check(item: DeletionItem) -> Checked:
+            state = s3.object_state(client, bucket, item.path)
+            if state is None:
+                return Checked(skip="missing: already gone from the store")
+            if state.size != item.size or (item.etag and state.etag != item.etag):
+                return Checked(skip="changed since scheduling: its size or ETag no longer match the plan")
+            return Checked(version_id=state.version_id)
+
+    with ThreadPoolExecutor(max_workers=min(CHECK_THREADS, len(todo))) as pool:
+        answers = dict(zip((i.pk for i in todo), pool.map(check, todo), strict=True))
+    return {i.pk: answers.get(i.pk) or Checked(version_id=i.version_id) for i in items}
+
+
+def _planned_version(item: DeletionItem, versions: list[s3.VersionInfo]) -> Checked:
+    """The one version of ``item``'s key that holds the content the plan froze, or why there is none."""
+    same = [v for v in versions if v.size == item.size and (not item.etag or v.etag == item.etag)]
+    if len(same) > 1:
+        same = [v for v in same if abs(v.last_modified - item.mtime) <= MTIME_SLACK]
+    if not same:
+        return Checked(skip="missing: no version of the key holds the planned content (size and ETag)")
+    if len(same) > 1:
+        return Checked(skip=f"left alone: {len(same)} versions hold the planned content and none is told apart")
+    return Checked(version_id=same[0].version_id)
+
+
+def _remove_marker(client, bucket: str, item: DeletionItem, marker: str) -> None:
+    outcome = s3.delete_objects(client, bucket, [(item.path, marker, "")])[0]
+    if not outcome.deleted:
+        log.warning("deletion: delete marker %s of %s stays: %s %s", marker, item.path, outcome.code, outcome.message)
+
+
+def _stopped(job: DeletionJob, why: str) -> str:
+    """The outcome of a job a promise stopped, saying what had been deleted before and what remains."""
+    states = Counter(DeletionItem.objects.filter(job=job).values_list("state", flat=True))
+    deleted, pending = states[ItemState.DELETED], states[ItemState.PENDING]
+    done = f"{deleted} of {job.items_total} deleted before that, {pending} left in place"
+    return f"stopped before it was done: {why}; {done}"
 
 
 def _record(job: DeletionJob, done: dict[str, list[DeletionItem]], *, now: datetime) -> dict[str, int]:
@@ -399,7 +514,9 @@ def _mark_gone(items: list[DeletionItem], *, now: datetime) -> None:
         )
         for pk, version_id, size, mtime, applied in rows:
             item = wanted[pk]
-            same = version_id == item.version_id if item.version_id else (size, mtime) == (item.size, item.mtime)
+            # A version looked up at deletion time is compared with a row that may still have none.
+            exact = item.version_id and version_id
+            same = version_id == item.version_id if exact else (size, mtime) == (item.size, item.mtime)
             if same:
                 last_seen[pk] = applied or now
     by_seen: dict[datetime, list[int]] = defaultdict(list)
@@ -503,7 +620,7 @@ def agent_pending(*, host: Host, root: str = "", limit: int = BATCH) -> list[dic
             why = blocker(job)
             if why:
                 actor = Actor.system("deletion check", EventSource.AGENT)
-                _finish(job, DeletionState.BLOCKED, f"stopped before it was done: {why}", actor=actor)
+                _finish(job, DeletionState.BLOCKED, _stopped(job, why), actor=actor)
                 continue
         allowed.append(job_id)
     rows = (

@@ -81,7 +81,7 @@ class Hold(models.Model):
     including ones that appear later. Only a different person than the one who placed it may
     release it; a governance hold only a person with the approver role (with a case reference);
     a compliance hold nobody before ``retain_until``, which can be extended, never shortened.
-    The compliance rules are also kept by a database trigger (migration 0004), so the admin, a
+    The compliance rules are also kept by a database trigger (migration 0006), so the admin, a
     superuser's shell and raw SQL are refused as the services are.
     """
 
@@ -188,6 +188,14 @@ class DeletionJob(models.Model):
     )
     approved_label = models.CharField(max_length=200, blank=True)
     approved_at = models.DateTimeField(null=True, blank=True)
+    # Above a blast-radius limit (bytes, objects, share of the run) a second approver is needed too:
+    # ``approvals_required`` is 0 (none), 1 or 2, and the second approval is recorded here.
+    approvals_required = models.PositiveSmallIntegerField(default=0)
+    second_approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    second_approved_label = models.CharField(max_length=200, blank=True)
+    second_approved_at = models.DateTimeField(null=True, blank=True)
     execute_after = models.DateTimeField(help_text="The end of the grace period.")
     cancelled_label = models.CharField(max_length=200, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
@@ -213,11 +221,20 @@ class DeletionJob(models.Model):
                 condition=Q(approved_at__isnull=True) | ~Q(approved_label=F("requested_label")),
                 name="deletionjob_approved_by_another_person",
             ),
+            models.CheckConstraint(
+                condition=Q(second_approved_at__isnull=True)
+                | (~Q(second_approved_label=F("requested_label")) & ~Q(second_approved_label=F("approved_label"))),
+                name="deletionjob_second_approver_is_a_third_person",
+            ),
         ]
         indexes = [models.Index(fields=["state", "execute_after"], name="deletionjob_due")]
 
     def __str__(self) -> str:
         return f"deletion {self.pk} of checkpoint {self.checkpoint_id} ({self.state})"
+
+    @property
+    def approvals_given(self) -> int:
+        return (self.approved_at is not None) + (self.second_approved_at is not None)
 
 
 class ItemState(models.TextChoices):

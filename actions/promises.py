@@ -11,13 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
 
 from actions.models import HoldMode, Pin
 from actions.protection import active_holds
 from catalog.choices import CopyState, Verification
-from catalog.models import Checkpoint
+from catalog.formats import FORMAT_LABELS
+from catalog.models import Checkpoint, CheckpointCopy
 from catalog.recovery import disputed_checkpoints
+from fleet.choices import InventoryStatus
+from fleet.models import StorageLocation
 
 # The promises of PRODUCT.md, by number.
 PROMISE_HOLD = 1
@@ -138,3 +146,77 @@ def newest_restorable_for_policy(checkpoint: Checkpoint, origin: str, newest: Ch
         f"{checkpoint} is the newest restorable checkpoint of {checkpoint.run}; no policy deletes it",
         PROMISE_NEWEST_AND_LAST_VERIFIED,
     )
+
+
+def evidence_cutoff(now: datetime | None = None) -> datetime:
+    """A location whose newest applied inventory was taken before this is stale, for policies (promise 12)."""
+    return (now or timezone.now()) - timedelta(hours=settings.POLICY_EVIDENCE_HOURS)
+
+
+def _evidence_problem(location: StorageLocation, cutoff: datetime) -> str:
+    """Why what ``location`` holds is not known well enough for a policy to act on, or ""."""
+    last = location.last_inventory
+    if last is not None and last.status == InventoryStatus.FAILED:
+        when = (last.finished_at or last.received_at).strftime("%Y-%m-%d %H:%M UTC")
+        return f"the last inventory of {location} failed ({when})"
+    if location.last_applied_at is None:
+        return f"{location} has no applied inventory yet"
+    if location.last_applied_at < cutoff:
+        hours = int((timezone.now() - location.last_applied_at).total_seconds() // 3600)
+        return (
+            f"the newest inventory of {location} is {hours:,} h old (older than CKPTFLEET_POLICY_EVIDENCE_HOURS = "
+            f"{settings.POLICY_EVIDENCE_HOURS} h)"
+        )
+    return ""
+
+
+def unidentified_for_policy(checkpoint: Checkpoint, origin: str, *, now: datetime | None = None) -> Refusal | None:
+    """Promise 12, fail closed: a policy deletes (or demotes) only what it positively identifies.
+
+    A present copy in a layout no format of the registry knows, or at a location whose newest inventory
+    failed, is missing or is stale, leaves the checkpoint's copies and their count unknown, so no policy
+    acts on it. (A copy an applied inventory found gone is positive evidence, wherever it was.) A person
+    may still delete it by hand, seeing the preview. ``unidentified_ids`` is the same rule for many runs.
+    """
+    if not origin.startswith("policy"):
+        return None
+    copies = list(
+        CheckpointCopy.objects.filter(checkpoint=checkpoint, gone_at__isnull=True)
+        .select_related("location", "location__last_inventory")
+        .order_by("location__name")
+    )
+    problems: list[str] = []
+    for copy in copies:
+        if copy.format not in FORMAT_LABELS:
+            problems.append(f"the copy at {copy.location} is in a layout no known format recognises ({copy.format!r})")
+    cutoff = evidence_cutoff(now)
+    seen: set[int] = set()
+    for copy in copies:
+        if copy.location_id in seen:
+            continue
+        seen.add(copy.location_id)
+        problem = _evidence_problem(copy.location, cutoff)
+        if problem:
+            problems.append(problem)
+    if not problems:
+        return None
+    return Refusal(
+        "not_identified",
+        f"{checkpoint} cannot be positively identified: {'; '.join(problems[:5])}. A policy never deletes or "
+        "demotes what it cannot identify (promise 12); take a fresh inventory, or delete it by hand",
+        PROMISE_FAIL_CLOSED,
+    )
+
+
+def unidentified_ids(run_ids: Iterable[int], *, now: datetime | None = None) -> set[int]:
+    """The checkpoints of these runs that ``unidentified_for_policy`` refuses, in one query."""
+    cutoff = evidence_cutoff(now)
+    unknown = (
+        Q(last_applied_at__isnull=True)
+        | Q(last_applied_at__lt=cutoff)
+        | Q(last_inventory__status=InventoryStatus.FAILED)
+    )
+    bad = CheckpointCopy.objects.filter(gone_at__isnull=True, checkpoint__run_id__in=list(run_ids)).filter(
+        Q(location__in=StorageLocation.objects.filter(unknown).values("pk")) | ~Q(format__in=list(FORMAT_LABELS))
+    )
+    return set(bad.values_list("checkpoint_id", flat=True).distinct())

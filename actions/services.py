@@ -31,7 +31,7 @@ from typing import cast
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Sum
+from django.db.models import Count, Exists, OuterRef, Sum
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
@@ -39,7 +39,7 @@ from access.refusals import Refusal as AccessRefusal
 from access.refusals import note_refusal
 from access.roles import Role, has_role, require_role
 from actions import promises
-from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, HoldMode, MirrorState, Pin
+from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, HoldMode, ItemState, MirrorState, Pin
 from actions.objectlock import mirror_hold_task
 from actions.promises import Refusal
 from actions.protection import OPEN_DELETION_STATES, active_holds
@@ -50,6 +50,7 @@ from catalog.choices import Importance
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, ShardFile
 from catalog.recovery import newest_restorable, newest_restorable_ids
 from ckptfleet.errors import DomainError, PermissionRefused
+from ckptfleet.units import bytes_iec
 from fleet.models import Bucket
 from fleet.pricebook import GIB, PriceBook, utc_today
 
@@ -344,7 +345,13 @@ def hold(
             placed_at=timezone.now(),
             mirror_state=MirrorState.PENDING if mirror else MirrorState.NONE,
         )
-        open_jobs = DeletionJob.objects.filter(state__in=OPEN_DELETION_STATES, checkpoint__run=locked_run)
+        # Only jobs with something left to delete are stopped by the hold: one whose last batch already
+        # deleted everything ends completed, and is not reported as blocked.
+        open_jobs = DeletionJob.objects.filter(
+            Exists(DeletionItem.objects.filter(job=OuterRef("pk"), state=ItemState.PENDING)),
+            state__in=OPEN_DELETION_STATES,
+            checkpoint__run=locked_run,
+        )
         if checkpoint is not None:
             open_jobs = open_jobs.filter(checkpoint=checkpoint)
         _audit(
@@ -569,6 +576,7 @@ class DeletionPreview:
     refusal_code: str = ""
     promise: int | None = None
     approval_reasons: list[str] = field(default_factory=list)
+    blast_reasons: list[str] = field(default_factory=list)  # above a blast-radius limit: two approvers
     grace_days: int = 7
     sample: list[dict] = field(default_factory=list)
 
@@ -583,6 +591,10 @@ class DeletionPreview:
     @property
     def needs_approval(self) -> bool:
         return bool(self.approval_reasons)
+
+    @property
+    def approvals_required(self) -> int:
+        return 2 if self.blast_reasons else 1 if self.approval_reasons else 0
 
     @property
     def whole(self) -> bool:
@@ -704,6 +716,7 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
         or _no_copy(checkpoint, going)
         or promises.disputed_copy(copy)
         or promises.disputed_for_policy(checkpoint, origin)
+        or promises.unidentified_for_policy(checkpoint, origin)
         or _no_files(preview.files)
         or promises.last_verified_copy(checkpoint, copy, surviving)
         or promises.newest_restorable_for_policy(checkpoint, origin, before)
@@ -759,6 +772,36 @@ def _approval_reasons(
     is_newest = newest_before is not None and newest_before.pk == checkpoint.pk
     if is_newest and (copy is None or newest_after is None or newest_after.pk != checkpoint.pk):
         reasons.append("it removes the newest restorable checkpoint of the run")
+    preview.blast_reasons = blast_radius(preview.bytes, preview.files, checkpoint.run_id)
+    if preview.blast_reasons:
+        reasons.append(
+            "its blast radius is above a limit, so two approvers (neither of them the person who asked) must approve "
+            "it: " + "; ".join(preview.blast_reasons)
+        )
+
+
+def blast_radius(nbytes: int, files: int, run_id: int) -> list[str]:
+    """Why one deletion job is larger than a single approver may let through, in words; [] when it is not.
+
+    The limits are per job: its bytes, its objects and files, and its share of the bytes the run's present
+    copies hold (``CKPTFLEET_BLAST_MAX_BYTES``, ``_MAX_OBJECTS``, ``_MAX_RUN_PERCENT``).
+    """
+    reasons = []
+    if nbytes > settings.BLAST_MAX_BYTES:
+        reasons.append(f"{bytes_iec(nbytes)} is more than the limit of {bytes_iec(settings.BLAST_MAX_BYTES)}")
+    if files > settings.BLAST_MAX_OBJECTS:
+        reasons.append(f"{files:,} objects and files is more than the limit of {settings.BLAST_MAX_OBJECTS:,}")
+    run_bytes = (
+        CheckpointCopy.objects.filter(checkpoint__run_id=run_id, gone_at__isnull=True).aggregate(n=Sum("bytes"))["n"]
+        or 0
+    )
+    if run_bytes and nbytes * 100 > run_bytes * settings.BLAST_MAX_RUN_PERCENT:
+        share = nbytes * 100 / run_bytes
+        reasons.append(
+            f"it takes {share:.0f}% of the run's {bytes_iec(run_bytes)}, more than the limit of "
+            f"{settings.BLAST_MAX_RUN_PERCENT}%"
+        )
+    return reasons
 
 
 def preview(*, checkpoint: Checkpoint, copy: CheckpointCopy | None = None, origin: str = "manual") -> DeletionPreview:
@@ -838,6 +881,7 @@ def schedule_deletion(
             requested_at=now,
             needs_approval=assessed.needs_approval,
             approval_reasons=assessed.approval_reasons,
+            approvals_required=assessed.approvals_required,
             execute_after=now + timedelta(days=grace),
         )
         items, total_bytes = _freeze_items(job, [p.copy for p in assessed.parts])
@@ -858,6 +902,7 @@ def schedule_deletion(
                 "bytes": total_bytes,
                 "execute_after": job.execute_after.isoformat(),
                 "needs_approval": job.needs_approval,
+                "approvals_required": job.approvals_required,
                 "approval_reasons": job.approval_reasons,
                 "origin": origin,
             },
@@ -933,23 +978,44 @@ def approve(*, job: DeletionJob, actor: Actor, request_id: str = "") -> Deletion
             )
         if _same_person(actor, current.requested_by_id, current.requested_label):
             raise PermissionRefused(_own_job(actor, current))
+        second = current.approvals_required >= 2 and current.approved_at is not None
+        if second and _same_person(actor, current.approved_by_id, current.approved_label):
+            raise PermissionRefused(
+                f"{actor.label} approved deletion {current.pk} already; its blast radius needs a second, different "
+                "approver"
+            )
         checkpoint = current.checkpoint
         if active_holds(checkpoint).exists():
             raise DomainError(f"{checkpoint} is under a legal hold; a held checkpoint's deletion is not approved")
         if Pin.objects.filter(checkpoint=checkpoint, unpinned_at__isnull=True).exists():
             raise DomainError(f"{checkpoint} was pinned since the deletion was scheduled; cancel it or unpin first")
-        current.state = DeletionState.SCHEDULED
-        current.approved_by = actor.user
-        current.approved_label = actor.label
-        current.approved_at = timezone.now()
-        current.save(update_fields=["state", "approved_by", "approved_label", "approved_at"])
+        now = timezone.now()
+        if second:
+            current.second_approved_by, current.second_approved_label, current.second_approved_at = (
+                actor.user,
+                actor.label,
+                now,
+            )
+            fields = ["second_approved_by", "second_approved_label", "second_approved_at"]
+        else:
+            current.approved_by, current.approved_label, current.approved_at = actor.user, actor.label, now
+            fields = ["approved_by", "approved_label", "approved_at"]
+        if current.approvals_given >= max(current.approvals_required, 1):
+            current.state = DeletionState.SCHEDULED
+        current.save(update_fields=["state", *fields])
         _audit(
             actor,
             "deletion.approve",
             target=checkpoint,
             reason="; ".join(current.approval_reasons),
             before={"deletion": current.pk, "state": DeletionState.AWAITING_APPROVAL},
-            after={"deletion": current.pk, "state": current.state, "execute_after": current.execute_after.isoformat()},
+            after={
+                "deletion": current.pk,
+                "state": current.state,
+                "approvals": f"{current.approvals_given} of {max(current.approvals_required, 1)}",
+                "approved_by": [label for label in (current.approved_label, current.second_approved_label) if label],
+                "execute_after": current.execute_after.isoformat(),
+            },
             request_id=request_id,
         )
     return current

@@ -270,6 +270,7 @@ def deletion_detail(request, pk: int):
             and (has_role(user, Role.OPERATOR) or has_role(user, Role.APPROVER)),
             "approvable": job.state == DeletionState.AWAITING_APPROVAL and has_role(user, Role.APPROVER),
             "own_job": job.requested_by_id == user.pk,
+            "approved_already": job.approved_by_id == user.pk,
         },
     )
 
@@ -283,7 +284,15 @@ def approve(request, pk: int):
     except DomainError as exc:
         messages.error(request, f"Not approved: {exc.message}")
     else:
-        messages.success(request, f"Deletion {job.pk} approved; it runs once its grace period is over.")
+        job.refresh_from_db()
+        if job.state == DeletionState.AWAITING_APPROVAL:
+            messages.success(
+                request,
+                f"Deletion {job.pk}: your approval is recorded ({job.approvals_given} of {job.approvals_required}); "
+                "its blast radius needs another approver too.",
+            )
+        else:
+            messages.success(request, f"Deletion {job.pk} approved; it runs once its grace period is over.")
     return _back(request, _deletion_url(pk))
 
 

@@ -245,6 +245,14 @@ DELETION_APPROVAL_BYTES = env_int("CKPTFLEET_DELETION_APPROVAL_BYTES", 10 * 1024
 # compliance hold may be given (10 years: nobody can undo a mistaken date).
 HOLD_GOVERNANCE_RETENTION_DAYS = env_int("CKPTFLEET_HOLD_GOVERNANCE_RETENTION_DAYS", 30, minimum=2, maximum=36500)
 HOLD_COMPLIANCE_MAX_DAYS = env_int("CKPTFLEET_HOLD_COMPLIANCE_MAX_DAYS", 3653, minimum=1, maximum=36500)
+# The blast radius of one deletion job: above any of these limits it needs two approvers (neither the person
+# who asked): bytes, objects and files, and the share of the run's present bytes it takes, in percent.
+BLAST_MAX_BYTES = env_int("CKPTFLEET_BLAST_MAX_BYTES", 100 * 1024**4, minimum=1)
+BLAST_MAX_OBJECTS = env_int("CKPTFLEET_BLAST_MAX_OBJECTS", 200_000, minimum=1)
+BLAST_MAX_RUN_PERCENT = env_int("CKPTFLEET_BLAST_MAX_RUN_PERCENT", 50, minimum=1, maximum=100)
+# Fail closed (promise 12): a policy acts only on checkpoints whose every location had an inventory applied
+# within this many hours, and whose last inventory did not fail.
+POLICY_EVIDENCE_HOURS = env_int("CKPTFLEET_POLICY_EVIDENCE_HOURS", 48, minimum=1)
 S3_SECRETS_DIR = Path(env_str("CKPTFLEET_S3_SECRETS_DIR", str(VAR_DIR / "s3-secrets")))
 # Promotions pulled by a host's agent: how long each presigned GET URL stays valid, from a minute to the
 # seven days SigV4 allows (fleet.s3.PRESIGN_MAX_SECONDS, not imported here: settings load before boto3).

@@ -457,6 +457,41 @@ class VersionInfo:
     etag: str = ""
     storage_class: str = ""
     delete_marker: bool = False
+    latest: bool = False
+
+
+def key_versions(client: Any, bucket: str, key: str) -> list[VersionInfo]:
+    """Every version of exactly ``key`` (current and non-current, delete markers left out), newest first.
+
+    A deletion frozen before the scan's HEAD pass gave its objects their version ids looks the
+    version up here, by the content it froze (size, ETag, time), rather than sending a version-less
+    delete, which a versioned bucket answers with a delete marker and keeps the data. Raises S3Error.
+    """
+    what = f"ListObjectVersions of s3://{bucket}/{key}"
+    found: list[VersionInfo] = []
+    try:
+        for answer in client.get_paginator("list_object_versions").paginate(
+            Bucket=bucket, Prefix=key, PaginationConfig={"PageSize": PAGE_SIZE}
+        ):
+            found.extend(
+                VersionInfo(
+                    key=item["Key"],
+                    version_id=str(item.get("VersionId") or ""),
+                    size=int(item.get("Size") or 0),
+                    last_modified=_utc(item["LastModified"]),
+                    etag=_etag(item.get("ETag")),
+                    storage_class=str(item.get("StorageClass") or ""),
+                    latest=bool(item.get("IsLatest")),
+                )
+                for item in answer.get("Versions", ())
+                if item.get("Key") == key
+            )
+            keys = [item.get("Key", "") for item in (*answer.get("Versions", ()), *answer.get("DeleteMarkers", ()))]
+            if keys and max(keys) > key:
+                break  # listed in key order: everything further is another key that starts with this one
+    except (ClientError, BotoCoreError) as exc:
+        raise describe(exc, what) from None
+    return found
 
 
 def noncurrent_versions(client: Any, bucket: str, prefix: str) -> Iterator[list[VersionInfo]]:
@@ -1171,6 +1206,7 @@ class DeleteOutcome:
     deleted: bool = False
     code: str = ""
     message: str = ""
+    marker_version_id: str = ""  # asked without a version, the store only added this delete marker
 
 
 def delete_objects(client: Any, bucket: str, objects: list[tuple[str, str, str]]) -> list[DeleteOutcome]:
@@ -1178,7 +1214,10 @@ def delete_objects(client: Any, bucket: str, objects: list[tuple[str, str, str]]
 
     With a version id that version alone goes (never a delete marker in its place); without one the
     ETag makes the delete conditional (S3 refuses it with PreconditionFailed when the object was
-    rewritten). Quiet=False, so every key is answered for. Returns one outcome per object, in the
+    rewritten; moto and several S3-compatible stores ignore the condition, so the executor HEADs
+    first). An object asked for without a version that the store answers with a delete marker was
+    not deleted: its outcome carries the marker's version id instead. Quiet=False, so every key is
+    answered for. Returns one outcome per object, in the
     order given; raises S3Error when the request as a whole fails.
     """
     if len(objects) > DELETE_BATCH:
@@ -1196,9 +1235,11 @@ def delete_objects(client: Any, bucket: str, objects: list[tuple[str, str, str]]
         answer = client.delete_objects(Bucket=bucket, Delete={"Objects": identifiers, "Quiet": False})
     except (ClientError, BotoCoreError) as exc:
         raise describe(exc, what) from None
-    deleted: dict[tuple[str, str], bool] = {}
+    deleted: dict[tuple[str, str], str] = {}
     for item in answer.get("Deleted", ()):
-        deleted[(item.get("Key", ""), str(item.get("VersionId") or ""))] = True
+        # Asked without a version, a versioned bucket "deletes" by adding a delete marker: the data stays.
+        marker = str(item.get("DeleteMarkerVersionId") or "") if item.get("DeleteMarker") else ""
+        deleted[(item.get("Key", ""), str(item.get("VersionId") or ""))] = marker
     errors: dict[tuple[str, str], tuple[str, str]] = {}
     for item in answer.get("Errors", ()):
         # Some stores leave the version id out of an error: it then stands for every version of the key asked for.
@@ -1210,7 +1251,8 @@ def delete_objects(client: Any, bucket: str, objects: list[tuple[str, str, str]]
     for key, version_id, _etag_value in objects:
         error = errors.get((key, version_id)) or errors.get((key, ""))
         if (key, version_id) in deleted and (key, version_id) not in errors:
-            outcomes.append(DeleteOutcome(key, version_id, deleted=True))
+            marker = "" if version_id else deleted[(key, version_id)]
+            outcomes.append(DeleteOutcome(key, version_id, deleted=not marker, marker_version_id=marker))
         elif error is not None:
             outcomes.append(DeleteOutcome(key, version_id, code=error[0], message=error[1]))
         else:

@@ -38,6 +38,7 @@ class Reason(StrEnum):
     PINNED = "pinned"
     NEWEST_RESTORABLE = "newest_restorable"
     DISPUTED = "disputed"
+    NOT_IDENTIFIED = "not_identified"
     CRITICAL = "critical"
     MILESTONE = "milestone"
     LAST_N = "last_n"
@@ -58,13 +59,15 @@ REASON_LABELS = {
     Reason.PINNED: "pinned",
     Reason.NEWEST_RESTORABLE: "the run's newest restorable checkpoint",
     Reason.DISPUTED: "disputed: its copies disagree and nothing independent says which is right",
+    Reason.NOT_IDENTIFIED: "not positively identified: an unknown layout, or a location whose inventory is stale or "
+    "failed",
     Reason.CRITICAL: "critical",
     Reason.MILESTONE: "milestone",
     Reason.LAST_N: "among the last N",
     Reason.EVERY_MTH: "step is a multiple of M",
     Reason.STEPLESS: "saved without a step (an export)",
 }
-PROMISES = frozenset({Reason.HELD, Reason.PINNED, Reason.NEWEST_RESTORABLE, Reason.DISPUTED})
+PROMISES = frozenset({Reason.HELD, Reason.PINNED, Reason.NEWEST_RESTORABLE, Reason.DISPUTED, Reason.NOT_IDENTIFIED})
 _IMPORTANCE_LABELS = {value: label.lower() for value, label in Importance.choices}
 
 
@@ -93,6 +96,7 @@ class CheckpointFacts:
     held: bool = False
     newest_restorable: bool = False
     disputed: bool = False  # a present copy is disputed: never proposed for deletion or demotion (promise 12)
+    unidentified: bool = False  # an unknown layout, or stale or failed evidence: never proposed either (promise 12)
     scheduled: bool = False  # an open deletion job exists: dropped already, never proposed again
     copies: tuple[CopyFacts, ...] = ()
 
@@ -218,6 +222,8 @@ def apply_rules(checkpoints: Iterable[CheckpointFacts], rules: KeepRules) -> Pla
             reasons.append(Reason.NEWEST_RESTORABLE)
         if c.disputed:
             reasons.append(Reason.DISPUTED)
+        if c.unidentified:
+            reasons.append(Reason.NOT_IDENTIFIED)
         if rules.keep_critical and c.importance == Importance.CRITICAL:
             reasons.append(Reason.CRITICAL)
         if rules.keep_milestones and c.importance == Importance.MILESTONE:

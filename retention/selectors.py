@@ -18,6 +18,7 @@ from django.db.models import Q, QuerySet
 from django.db.models.functions import Coalesce
 
 from actions.models import DeletionJob
+from actions.promises import unidentified_ids
 from actions.protection import OPEN_DELETION_STATES, protected_ids
 from catalog.models import Checkpoint, CopyTierUsage, Run
 from catalog.recovery import disputed_checkpoints, newest_restorable_ids
@@ -167,6 +168,7 @@ def load_facts(run_ids: list[int], *, day: date) -> tuple[dict[int, list[Checkpo
     restorable = newest_restorable_ids(run_ids)
     newest = {ckpt for ckpt, _ in restorable.values()}
     disputed = set(Checkpoint.objects.filter(disputed_checkpoints(), run_id__in=run_ids).values_list("pk", flat=True))
+    unidentified = unidentified_ids(run_ids)
     held, pinned = protected_ids(run_ids)
     scheduled = set(
         DeletionJob.objects.filter(state__in=OPEN_DELETION_STATES, checkpoint__run_id__in=run_ids).values_list(
@@ -209,6 +211,7 @@ def load_facts(run_ids: list[int], *, day: date) -> tuple[dict[int, list[Checkpo
                 held=pk in held,
                 newest_restorable=pk in newest,
                 disputed=pk in disputed,
+                unidentified=pk in unidentified,
                 scheduled=pk in scheduled,
                 copies=tuple(copies.get(pk, ())),
             )

@@ -76,6 +76,8 @@ class StorageLocationFactory(DjangoModelFactory):
     tier = "nvme"
     root_path = "/mnt/nvme0"
     name = factory.LazyAttribute(lambda o: f"{o.host.name}:{o.root_path}")
+    # As if an inventory had just been applied: a policy acts only where the evidence is fresh (promise 12).
+    last_applied_at = factory.LazyFunction(timezone.now)
 
 
 class CheckpointCopyFactory(DjangoModelFactory):
@@ -94,7 +96,7 @@ class CheckpointCopyFactory(DjangoModelFactory):
     path = factory.LazyAttribute(
         lambda o: f"{o.checkpoint.run.team.name}/{o.checkpoint.run.name}/checkpoint-{o.checkpoint.step}"
     )
-    format = "hf-trainer"
+    format = "hf_trainer"
     state = CopyState.COMPLETE
     file_count = factory.LazyAttribute(lambda o: o.files)
     bytes = factory.LazyAttribute(lambda o: o.files * o.size)

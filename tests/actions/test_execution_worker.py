@@ -137,7 +137,7 @@ def test_a_big_deletion_survives_its_worker_being_killed(s3, celery_worker_proce
         checkpoint=big,
         location=bucket.location,
         path="llm/big/step-100",
-        format="dcp",
+        format="pytorch_dcp",
         state="complete",
         verification="verified",
         file_count=OBJECTS,

@@ -61,7 +61,7 @@ def dcp_copy(checkpoint: Checkpoint, location: StorageLocation) -> CheckpointCop
         checkpoint=checkpoint,
         location=location,
         path=path,
-        format="dcp",
+        format="pytorch_dcp",
         state=CopyState.COMPLETE,
         verification=Verification.VERIFIED,
         reference_checksums=sums,

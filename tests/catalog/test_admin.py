@@ -52,7 +52,7 @@ def data(db):
         checkpoint=checkpoint,
         location=loc,
         path="vision/vit/checkpoint-10",
-        format="hf-trainer",
+        format="hf_trainer",
         state="partial",
         reasons=["a shard is missing"],
         file_count=1,

@@ -74,6 +74,10 @@ def test_a_stepped_checkpoint_beats_a_step_less_export():
     make_copy(run, 100, nvme)
     export = Checkpoint.objects.create(run=run, step=None, tag="final")
     CheckpointCopy.objects.create(
-        checkpoint=export, location=nvme, path="vision/vit-huge/final", format="hf", state=CopyState.COMPLETE
+        checkpoint=export,
+        location=nvme,
+        path="vision/vit-huge/final",
+        format="hf_safetensors",
+        state=CopyState.COMPLETE,
     )
     assert both(run) == (100, False)

@@ -160,7 +160,7 @@ def test_a_copy_not_rolled_up_yet_counts_by_its_locations_tier():
     ck = checkpoint(run, 1, Importance.CRITICAL)
     archive = StorageLocation.objects.create(name="tape", kind="bucket", tier="deep_archive", region="x")
     CheckpointCopy.objects.create(
-        checkpoint=ck, location=archive, path="p", format="dcp", state=CopyState.COMPLETE, file_count=1, bytes=1
+        checkpoint=ck, location=archive, path="p", format="pytorch_dcp", state=CopyState.COMPLETE, file_count=1, bytes=1
     )
     assert flagged_ids(Flag.ARCHIVE_ONLY) == {ck.pk}
 

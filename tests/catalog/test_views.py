@@ -166,7 +166,7 @@ def test_a_checkpoint_saved_without_a_step_is_shown_by_its_tag(signed_in):
         checkpoint=final,
         location=loc,
         path="vision/vit-huge/final",
-        format="hf-safetensors",
+        format="hf_safetensors",
         state=CopyState.COMPLETE,
         file_count=1,
         bytes=10,

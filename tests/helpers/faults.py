@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import http.client
+import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +24,11 @@ class Fault:
     times: int | None = None
     delay: float = 0.0
     served: int = 0
+    # What the fault does: "error" (answer with the error above), "reset" (close the connection before
+    # the store sees the request), "reset_after" (forward it, then close the connection without the
+    # answer: the store did the work, the client never hears), "partial" (DeleteObjects: forward only every
+    # other key, and answer the others with ``code`` as per-key errors, as S3 does under load).
+    action: str = "error"
 
 
 class FaultyEndpoint:
@@ -66,9 +73,17 @@ class FaultyEndpoint:
                 parts = urlsplit(self.path)
                 query = parse_qs(parts.query, keep_blank_values=True)
                 fault = endpoint.pick(self.command, parts.path, query)
-                if fault is not None:
-                    if fault.delay:
-                        time.sleep(fault.delay)
+                if fault is not None and fault.delay:
+                    time.sleep(fault.delay)
+                if fault is not None and fault.action == "reset":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                refused: list[bytes] = []
+                if fault is not None and fault.action == "partial" and body:
+                    body, refused = _split_delete(body)
+                    fault = None if not refused else fault
+                if fault is not None and fault.action == "error":
                     error = (
                         f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{fault.code}</Code>'
                         f"<Message>{fault.message}</Message><RequestId>fault</RequestId></Error>"
@@ -85,10 +100,23 @@ class FaultyEndpoint:
                     return
                 upstream = http.client.HTTPConnection(endpoint.upstream.hostname, endpoint.upstream.port, timeout=30)
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                if refused:  # the body changed: its length and checksums with it
+                    headers = {
+                        k: v
+                        for k, v in headers.items()
+                        if k.lower() not in ("content-length", "content-md5")
+                        and not k.lower().startswith("x-amz-checksum")
+                    }
                 upstream.request(self.command, self.path, body=body, headers=headers)
                 answer = upstream.getresponse()
                 data = answer.read()
                 upstream.close()
+                if fault is not None and fault.action == "reset_after":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if refused:
+                    data = _add_errors(data, refused, fault.code if fault else "InternalError")
                 self.send_response(answer.status, answer.reason)
                 for name, value in answer.getheaders():
                     if name.lower() in ("transfer-encoding", "connection", "server", "date"):
@@ -108,3 +136,35 @@ class FaultyEndpoint:
                 pass
 
         return Handler
+
+
+_OBJECT = re.compile(rb"<Object>.*?</Object>", re.S)
+_KEY = re.compile(rb"<Key>(.*?)</Key>", re.S)
+_VERSION = re.compile(rb"<VersionId>(.*?)</VersionId>", re.S)
+
+
+def _split_delete(body: bytes) -> tuple[bytes, list[bytes]]:
+    """A DeleteObjects body with every other object taken out, and the objects taken out."""
+    objects = _OBJECT.findall(body)
+    refused = objects[1::2]
+    for obj in refused:
+        body = body.replace(obj, b"", 1)
+    return body, refused
+
+
+def _add_errors(answer: bytes, refused: list[bytes], code: str) -> bytes:
+    """The store's DeleteResult with a per-key <Error> for each object the proxy kept from it."""
+    errors = b""
+    for obj in refused:
+        key = _KEY.search(obj)
+        version = _VERSION.search(obj)
+        errors += (
+            b"<Error><Key>"
+            + (key.group(1) if key else b"")
+            + b"</Key>"
+            + (b"<VersionId>" + version.group(1) + b"</VersionId>" if version else b"")
+            + b"<Code>"
+            + code.encode()
+            + b"</Code><Message>We encountered an internal error.</Message></Error>"
+        )
+    return answer.replace(b"</DeleteResult>", errors + b"</DeleteResult>", 1)

@@ -58,7 +58,7 @@ def copy(
         checkpoint=ck,
         location=location,
         path=f"{ck.run.name}/{ck.label}/{location.pk}-{CheckpointCopy.objects.count()}",
-        format="dcp",
+        format="pytorch_dcp",
         state=state,
         verification=verification,
         temporary=temporary,

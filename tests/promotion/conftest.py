@@ -47,7 +47,7 @@ class Kit:
             checkpoint=checkpoint,
             location=bucket.location,
             path=path,
-            format="dcp",
+            format="pytorch_dcp",
             state=state,
             verification=Verification.VERIFIED,
             file_count=len(files),

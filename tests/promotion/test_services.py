@@ -180,7 +180,11 @@ def test_an_object_of_a_held_checkpoint_at_the_target_is_never_overwritten(kit, 
     other_run = Run.objects.create(team=kit.team, name="other")
     held = Checkpoint.objects.create(run=other_run, step=150)
     held_copy = CheckpointCopy.objects.create(
-        checkpoint=held, location=target.location, path="llm/llama/step-150", format="dcp", state=CopyState.COMPLETE
+        checkpoint=held,
+        location=target.location,
+        path="llm/llama/step-150",
+        format="pytorch_dcp",
+        state=CopyState.COMPLETE,
     )
     kit.s3.client.put_object(Bucket=target.bucket_name, Key="llm/llama/step-150/a", Body=b"evidence")
     ShardFile.objects.create(
@@ -210,7 +214,7 @@ def test_a_promotion_onto_a_held_checkpoints_copy_is_refused_before_anything_hap
     target = kit.bucket()
     other = Checkpoint.objects.create(run=Run.objects.create(team=kit.team, name="other"), step=160)
     CheckpointCopy.objects.create(
-        checkpoint=other, location=target.location, path=copy.path, format="dcp", state=CopyState.COMPLETE
+        checkpoint=other, location=target.location, path=copy.path, format="pytorch_dcp", state=CopyState.COMPLETE
     )
     hold(other)
 

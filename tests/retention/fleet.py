@@ -16,16 +16,20 @@ from fleet.models import Host, PricePoint, StorageLocation
 
 GIB = 1024**3
 SINCE = date(2000, 1, 2)
+NOW = timezone.now
 
 
 class Fleet:
     def __init__(self) -> None:
         self.team = Team.objects.create(name="llm", cost_center="CC-100")
         self.host = Host.objects.create(name="gpu-a01", site="dc1", region="eu-west")
+        # Both as if an inventory had just been applied: a policy acts only on fresh evidence (promise 12).
         self.nvme = StorageLocation.objects.create(
-            name="gpu-a01:/nvme", kind="nvme", tier="nvme", host=self.host, root_path="/nvme"
+            name="gpu-a01:/nvme", kind="nvme", tier="nvme", host=self.host, root_path="/nvme", last_applied_at=NOW()
         )
-        self.bucket = StorageLocation.objects.create(name="s3:ckpts", kind="bucket", tier="object_standard")
+        self.bucket = StorageLocation.objects.create(
+            name="s3:ckpts", kind="bucket", tier="object_standard", last_applied_at=NOW()
+        )
 
     def price(self, location, tier: str, price: str, storage_class: str = "", *, kind: str = "") -> None:
         PricePoint.objects.create(
@@ -68,7 +72,7 @@ class Fleet:
             checkpoint=checkpoint,
             location=location,
             path=path,
-            format="dcp",
+            format="pytorch_dcp",
             state=state,
             verification="verified" if verified else "unverified",
             file_count=files,

@@ -22,6 +22,12 @@ from tests.helpers.disputed import FLIPPED, dcp
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def _inventories_count_as_fresh(settings):
+    """The pushed inventories say they were taken on 2026-11-21; fail closed on stale evidence is tested apart."""
+    settings.POLICY_EVIDENCE_HOURS = 10**6
+
+
 @pytest.fixture
 def run(make_host, push):
     a, b = make_host("gpu-a01"), make_host("gpu-b01")

@@ -16,5 +16,5 @@ def backward(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("actions", "0004_hold_modes")]
+    dependencies = [("actions", "0005_hold_modes")]
     operations = [migrations.RunPython(forward, backward)]

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('actions', '0003_deletionjob_heartbeat'),
+        ('actions', '0004_blast_radius_second_approval'),
         ('catalog', '0018_usage_moves_out'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
