@@ -163,7 +163,10 @@ def test_a_big_deletion_survives_its_worker_being_killed(s3, celery_worker_proce
     )
     job = services.schedule_deletion(checkpoint=big, reason="run abandoned", actor=OPERATOR)
     assert job.state == DeletionState.AWAITING_APPROVAL  # it is the newest restorable checkpoint of its run
-    services.approve(job=job, actor=as_ui(make_person("april", Role.APPROVER)))
+    assert job.approvals_required == 2  # and all of its run's bytes: above the blast radius
+    job = services.approve(job=job, actor=as_ui(make_person("april", Role.APPROVER)))
+    job = services.approve(job=job, actor=as_ui(make_person("otto", Role.APPROVER)))
+    assert job.state == DeletionState.SCHEDULED
     assert job.items_total == OBJECTS
     frozen = set(DeletionItem.objects.filter(job=job).values_list("path", "version_id"))
     # Written after scheduling: a newer version of some keys, which is not in the frozen list.
