@@ -1,13 +1,14 @@
 """Who may do what: five roles, kept as Django groups, checked the same way by pages and the API.
 
 Roles nest: finance can do what a viewer can, an operator what a viewer can, an admin everything.
-An approver is a viewer who may also approve another person's deletion or change request (``approvals``) and
-lock a retention policy. Superusers hold every role.
+An approver is a viewer who may also approve another person's deletion or change request (``approvals``),
+release another person's governance hold, and lock a retention policy. Superusers hold every role.
 
     viewer    read every page and the API
     finance   viewer + spend exports and the price book
     operator  viewer + actions: pin, hold, promote, schedule deletion, scan, add buckets
-    approver  viewer + approve deletions and changes asked for by someone else; lock retention policies
+    approver  viewer + approve deletions and changes asked for, and release governance holds placed, by someone
+              else; lock retention policies
     admin     everything above
 
 A person with none of these sees a 403 page naming whom to ask (``access.middleware``).

@@ -1,6 +1,7 @@
 """Admin of pins, holds and deletions: read-only. Every change goes through ``actions.services``, which
 checks the promises and writes the audit event; an admin form that saved fields would skip both, so
-there is none (no add, change or delete, for superusers too).
+there is none (no add, change or delete, for superusers too). A compliance hold is guarded once more
+by the database (``actions.holdguard``), should a future admin ever try.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ class HoldAdmin(ReadOnlyAdmin):
     list_display = [
         "id",
         "case_ref",
+        "mode",
+        "retain_until",
         "run",
         "checkpoint",
         "placed_label",
@@ -32,7 +35,7 @@ class HoldAdmin(ReadOnlyAdmin):
         "released_label",
         "mirror_state",
     ]
-    list_filter = ["released_at", "mirror_state"]
+    list_filter = ["mode", "released_at", "mirror_state"]
     search_fields = ["case_ref", "reason", "placed_label"]
     raw_id_fields = ["run", "checkpoint"]
     list_select_related = ["run__team", "checkpoint__run__team"]

@@ -3,9 +3,10 @@
     GET  pins/                      active and past pins (?checkpoint=, ?active=1)
     POST pins/                      {"checkpoint", "reason"}
     POST pins/{id}/unpin/           {"reason"?}
-    GET  holds/                     (?run=, ?checkpoint=, ?active=1)
-    POST holds/                     {"run", "checkpoint"?, "reason", "case_ref"}
-    POST holds/{id}/release/        {"reason"}
+    GET  holds/                     (?run=, ?checkpoint=, ?mode=, ?active=1)
+    POST holds/                     {"run", "checkpoint"?, "reason", "case_ref", "mode"?, "retain_until"?}
+    POST holds/{id}/release/        {"reason", "case_ref"? (required for a governance hold)}
+    POST holds/{id}/extend/         {"retain_until", "reason"}: a compliance hold's date, later only
     GET  deletions/                 (?checkpoint=, ?state=)
     GET  deletions/{id}/            one job; deletions/{id}/items/ its frozen list
     POST deletions/                 {"checkpoint", "copy"?, "reason"}
@@ -26,7 +27,7 @@ from rest_framework.response import Response
 from access.middleware import request_id_of
 from access.scoping import restrict
 from actions import services
-from actions.models import DeletionItem, DeletionJob, Hold, Pin
+from actions.models import DeletionItem, DeletionJob, Hold, HoldMode, Pin
 from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from ckptfleet.errors import DomainError
@@ -51,6 +52,9 @@ class PinSerializer(serializers.ModelSerializer):
 
 class HoldSerializer(serializers.ModelSerializer):
     active = serializers.BooleanField(read_only=True)
+    releasable_after = serializers.SerializerMethodField(
+        help_text="A compliance hold: nobody can release it before this (its retain-until date)."
+    )
 
     class Meta:
         model = Hold
@@ -58,6 +62,9 @@ class HoldSerializer(serializers.ModelSerializer):
             "id",
             "run",
             "checkpoint",
+            "mode",
+            "retain_until",
+            "releasable_after",
             "reason",
             "case_ref",
             "placed_label",
@@ -65,11 +72,19 @@ class HoldSerializer(serializers.ModelSerializer):
             "released_label",
             "released_at",
             "release_reason",
+            "release_case_ref",
             "mirror_state",
             "mirror_detail",
             "mirrored_at",
+            "mirror_mode",
+            "mirror_retain_until",
+            "mirror_objects",
+            "mirror_refused",
             "active",
         ]
+
+    def get_releasable_after(self, hold: Hold) -> str | None:
+        return hold.retain_until.isoformat() if hold.mode == HoldMode.COMPLIANCE and hold.retain_until else None
 
 
 class DeletionJobSerializer(serializers.ModelSerializer):
@@ -122,6 +137,23 @@ class HoldInput(serializers.Serializer):
     checkpoint = serializers.IntegerField(required=False, allow_null=True, default=None)
     reason = serializers.CharField(allow_blank=True, required=False, default="")
     case_ref = serializers.CharField(allow_blank=True, required=False, default="")
+    mode = serializers.CharField(required=False, default=HoldMode.LEGAL, help_text="legal, governance or compliance")
+    retain_until = serializers.CharField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Compliance only: a date (YYYY-MM-DD, 00:00 UTC) or an ISO 8601 time with a zone, in the future",
+    )
+
+
+class ReleaseInput(serializers.Serializer):
+    reason = serializers.CharField(allow_blank=True, required=False, default="")
+    case_ref = serializers.CharField(allow_blank=True, required=False, default="")
+
+
+class ExtendInput(serializers.Serializer):
+    retain_until = serializers.CharField()
+    reason = serializers.CharField(allow_blank=True, required=False, default="")
 
 
 class DeletionInput(serializers.Serializer):
@@ -178,7 +210,7 @@ class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 class HoldViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     queryset = Hold.objects.all()
     serializer_class = HoldSerializer
-    filterset_fields = ["run", "checkpoint", "case_ref"]
+    filterset_fields = ["run", "checkpoint", "case_ref", "mode"]
 
     def get_queryset(self):
         return _active_filter(restrict(super().get_queryset(), self.request.user), self.request, "released_at")
@@ -193,17 +225,34 @@ class HoldViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
             checkpoint=checkpoint,
             reason=data["reason"],
             case_ref=data["case_ref"],
+            mode=data["mode"],
+            retain_until=data["retain_until"],
             actor=Actor.for_request(request),
             request_id=request_id_of(request),
         )
         return Response(HoldSerializer(made).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=ReasonInput, responses={200: HoldSerializer})
+    @extend_schema(request=ReleaseInput, responses={200: HoldSerializer})
     @action(detail=True, methods=["post"])
     def release(self, request, pk=None):
-        data = _valid(ReasonInput, request)
+        data = _valid(ReleaseInput, request)
         done = services.release(
             hold=_get(Hold, pk, "hold", request),
+            reason=data["reason"],
+            case_ref=data["case_ref"],
+            actor=Actor.for_request(request),
+            request_id=request_id_of(request),
+        )
+        return Response(HoldSerializer(done).data)
+
+    @extend_schema(request=ExtendInput, responses={200: HoldSerializer})
+    @action(detail=True, methods=["post"])
+    def extend(self, request, pk=None):
+        """Move a compliance hold's retain-until date later; never earlier."""
+        data = _valid(ExtendInput, request)
+        done = services.extend_hold(
+            hold=_get(Hold, pk, "hold", request),
+            retain_until=data["retain_until"],
             reason=data["reason"],
             actor=Actor.for_request(request),
             request_id=request_id_of(request),

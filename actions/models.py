@@ -1,4 +1,4 @@
-"""What operators do to checkpoints: pins, legal holds, and two-phase deletions with frozen lists.
+"""What operators do to checkpoints: pins, holds (legal, governance, compliance), and two-phase deletions.
 
 Rows here are the state the promises in PRODUCT.md are checked against; every change to them is
 made by a service in ``actions.services`` that writes its audit event in the same transaction.
@@ -46,22 +46,52 @@ class Pin(models.Model):
 class MirrorState(models.TextChoices):
     NONE = "none", "Nothing to mirror (no Object Lock bucket)"
     PENDING = "pending", "Mirroring to Object Lock"
-    DONE = "done", "Mirrored as Object Lock legal holds"
+    DONE = "done", "Mirrored to Object Lock"
     PARTIAL = "partial", "Partly mirrored: the store refused some objects"
     FAILED = "failed", "Not mirrored: the store refused"
 
 
+class HoldMode(models.TextChoices):
+    """How a hold is released, after S3 Object Lock's legal hold and its GOVERNANCE and COMPLIANCE retention modes
+    (the same three that GCS event-based/temporary holds with locked retention and Azure legal holds with locked
+    immutability policies offer)."""
+
+    LEGAL = "legal", "Legal hold"
+    GOVERNANCE = "governance", "Governance hold"
+    COMPLIANCE = "compliance", "Compliance hold"
+
+
+# What each mode promises, as the hold form and the README say it.
+HOLD_MODE_HELP = {
+    HoldMode.LEGAL: "Kept until another person (an operator) releases it with a reason.",
+    HoldMode.GOVERNANCE: (
+        "Kept until another person with the approver role releases it, giving a reason and a case reference."
+    ),
+    HoldMode.COMPLIANCE: (
+        "Kept at least until the retain-until date: nobody can release it or shorten the date before then, "
+        "admins and the database included. The date can only be extended."
+    ),
+}
+
+
 class Hold(models.Model):
-    """A legal or compliance hold: nothing it covers is deleted, demoted or overwritten, by anyone.
+    """A hold: nothing it covers is deleted, demoted or overwritten, by anyone.
 
     A hold covers one checkpoint, or, with ``checkpoint`` empty, every checkpoint of ``run``,
     including ones that appear later. Only a different person than the one who placed it may
-    release it.
+    release it; a governance hold only a person with the approver role (with a case reference);
+    a compliance hold nobody before ``retain_until``, which can be extended, never shortened.
+    The compliance rules are also kept by a database trigger (migration 0006), so the admin, a
+    superuser's shell and raw SQL are refused as the services are.
     """
 
     run = models.ForeignKey("catalog.Run", on_delete=models.PROTECT, related_name="holds")
     checkpoint = models.ForeignKey(
         "catalog.Checkpoint", on_delete=models.PROTECT, null=True, blank=True, related_name="holds"
+    )
+    mode = models.CharField(max_length=12, choices=HoldMode.choices, default=HoldMode.LEGAL)
+    retain_until = models.DateTimeField(
+        null=True, blank=True, help_text="Compliance holds only: nobody can release the hold before this."
     )
     reason = models.TextField()
     case_ref = models.CharField(max_length=200)
@@ -74,16 +104,29 @@ class Hold(models.Model):
     released_label = models.CharField(max_length=200, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)
     release_reason = models.TextField(blank=True)
+    release_case_ref = models.CharField(max_length=200, blank=True)
     # Object Lock mirroring: done after the hold commits (the database hold is what the promises
     # read); a store that refuses leaves the hold standing, and says so here and in the audit trail.
     mirror_state = models.CharField(max_length=12, choices=MirrorState.choices, default=MirrorState.NONE)
     mirror_detail = models.TextField(blank=True)
     mirrored_at = models.DateTimeField(null=True, blank=True)
+    # The Object Lock retention the last mirror set for this hold's mode ("" and None: none, or lifted), and how
+    # many objects the store confirmed and refused.
+    mirror_mode = models.CharField(max_length=12, blank=True)
+    mirror_retain_until = models.DateTimeField(null=True, blank=True)
+    mirror_objects = models.IntegerField(default=0)
+    mirror_refused = models.IntegerField(default=0)
 
     class Meta:
         ordering = ["-placed_at", "-id"]
         constraints = [
             models.CheckConstraint(condition=~Q(reason="") & ~Q(case_ref=""), name="hold_has_reason_and_case"),
+            models.CheckConstraint(condition=Q(mode__in=HoldMode.values), name="hold_mode_valid"),
+            models.CheckConstraint(
+                condition=(Q(mode=HoldMode.COMPLIANCE) & Q(retain_until__isnull=False))
+                | (~Q(mode=HoldMode.COMPLIANCE) & Q(retain_until__isnull=True)),
+                name="hold_retain_until_only_for_compliance",
+            ),
             models.CheckConstraint(
                 condition=Q(released_at__isnull=True) | ~Q(released_label=F("placed_label")),
                 name="hold_released_by_another_person",
@@ -98,6 +141,10 @@ class Hold(models.Model):
     @property
     def active(self) -> bool:
         return self.released_at is None
+
+    def retained(self, now) -> bool:
+        """A compliance hold before its retain-until date: nobody may release it."""
+        return self.mode == HoldMode.COMPLIANCE and self.retain_until is not None and now < self.retain_until
 
 
 class DeletionState(models.TextChoices):

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from actions.models import Pin
+from actions.models import HoldMode, Pin
 from actions.protection import active_holds
 from catalog.choices import CopyState, Verification
 from catalog.formats import FORMAT_LABELS
@@ -59,15 +59,22 @@ class Refusal:
 
 def held(checkpoint: Checkpoint) -> Refusal | None:
     """Promise 1: a held checkpoint is never deleted, by anyone, admins included; a hold placed after scheduling
-    wins (promise 4)."""
-    holds = list(active_holds(checkpoint).order_by("placed_at").only("case_ref", "placed_label", "checkpoint_id"))
+    wins (promise 4). Every mode counts: legal, governance and compliance holds alike."""
+    holds = list(
+        active_holds(checkpoint)
+        .order_by("placed_at")
+        .only("case_ref", "placed_label", "checkpoint_id", "mode", "retain_until")
+    )
     if not holds:
         return None
     cases = ", ".join(sorted({h.case_ref for h in holds}))
+    kinds = [label.lower() for mode, label in HoldMode.choices if any(h.mode == mode for h in holds)]
+    retained = [h.retain_until for h in holds if h.mode == HoldMode.COMPLIANCE and h.retain_until is not None]
+    until = f", retained at least until {max(retained):%Y-%m-%d %H:%M} UTC" if retained else ""
     return Refusal(
         "held",
-        f"{checkpoint} is under a legal hold (case {cases}); nothing held is deleted, by anyone, until another "
-        "person releases the hold",
+        f"{checkpoint} is under a {' and a '.join(kinds)} (case {cases}{until}); nothing held is deleted, by anyone, "
+        "until another person releases the hold",
         PROMISE_HOLD,
     )
 

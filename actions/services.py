@@ -10,8 +10,13 @@ Roles: a person (``Actor.kind == "user"``) needs the operator role to act and th
 approve; workers and beat act for policies and need none. The promises are checked for everyone:
 an admin gets no bypass, whichever way in.
 
+Holds have a mode (``HoldMode``): legal, governance (the approver role releases it, with a case
+reference) and compliance (nobody releases it before ``retain_until``, which is only ever extended;
+``actions.holdguard``'s triggers refuse the same in the database).
+
 Object Lock: a hold placed or released on checkpoints with objects in an Object-Lock bucket is
-mirrored onto those objects as legal holds after the hold commits (``actions.objectlock``). The
+mirrored onto those objects as legal holds (and GOVERNANCE or COMPLIANCE retention for those modes)
+after the hold commits (``actions.objectlock``). The
 catalog's hold is what every promise reads and it stands whatever the store answers; a refusal is
 recorded on the hold (``mirror_state``) and in the mirror's own audit event.
 """
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import cast
 
@@ -28,12 +33,13 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Sum
 from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
 
 from access.refusals import Refusal as AccessRefusal
 from access.refusals import note_refusal
 from access.roles import Role, has_role, require_role
 from actions import promises
-from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, ItemState, MirrorState, Pin
+from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, HoldMode, ItemState, MirrorState, Pin
 from actions.objectlock import mirror_hold_task
 from actions.promises import Refusal
 from actions.protection import OPEN_DELETION_STATES, active_holds
@@ -87,8 +93,9 @@ def _person_role(actor: Actor, role: str, *, doing: str, target=None) -> None:
         require_role(actor.user, role, doing=doing, source=actor.source, **_target(target))
 
 
-def _refuse_same_person(actor: Actor, doing: str, why: str, target) -> None:
-    """Separation of duties: audit the refusal (outside the transaction, like a missing role) and raise."""
+def _refuse(actor: Actor, doing: str, why: str, target) -> None:
+    """Separation of duties, a compliance hold's date: audit the refusal (outside the transaction, like a missing
+    role) and raise."""
     note_refusal(
         AccessRefusal(
             user=actor.user, doing=doing, why=why, source=actor.source, **_target(target), target_label=str(target)
@@ -238,6 +245,50 @@ def unpin(
 # --- holds -----------------------------------------------------------------------------------------
 
 
+def _mode(value) -> str:
+    mode = (value or HoldMode.LEGAL) if isinstance(value, str) or value is None else None
+    if mode not in HoldMode.values:
+        raise DomainError(f"the mode must be one of {', '.join(HoldMode.values)}, not {value!r}", code="invalid_mode")
+    return mode
+
+
+def _when(value, what: str) -> datetime:
+    """A date (the start of that day, UTC) or an aware datetime, given as such or as ISO 8601 text."""
+    if isinstance(value, str) and value.strip():
+        text = value.strip()
+        parsed = parse_datetime(text) if "T" in text or " " in text else None
+        if parsed is None:
+            try:
+                day = parse_date(text)
+            except ValueError:
+                day = None
+            if day is None:
+                raise DomainError(f"{what} must be a date (YYYY-MM-DD) or a date and time, not {text[:40]!r}")
+            value = day
+        else:
+            value = parsed
+    if isinstance(value, datetime):
+        if timezone.is_naive(value):
+            raise DomainError(f"{what} needs a time zone (e.g. 2027-01-31T00:00:00Z) or a plain date")
+        return value.astimezone(UTC)
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day, tzinfo=UTC)
+    raise DomainError(f"{what} is required for a compliance hold", code="required")
+
+
+def _retain_until(value, *, now: datetime, what: str = "the retain-until date") -> datetime:
+    until = _when(value, what)
+    if until <= now:
+        raise DomainError(f"{what} must be in the future (it is {until:%Y-%m-%d %H:%M} UTC)")
+    limit = now + timedelta(days=settings.HOLD_COMPLIANCE_MAX_DAYS)
+    if until > limit:
+        raise DomainError(
+            f"{what} must be within {settings.HOLD_COMPLIANCE_MAX_DAYS} days ({limit:%Y-%m-%d}); "
+            "a compliance hold cannot be shortened, so a mistaken date could never be undone"
+        )
+    return until
+
+
 def hold(
     *,
     run: Run,
@@ -245,11 +296,25 @@ def hold(
     case_ref: str,
     actor: Actor,
     checkpoint: Checkpoint | None = None,
+    mode: str = HoldMode.LEGAL,
+    retain_until: datetime | date | str | None = None,
     request_id: str = "",
 ) -> Hold:
-    """Place a legal hold on one checkpoint or (``checkpoint=None``) on every checkpoint of a run (promise 1)."""
+    """Place a hold on one checkpoint or (``checkpoint=None``) on every checkpoint of a run (promise 1).
+
+    ``mode``: legal (another operator releases it), governance (another person with the approver role
+    releases it, with a case reference) or compliance (nobody releases it before ``retain_until``).
+    """
     reason = _text(reason, "a reason")
     case_ref = _text(case_ref, "a case reference", limit=MAX_CASE_REF)
+    mode = _mode(mode)
+    now = timezone.now()
+    if mode == HoldMode.COMPLIANCE:
+        until: datetime | None = _retain_until(retain_until, now=now)
+    elif retain_until not in (None, ""):
+        raise DomainError("only a compliance hold has a retain-until date", code="invalid")
+    else:
+        until = None
     if checkpoint is not None and checkpoint.run_id != run.pk:
         raise DomainError(f"{checkpoint} is not a checkpoint of run {run}")
     _person_role(actor, Role.OPERATOR, doing="placing a hold", target=checkpoint or run)
@@ -271,6 +336,8 @@ def hold(
         made = Hold.objects.create(
             run=locked_run,
             checkpoint=checkpoint,
+            mode=mode,
+            retain_until=until,
             reason=reason,
             case_ref=case_ref,
             placed_by=actor.user,
@@ -297,6 +364,8 @@ def hold(
             after={
                 "held": True,
                 "hold": made.pk,
+                "mode": mode,
+                "retain_until": until.isoformat() if until else None,
                 "scope": "checkpoint" if checkpoint is not None else "run",
                 "object_lock": "pending" if mirror else "none",
                 "open_deletions_now_blocked": list(open_jobs.values_list("pk", flat=True)),
@@ -311,13 +380,43 @@ def _own_hold(actor: Actor, hold: Hold) -> str:
     return f"{actor.label} placed hold {hold.case_ref}, so another person must release it (separation of duties)"
 
 
-def release(*, hold: Hold, reason: str, actor: Actor, request_id: str = "") -> Hold:
-    """Release a hold: a reason is required, and only a different person than the one who placed it may."""
+def _retained(hold: Hold) -> str:
+    until = hold.retain_until
+    return (
+        f"hold {hold.case_ref} is a compliance hold retained until {until:%Y-%m-%d %H:%M} UTC; nobody can release it "
+        "before then, admins included"
+    )
+
+
+def may_release(user, hold: Hold, *, now: datetime | None = None) -> bool:
+    """Whether ``user`` may release ``hold`` now: what the pages ask before offering the button."""
+    if not hold.active or hold.retained(now or timezone.now()):
+        return False
+    if user is None or getattr(user, "pk", None) == hold.placed_by_id:
+        return False
+    return has_role(user, Role.APPROVER if hold.mode == HoldMode.GOVERNANCE else Role.OPERATOR)
+
+
+def release(*, hold: Hold, reason: str, actor: Actor, case_ref: str = "", request_id: str = "") -> Hold:
+    """Release a hold: a reason is required, and only a different person than the one who placed it may.
+
+    A governance hold needs the approver role and a case reference for the release; a compliance hold
+    cannot be released before its retain-until date, by anyone (the database refuses it too).
+    """
     reason = _text(reason, "a reason for the release")
     target = hold.checkpoint if hold.checkpoint_id else hold.run
-    _person_role(actor, Role.OPERATOR, doing="releasing a hold", target=target)
+    if hold.mode == HoldMode.GOVERNANCE:
+        release_case = _text(case_ref, "a case reference for releasing a governance hold", limit=MAX_CASE_REF)
+        if actor.kind != ActorKind.USER:
+            raise PermissionRefused("only a person with the approver role releases a governance hold")
+        _person_role(actor, Role.APPROVER, doing="releasing a governance hold", target=target)
+    else:
+        release_case = (case_ref or "").strip()[:MAX_CASE_REF] if isinstance(case_ref, str) else ""
+        _person_role(actor, Role.OPERATOR, doing="releasing a hold", target=target)
+    if hold.released_at is None and hold.retained(timezone.now()):
+        _refuse(actor, "releasing a compliance hold", _retained(hold), target)
     if hold.released_at is None and _same_person(actor, hold.placed_by_id, hold.placed_label):
-        _refuse_same_person(actor, "releasing a hold", _own_hold(actor, hold), target)
+        _refuse(actor, "releasing a hold", _own_hold(actor, hold), target)
     with transaction.atomic():
         if hold.checkpoint_id is not None:
             lock_checkpoint(hold.checkpoint_id)
@@ -328,6 +427,9 @@ def release(*, hold: Hold, reason: str, actor: Actor, request_id: str = "") -> H
             raise DomainError(
                 f"hold {current.case_ref} was already released by {current.released_label}", code="already_released"
             )
+        now = timezone.now()
+        if current.retained(now):
+            raise PermissionRefused(_retained(current))
         if _same_person(actor, current.placed_by_id, current.placed_label):
             raise PermissionRefused(_own_hold(actor, current))
         mirror = _has_object_lock_files(
@@ -335,10 +437,20 @@ def release(*, hold: Hold, reason: str, actor: Actor, request_id: str = "") -> H
         )
         current.released_by = actor.user
         current.released_label = actor.label
-        current.released_at = timezone.now()
+        current.released_at = now
         current.release_reason = reason
+        current.release_case_ref = release_case
         current.mirror_state = MirrorState.PENDING if mirror else current.mirror_state
-        current.save(update_fields=["released_by", "released_label", "released_at", "release_reason", "mirror_state"])
+        current.save(
+            update_fields=[
+                "released_by",
+                "released_label",
+                "released_at",
+                "release_reason",
+                "release_case_ref",
+                "mirror_state",
+            ]
+        )
         target = current.checkpoint if current.checkpoint_id else current.run
         _audit(
             actor,
@@ -346,8 +458,81 @@ def release(*, hold: Hold, reason: str, actor: Actor, request_id: str = "") -> H
             target=target,
             reason=reason,
             case_ref=current.case_ref,
-            before={"held": True, "hold": current.pk, "placed_by": current.placed_label, "hold_reason": current.reason},
-            after={"hold": current.pk, "released": True, "object_lock": "pending" if mirror else "none"},
+            before={
+                "held": True,
+                "hold": current.pk,
+                "mode": current.mode,
+                "retain_until": current.retain_until.isoformat() if current.retain_until else None,
+                "placed_by": current.placed_label,
+                "hold_reason": current.reason,
+            },
+            after={
+                "hold": current.pk,
+                "released": True,
+                "release_case_ref": release_case,
+                "object_lock": "pending" if mirror else "none",
+            },
+            request_id=request_id,
+        )
+        _mirror_after_commit(current)
+    return current
+
+
+def extend_hold(
+    *, hold: Hold, retain_until: datetime | date | str, reason: str, actor: Actor, request_id: str = ""
+) -> Hold:
+    """Move a compliance hold's retain-until date later (never earlier): its own audited action.
+
+    Anyone with the operator role may, the placer included: extending only makes the promise stronger.
+    """
+    reason = _text(reason, "a reason for the extension")
+    target = hold.checkpoint if hold.checkpoint_id else hold.run
+    _person_role(actor, Role.OPERATOR, doing="extending a compliance hold", target=target)
+    until = _retain_until(retain_until, now=timezone.now(), what="the new retain-until date")
+    with transaction.atomic():
+        if hold.checkpoint_id is not None:
+            lock_checkpoint(hold.checkpoint_id)
+        else:
+            lock_run(hold.run_id)
+        current = Hold.objects.select_for_update(of=("self",)).select_related("run__team", "checkpoint").get(pk=hold.pk)
+        if current.mode != HoldMode.COMPLIANCE or current.retain_until is None:
+            raise DomainError(
+                f"hold {current.case_ref} is a {current.get_mode_display().lower()}; only a compliance hold has a "
+                "retain-until date to extend",
+                code="not_compliance",
+            )
+        if current.released_at is not None:
+            raise DomainError(f"hold {current.case_ref} was released; it cannot be extended", code="already_released")
+        before = current.retain_until
+        if until <= before:
+            raise DomainError(
+                f"the new retain-until date ({until:%Y-%m-%d %H:%M} UTC) must be later than the current one "
+                f"({before:%Y-%m-%d %H:%M} UTC): a compliance hold is extended, never shortened",
+                code="not_later",
+            )
+        mirror = _has_object_lock_files(
+            checkpoint_ids=[current.checkpoint_id] if current.checkpoint_id else None, run_id=current.run_id
+        )
+        current.retain_until = until
+        fields = ["retain_until"]
+        if mirror:
+            current.mirror_state = MirrorState.PENDING
+            fields.append("mirror_state")
+        current.save(update_fields=fields)
+        target = current.checkpoint if current.checkpoint_id else current.run
+        _audit(
+            actor,
+            "hold.extend",
+            target=target,
+            reason=reason,
+            case_ref=current.case_ref,
+            before={"hold": current.pk, "mode": current.mode, "retain_until": before.isoformat()},
+            after={
+                "hold": current.pk,
+                "mode": current.mode,
+                "retain_until": until.isoformat(),
+                "object_lock": "pending" if mirror else "none",
+            },
             request_id=request_id,
         )
         _mirror_after_commit(current)
@@ -783,7 +968,7 @@ def approve(*, job: DeletionJob, actor: Actor, request_id: str = "") -> Deletion
         target_id=job.checkpoint_id,
     )
     if job.state == DeletionState.AWAITING_APPROVAL and _same_person(actor, job.requested_by_id, job.requested_label):
-        _refuse_same_person(actor, "approving a deletion", _own_job(actor, job), job.checkpoint)
+        _refuse(actor, "approving a deletion", _own_job(actor, job), job.checkpoint)
     with transaction.atomic():
         current = _lock_job(job)
         if current.state != DeletionState.AWAITING_APPROVAL:

@@ -8,6 +8,7 @@ urlpatterns = [
     path("pins/<int:pk>/unpin/", views.unpin, name="unpin"),
     path("runs/<int:pk>/hold/", views.hold, name="hold"),
     path("holds/<int:pk>/release/", views.release, name="release"),
+    path("holds/<int:pk>/extend/", views.extend, name="extend"),
     path("checkpoints/<int:pk>/delete/", views.schedule, name="schedule"),
     path("deletions/", views.deletion_list, name="deletion-list"),
     path("deletions/<int:pk>/", views.deletion_detail, name="deletion-detail"),

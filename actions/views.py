@@ -22,7 +22,7 @@ from access.roles import Role, has_role
 from access.scoping import restrict
 from actions import services
 from actions.execution import last_progress
-from actions.models import DeletionJob, DeletionState, Hold, Pin
+from actions.models import DeletionJob, DeletionState, Hold, HoldMode, Pin
 from actions.protection import OPEN_DELETION_STATES
 from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run
@@ -102,6 +102,8 @@ def hold(request, pk: int):
             checkpoint=checkpoint,
             reason=request.POST.get("reason", ""),
             case_ref=request.POST.get("case_ref", ""),
+            mode=request.POST.get("mode", HoldMode.LEGAL),
+            retain_until=request.POST.get("retain_until") or None,
             actor=Actor.for_request(request),
             request_id=request_id_of(request),
         )
@@ -109,7 +111,13 @@ def hold(request, pk: int):
         messages.error(request, f"Not held: {exc.message}")
     else:
         scope = str(checkpoint) if checkpoint else f"every checkpoint of {run}"
-        messages.success(request, f"Hold {made.case_ref} placed on {scope}. Only another person can release it.")
+        if made.mode == HoldMode.COMPLIANCE and made.retain_until is not None:
+            promise = f"Nobody can release it before {made.retain_until:%Y-%m-%d %H:%M} UTC."
+        elif made.mode == HoldMode.GOVERNANCE:
+            promise = "Only another person with the approver role can release it."
+        else:
+            promise = "Only another person can release it."
+        messages.success(request, f"{made.get_mode_display()} {made.case_ref} placed on {scope}. {promise}")
     default = _checkpoint_url(checkpoint.pk) if checkpoint else reverse("catalog:run-detail", args=[pk])
     return _back(request, default)
 
@@ -122,6 +130,7 @@ def release(request, pk: int):
         services.release(
             hold=current,
             reason=request.POST.get("reason", ""),
+            case_ref=request.POST.get("case_ref", ""),
             actor=Actor.for_request(request),
             request_id=request_id_of(request),
         )
@@ -129,12 +138,34 @@ def release(request, pk: int):
         messages.error(request, f"Not released: {exc.message}")
     else:
         messages.success(request, f"Hold {current.case_ref} released.")
-    default = (
-        _checkpoint_url(current.checkpoint_id)
-        if current.checkpoint_id
-        else reverse("catalog:run-detail", args=[current.run_id])
-    )
-    return _back(request, default)
+    return _back(request, _hold_home(current))
+
+
+def _hold_home(hold: Hold) -> str:
+    if hold.checkpoint_id:
+        return _checkpoint_url(hold.checkpoint_id)
+    return reverse("catalog:run-detail", args=[hold.run_id])
+
+
+@login_required
+@require_POST
+def extend(request, pk: int):
+    """Move a compliance hold's retain-until date later (the form beside the hold)."""
+    current = get_object_or_404(restrict(Hold.objects.select_related("run__team", "checkpoint"), request.user), pk=pk)
+    try:
+        done = services.extend_hold(
+            hold=current,
+            retain_until=request.POST.get("retain_until", ""),
+            reason=request.POST.get("reason", ""),
+            actor=Actor.for_request(request),
+            request_id=request_id_of(request),
+        )
+    except DomainError as exc:
+        messages.error(request, f"Not extended: {exc.message}")
+    else:
+        until = done.retain_until
+        messages.success(request, f"Hold {done.case_ref} is now retained until {until:%Y-%m-%d %H:%M} UTC.")
+    return _back(request, _hold_home(current))
 
 
 @login_required

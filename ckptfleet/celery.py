@@ -30,6 +30,8 @@ app.conf.beat_schedule = {
         "task": "audit.tasks.verify_audit_scheduled",
         "schedule": 60.0 * settings.AUDIT_VERIFY_MINUTES,
     },
+    # Governance holds' Object Lock retention is a rolling date: moved on daily once half of it is left.
+    "renew-governance-holds": {"task": "actions.objectlock.renew_governance_task", "schedule": 86400.0},
 }
 
 

@@ -316,6 +316,11 @@ INGEST_CHUNK_ROWS = env_int("CKPTFLEET_INGEST_CHUNK_ROWS", 5000, minimum=100)
 # size above which a second person must approve it.
 DELETION_GRACE_DAYS = env_int("CKPTFLEET_DELETION_GRACE_DAYS", 7, minimum=0 if DEBUG else 1)
 DELETION_APPROVAL_BYTES = env_int("CKPTFLEET_DELETION_APPROVAL_BYTES", 10 * 1024**4, minimum=0)
+# Holds: how far ahead a governance hold's Object Lock retention is set (renewed daily once half of it is
+# left; S3 retention needs a date and a governance hold has none), and the latest retain-until date a
+# compliance hold may be given (10 years: nobody can undo a mistaken date).
+HOLD_GOVERNANCE_RETENTION_DAYS = env_int("CKPTFLEET_HOLD_GOVERNANCE_RETENTION_DAYS", 30, minimum=2, maximum=36500)
+HOLD_COMPLIANCE_MAX_DAYS = env_int("CKPTFLEET_HOLD_COMPLIANCE_MAX_DAYS", 3653, minimum=1, maximum=36500)
 # The blast radius of one deletion job: above any of these limits it needs two approvers (neither the person
 # who asked): bytes, objects and files, and the share of the run's present bytes it takes, in percent.
 BLAST_MAX_BYTES = env_int("CKPTFLEET_BLAST_MAX_BYTES", 100 * 1024**4, minimum=1)

@@ -16,7 +16,7 @@ from django.shortcuts import get_object_or_404, render
 
 from access.roles import Role, has_role
 from access.scoping import may_see_run, restrict_runs, restrict_teams, scoped_team_names, visible_orphans
-from actions.models import DeletionJob, Hold, Pin
+from actions.models import DeletionJob, Hold, HoldMode, Pin
 from actions.protection import OPEN_DELETION_STATES
 from catalog import recovery, selectors
 from catalog.choices import CopyState, RunStatus, Verification
@@ -160,6 +160,13 @@ def _copy_reasons(copy: CheckpointCopy) -> list[str]:
     return out
 
 
+def _hold_badge(case: str, mode: str, until) -> str:
+    """A hold as the timeline names it: its case, and its mode unless legal (the compliance date too)."""
+    if mode == HoldMode.COMPLIANCE and until is not None:
+        return f"{case}, compliance until {until:%Y-%m-%d}"
+    return case if mode == HoldMode.LEGAL else f"{case}, {mode}"
+
+
 def _timeline(run: Run, run_placement: placement.RunPlacement, newest: Checkpoint | None) -> dict:
     """The run page's timeline of a page of checkpoints; four queries (the step range, holds, pins and open
     deletions), whatever the number of checkpoints."""
@@ -168,7 +175,12 @@ def _timeline(run: Run, run_placement: placement.RunPlacement, newest: Checkpoin
     high = run.newest_step
     rows = run_placement.rows
     ids = [r.checkpoint.pk for r in rows]
-    holds = list(Hold.objects.filter(run=run, released_at__isnull=True).values_list("checkpoint_id", "case_ref"))
+    holds = [
+        (ckpt, _hold_badge(case, mode, until))
+        for ckpt, case, mode, until in Hold.objects.filter(run=run, released_at__isnull=True).values_list(
+            "checkpoint_id", "case_ref", "mode", "retain_until"
+        )
+    ]
     pinned = set(
         Pin.objects.filter(checkpoint_id__in=ids, unpinned_at__isnull=True).values_list("checkpoint_id", flat=True)
     )

@@ -946,6 +946,61 @@ def set_legal_hold(client: Any, bucket: str, key: str, *, on: bool, version_id: 
         raise describe(exc, what) from None
 
 
+RETENTION_MODES = ("GOVERNANCE", "COMPLIANCE")
+
+
+def set_retention(
+    client: Any,
+    bucket: str,
+    key: str,
+    *,
+    mode: str,
+    until: datetime,
+    version_id: str = "",
+    bypass_governance: bool = False,
+) -> None:
+    """Set the Object Lock retention of one object (version): ``mode`` GOVERNANCE or COMPLIANCE until ``until``.
+
+    Until that date the store refuses to delete or overwrite that version; under COMPLIANCE nobody can
+    shorten the date or remove it, the account's root included, and under GOVERNANCE only a request that
+    says ``x-amz-bypass-governance-retention`` with the s3:BypassGovernanceRetention permission can. Moving
+    a version from GOVERNANCE to COMPLIANCE needs that bypass too (``bypass_governance``). Raises S3Error
+    when the store refuses (a COMPLIANCE date cannot be moved earlier, for one).
+    """
+    if mode not in RETENTION_MODES:
+        raise ValueError(f"Object Lock retention mode must be one of {RETENTION_MODES}, not {mode!r}")
+    what = f"PutObjectRetention {mode} until {until:%Y-%m-%dT%H:%M:%SZ} of s3://{bucket}/{key}"
+    kwargs: dict[str, Any] = {
+        "Bucket": bucket,
+        "Key": key,
+        "Retention": {"Mode": mode, "RetainUntilDate": _utc(until).replace(microsecond=0)},
+    }
+    if version_id:
+        kwargs["VersionId"] = version_id
+    if bypass_governance:
+        kwargs["BypassGovernanceRetention"] = True
+    try:
+        client.put_object_retention(**kwargs)
+    except (ClientError, BotoCoreError) as exc:
+        raise describe(exc, what) from None
+
+
+def lift_retention(client: Any, bucket: str, key: str, *, version_id: str = "") -> None:
+    """Remove a GOVERNANCE retention from one object (version), with ``x-amz-bypass-governance-retention``.
+
+    An empty retention with the bypass header is how S3 removes a governance-mode retention; a
+    COMPLIANCE one cannot be removed and the store refuses (raised as S3Error).
+    """
+    what = f"PutObjectRetention (lift GOVERNANCE) of s3://{bucket}/{key}"
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "Retention": {}, "BypassGovernanceRetention": True}
+    if version_id:
+        kwargs["VersionId"] = version_id
+    try:
+        client.put_object_retention(**kwargs)
+    except (ClientError, BotoCoreError) as exc:
+        raise describe(exc, what) from None
+
+
 # --- promotion: restores and server-side copies ----------------------------------------------------
 # The only writes in this module, used by ``promotion.runner``: a restore request makes a temporary
 # readable copy of an archived object; a copy writes a new object (or the same key in a hotter class).

@@ -137,7 +137,7 @@ def is_postgres() -> bool:
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
-    """Let the test runner empty the audit table between transactional tests on PostgreSQL.
+    """Let the test runner empty the audit and hold tables between transactional tests on PostgreSQL.
 
     Production keeps the TRUNCATE trigger; here only the flush between tests needs it off, and the
     test of that trigger switches it back on inside its own rolled-back transaction.
@@ -154,6 +154,9 @@ def let_the_test_runner_flush() -> None:
         if connection.vendor == "postgresql":
             cursor.execute("ALTER TABLE catalog_auditevent DISABLE TRIGGER catalog_auditevent_no_truncate")
             cursor.execute("ALTER TABLE catalog_auditchainhead DISABLE TRIGGER audit_chain_head_no_truncate")
+            # Likewise the holds' TRUNCATE guard (actions.holdguard): a test that placed a compliance hold then
+            # flushes; the row-level guard stays on and tests/actions/test_hold_modes.py tests both.
+            cursor.execute("ALTER TABLE actions_hold DISABLE TRIGGER actions_hold_no_truncate")
         else:
             for name in FLUSH_BLOCKING_SQLITE_TRIGGERS:
                 cursor.execute(f"DROP TRIGGER IF EXISTS {name}")

@@ -6,12 +6,17 @@ whatever the size of the run: holds, pins and open deletions are each one query,
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django import template
+from django.conf import settings
 from django.db.models import Q
+from django.utils import timezone
 
 from access.roles import Role, has_role
-from actions.models import DeletionJob, Hold, Pin
+from actions.models import HOLD_MODE_HELP, DeletionJob, Hold, HoldMode, Pin
 from actions.protection import OPEN_DELETION_STATES
+from actions.services import may_release
 from catalog.models import Checkpoint, CheckpointCopy, Run
 
 register = template.Library()
@@ -48,6 +53,14 @@ def actions_panel(context, target):
         pins = pins.filter(checkpoint__run=run)
         deletions = deletions.filter(checkpoint__run=run)
     holds = list(holds.order_by("-placed_at", "-pk")[:LISTED])
+    now = timezone.now()
+    for h in holds:
+        h.is_retained = h.retained(now)
+        h.can_release = may_release(user, h, now=now)
+        if h.is_retained:
+            h.extend_min = max(now.date(), h.retain_until.date()) + timedelta(days=1)
+    modes = [label.lower() for mode, label in HoldMode.choices if any(h.mode == mode for h in holds)]
+    today = now.date()
     pins = list(pins.order_by("-pinned_at", "-pk")[:LISTED])
     deletions = list(deletions.order_by("execute_after", "pk")[:LISTED])
     return {
@@ -57,6 +70,10 @@ def actions_panel(context, target):
         "run": run,
         "checkpoint": checkpoint,
         "holds": holds,
+        "holds_title": f"Under {modes[0]}" if len(modes) == 1 else f"Under holds ({', '.join(modes)})",
+        "hold_modes": [(mode, label, HOLD_MODE_HELP[mode]) for mode, label in HoldMode.choices],
+        "retain_min": today + timedelta(days=1),
+        "retain_max": today + timedelta(days=settings.HOLD_COMPLIANCE_MAX_DAYS),
         "run_holds": [h for h in holds if h.checkpoint_id is None],
         "pins": pins,
         "deletions": deletions,

@@ -1,14 +1,16 @@
-"""Holds mirrored to S3 Object Lock legal holds, against moto's S3 server over HTTP."""
+"""Holds mirrored to S3 Object Lock legal holds and retention, against moto's S3 server over HTTP."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 import pytest
+from botocore.exceptions import ClientError
+from django.urls import reverse
 from django.utils import timezone
 
 from actions import execution, objectlock, services
-from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState, MirrorState
+from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, HoldMode, ItemState, MirrorState
 from audit.models import AuditEvent
 from catalog.models import Checkpoint, Run, ShardFile
 from ckptfleet.errors import DomainError
@@ -212,3 +214,156 @@ def test_a_scan_of_a_bucket_without_object_lock_queues_no_mirror(
     assert not mirror_events(held)
     held.refresh_from_db()
     assert held.mirror_state == MirrorState.NONE
+
+
+# --- governance and compliance holds: Object Lock retention as well -----------------------------------------
+# Every hold sets the objects' legal hold; these also set GOVERNANCE or COMPLIANCE retention. The tests play the
+# attacker the retention is for: someone with the bucket's keys who first turns the legal hold off, then deletes
+# by version id, with the governance bypass header.
+
+
+def retention(s3, bucket: str, f) -> tuple[str | None, object]:
+    answer = s3.client.head_object(Bucket=bucket, Key=f.path, VersionId=f.version_id)
+    return answer.get("ObjectLockMode"), answer.get("ObjectLockRetainUntilDate")
+
+
+def attacker_deletes(s3, bucket: str, f, *, bypass: bool) -> str:
+    """Lift the legal hold (as anyone with s3:PutObjectLegalHold may), then delete the version; the store's answer."""
+    s3.client.put_object_legal_hold(Bucket=bucket, Key=f.path, VersionId=f.version_id, LegalHold={"Status": "OFF"})
+    kwargs = {"Bucket": bucket, "Key": f.path, "VersionId": f.version_id}
+    if bypass:
+        kwargs["BypassGovernanceRetention"] = True
+    try:
+        s3.client.delete_object(**kwargs)
+    except ClientError as exc:
+        return exc.response["Error"]["Code"]
+    return "deleted"
+
+
+def still_there(s3, bucket: str, f) -> bool:
+    try:
+        s3.client.head_object(Bucket=bucket, Key=f.path, VersionId=f.version_id)
+    except ClientError:
+        return False
+    return True
+
+
+def test_a_compliance_hold_sets_compliance_retention_that_no_bypass_gets_past_and_its_extension_reaches_the_store(
+    s3, locked, django_capture_on_commit_callbacks, olga, oscar, client
+):
+    ckpt = Checkpoint.objects.filter(copies__location__bucket__bucket_name=locked, step__isnull=False).first()
+    mine = files_of(ckpt)
+    until = (timezone.now() + timedelta(days=30)).replace(microsecond=0)
+    with django_capture_on_commit_callbacks(execute=True):
+        made = services.hold(
+            run=ckpt.run,
+            checkpoint=ckpt,
+            reason="regulator",
+            case_ref="SEC-1",
+            mode=HoldMode.COMPLIANCE,
+            retain_until=until,
+            actor=as_ui(olga),
+        )
+    made.refresh_from_db()
+    assert made.mirror_state == MirrorState.DONE, made.mirror_detail
+    assert (made.mirror_mode, made.mirror_retain_until) == ("COMPLIANCE", until)
+    assert (made.mirror_objects, made.mirror_refused) == (len(mine), 0)
+    assert {retention(s3, locked, f) for f in mine} == {("COMPLIANCE", until)}
+    assert {store_status(s3, locked, f) for f in mine} == {"ON"}
+    event = AuditEvent.objects.get(action="hold.mirror", after__hold=made.pk)
+    assert event.after["retention"] == {"COMPLIANCE": {"objects": len(mine), "until": until.isoformat()}}
+
+    # With the legal hold lifted behind the product's back, the version still cannot be deleted, bypass or not.
+    assert attacker_deletes(s3, locked, mine[0], bypass=True) == "AccessDenied"
+    assert attacker_deletes(s3, locked, mine[1], bypass=False) == "AccessDenied"
+    answer = s3.client.delete_objects(
+        Bucket=locked,
+        Delete={"Objects": [{"Key": f.path, "VersionId": f.version_id} for f in mine]},
+        BypassGovernanceRetention=True,
+    )
+    assert not answer.get("Deleted") and len(answer["Errors"]) == len(mine)
+    assert all(still_there(s3, locked, f) for f in mine)
+
+    later = until + timedelta(days=60)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.extend_hold(hold=made, retain_until=later, reason="appeal", actor=as_ui(oscar))
+    made.refresh_from_db()
+    assert (made.mirror_mode, made.mirror_retain_until, made.mirror_state) == ("COMPLIANCE", later, MirrorState.DONE)
+    assert {retention(s3, locked, f) for f in mine} == {("COMPLIANCE", later)}
+
+    # The checkpoint page shows the mirror's state: objects confirmed, refusals, the retention mode and date.
+    client.force_login(oscar)
+    page = client.get(reverse("catalog:checkpoint-detail", args=[ckpt.pk])).content.decode()
+    assert (
+        f"Object Lock: Mirrored to Object Lock: {len(mine)} objects confirmed, 0 refusals; "
+        f"COMPLIANCE retention until {later:%Y-%m-%d %H:%M:%S} UTC"
+    ) in page
+
+
+def test_a_governance_hold_sets_rolling_governance_retention_renews_it_and_lifts_it_when_released(
+    s3, locked, django_capture_on_commit_callbacks, settings, olga, april
+):
+    ckpt = Checkpoint.objects.filter(copies__location__bucket__bucket_name=locked, step__isnull=False).first()
+    mine = files_of(ckpt)
+    settings.HOLD_GOVERNANCE_RETENTION_DAYS = 30
+    with django_capture_on_commit_callbacks(execute=True):
+        made = services.hold(
+            run=ckpt.run, checkpoint=ckpt, reason="review", case_ref="GOV-1", mode="governance", actor=as_ui(olga)
+        )
+    made.refresh_from_db()
+    first = made.mirror_retain_until
+    assert made.mirror_mode == "GOVERNANCE" and made.mirror_state == MirrorState.DONE, made.mirror_detail
+    assert timedelta(days=29) < first - timezone.now() <= timedelta(days=30)
+    assert {retention(s3, locked, f) for f in mine} == {("GOVERNANCE", first)}
+    # Without the bypass header the store refuses to delete a governed version, even with its legal hold off.
+    assert attacker_deletes(s3, locked, mine[0], bypass=False) == "AccessDenied"
+    s3.client.put_object_legal_hold(
+        Bucket=locked, Key=mine[0].path, VersionId=mine[0].version_id, LegalHold={"Status": "ON"}
+    )
+
+    # Renewal: nothing is due while more than half the horizon is left; later the date moves on.
+    assert objectlock.renew_governance() == []
+    settings.HOLD_GOVERNANCE_RETENTION_DAYS = 45
+    with django_capture_on_commit_callbacks(execute=True):
+        assert objectlock.renew_governance(now=timezone.now() + timedelta(days=16)) == [made.pk]
+    made.refresh_from_db()
+    assert made.mirror_retain_until > first + timedelta(days=14)
+    assert {retention(s3, locked, f) for f in mine} == {("GOVERNANCE", made.mirror_retain_until)}
+
+    with django_capture_on_commit_callbacks(execute=True):
+        services.release(hold=made, reason="review done", case_ref="GOV-1-CLOSE", actor=as_ui(april))
+    made.refresh_from_db()
+    assert made.mirror_state == MirrorState.DONE and (made.mirror_mode, made.mirror_retain_until) == ("", None)
+    assert "GOVERNANCE retention lifted from" in made.mirror_detail
+    assert {retention(s3, locked, f)[0] for f in mine} == {None}
+    assert {store_status(s3, locked, f) for f in mine} == {"OFF"}
+    # Lifted: the version can now be deleted by whoever may delete it (here the test's keys), no bypass needed.
+    assert attacker_deletes(s3, locked, mine[0], bypass=False) == "deleted"
+
+
+def test_a_compliance_hold_over_a_governance_hold_wins_in_the_store(
+    s3, locked, django_capture_on_commit_callbacks, olga, april
+):
+    ckpt = Checkpoint.objects.filter(copies__location__bucket__bucket_name=locked, step__isnull=False).first()
+    mine = files_of(ckpt)
+    until = (timezone.now() + timedelta(days=90)).replace(microsecond=0)
+    with django_capture_on_commit_callbacks(execute=True):
+        governance = services.hold(
+            run=ckpt.run, reason="review", case_ref="GOV-2", mode="governance", actor=as_ui(olga)
+        )
+        services.hold(
+            run=ckpt.run,
+            checkpoint=ckpt,
+            reason="order",
+            case_ref="SEC-2",
+            mode="compliance",
+            retain_until=until,
+            actor=as_ui(olga),
+        )
+    assert {retention(s3, locked, f) for f in mine} == {("COMPLIANCE", until)}
+    # Releasing the governance hold lifts nothing the compliance hold keeps.
+    with django_capture_on_commit_callbacks(execute=True):
+        services.release(hold=governance, reason="done", case_ref="GOV-2-C", actor=as_ui(april))
+    assert {retention(s3, locked, f) for f in mine} == {("COMPLIANCE", until)}
+    assert {store_status(s3, locked, f) for f in mine} == {"ON"}
+    assert Hold.objects.get(case_ref="SEC-2").active

@@ -3,7 +3,9 @@
     manage.py fleet_action pin      --as olga --checkpoint 12 --reason "baseline"
     manage.py fleet_action unpin    --as olga --checkpoint 12 [--reason ...]
     manage.py fleet_action hold     --as olga --run 3 [--checkpoint 12] --reason "..." --case LEG-1
-    manage.py fleet_action release  --as oscar --hold 5 --reason "case closed"
+    manage.py fleet_action release  --as oscar --hold 5 --reason "case closed" [--case LEG-1-CLOSE]
+    manage.py fleet_action hold     --as olga --run 3 --mode compliance --retain-until 2027-06-30 --reason .. --case ..
+    manage.py fleet_action extend   --as olga --hold 5 --retain-until 2028-06-30 --reason "appeal filed"
     manage.py fleet_action preview  --checkpoint 12 [--copy 40]
     manage.py fleet_action schedule --as olga --checkpoint 12 [--copy 40] --reason "superseded"
     manage.py fleet_action approve  --as april --deletion 7
@@ -27,11 +29,14 @@ from catalog.models import Checkpoint, CheckpointCopy, Run
 from ckptfleet.errors import DomainError
 from ckptfleet.units import bytes_iec
 
-ACTIONS = ("pin", "unpin", "hold", "release", "preview", "schedule", "approve", "cancel")
+ACTIONS = ("pin", "unpin", "hold", "release", "extend", "preview", "schedule", "approve", "cancel")
 
 
 class Command(BaseCommand):
-    help = "Pin, unpin, hold, release, preview, schedule, approve or cancel, as a named person, with an audit event."
+    help = (
+        "Pin, unpin, hold, release, extend (a compliance hold), preview, schedule, approve or cancel, as a named "
+        "person, with an audit event."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("action", choices=ACTIONS)
@@ -43,6 +48,10 @@ class Command(BaseCommand):
         parser.add_argument("--deletion", type=int)
         parser.add_argument("--reason", default="")
         parser.add_argument("--case", dest="case_ref", default="")
+        parser.add_argument(
+            "--mode", default="legal", help="hold: legal (default), governance or compliance (needs --retain-until)"
+        )
+        parser.add_argument("--retain-until", default=None, help="hold, extend: YYYY-MM-DD or an ISO 8601 time")
 
     def _get(self, model, pk, what: str):
         if pk is None:
@@ -100,12 +109,32 @@ class Command(BaseCommand):
             run = self._get(Run, opts["run"], "run")
             checkpoint = self._get(Checkpoint, opts["checkpoint"], "checkpoint") if opts["checkpoint"] else None
             made = services.hold(
-                run=run, checkpoint=checkpoint, reason=opts["reason"], case_ref=opts["case_ref"], actor=actor
+                run=run,
+                checkpoint=checkpoint,
+                reason=opts["reason"],
+                case_ref=opts["case_ref"],
+                mode=opts["mode"],
+                retain_until=opts["retain_until"],
+                actor=actor,
             )
-            out.write(f"hold {made.pk} ({made.case_ref}) placed on {checkpoint or run}")
+            until = f", retained until {made.retain_until:%Y-%m-%d %H:%M} UTC" if made.retain_until else ""
+            out.write(f"{made.mode} hold {made.pk} ({made.case_ref}) placed on {checkpoint or run}{until}")
         elif action == "release":
-            done = services.release(hold=self._get(Hold, opts["hold"], "hold"), reason=opts["reason"], actor=actor)
+            done = services.release(
+                hold=self._get(Hold, opts["hold"], "hold"),
+                reason=opts["reason"],
+                case_ref=opts["case_ref"],
+                actor=actor,
+            )
             out.write(f"hold {done.pk} ({done.case_ref}) released")
+        elif action == "extend":
+            done = services.extend_hold(
+                hold=self._get(Hold, opts["hold"], "hold"),
+                retain_until=opts["retain_until"] or "",
+                reason=opts["reason"],
+                actor=actor,
+            )
+            out.write(f"hold {done.pk} ({done.case_ref}) retained until {done.retain_until:%Y-%m-%d %H:%M} UTC")
         elif action == "schedule":
             checkpoint = self._get(Checkpoint, opts["checkpoint"], "checkpoint")
             copy = self._get(CheckpointCopy, opts["copy"], "copy") if opts["copy"] else None
