@@ -266,8 +266,12 @@ def test_a_hold_placed_by_one_operator_is_released_only_by_another(demo, person,
 # --- a deletion: preview, schedule, approve, cancel ----------------------------------------------
 
 
-def test_a_deletion_is_previewed_scheduled_approved_and_cancelled(demo, person):
+def test_a_deletion_is_previewed_scheduled_approved_and_cancelled(demo, person, settings):
     from actions.models import DeletionJob, DeletionState
+
+    # One approver's journey: step 300 is most of its demo run's bytes, above the default blast radius, whose
+    # two approvers tests/actions/test_browser_approvals.py walks through.
+    settings.BLAST_MAX_RUN_PERCENT = 100
 
     step300 = checkpoint_of("gpt-megatron", 300)  # the run's newest restorable checkpoint: needs approval
     operator = person("demo-operator")
