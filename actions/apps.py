@@ -9,3 +9,38 @@ class ActionsConfig(AppConfig):
     def ready(self) -> None:
         # Registers the Object Lock mirror task in web processes and workers alike.
         from actions import objectlock  # noqa: F401
+        from actions.services import RELEASE_KIND, apply_release_change, describe_release
+        from approvals.registry import ChangeKind, register
+
+        # A governance hold's release that an operator asks for waits in the approvals inbox for an approver.
+        register(
+            ChangeKind(
+                name=RELEASE_KIND,
+                target_type="hold",
+                label="Release a governance hold",
+                apply=apply_release_change,
+                describe=describe_release,
+                visible_ids=_visible_holds,
+                target_url=_hold_url,
+            )
+        )
+
+
+def _visible_holds(user):
+    from access.scoping import restrict
+    from actions.models import Hold
+
+    return restrict(Hold.objects.all(), user).values("pk")
+
+
+def _hold_url(pk: int) -> str:
+    from django.urls import reverse
+
+    from actions.models import Hold
+
+    hold = Hold.objects.filter(pk=pk).values("checkpoint_id", "run_id").first()
+    if hold is None:
+        return ""
+    if hold["checkpoint_id"]:
+        return reverse("catalog:checkpoint-detail", args=[hold["checkpoint_id"]])
+    return reverse("catalog:run-detail", args=[hold["run_id"]])

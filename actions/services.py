@@ -43,6 +43,10 @@ from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, HoldM
 from actions.objectlock import mirror_hold_task
 from actions.promises import Refusal
 from actions.protection import OPEN_DELETION_STATES, active_holds
+from approvals import services as approvals
+from approvals.choices import ChangeState
+from approvals.models import ChangeRequest
+from approvals.registry import Applied
 from audit.actor import Actor
 from audit.choices import ActorKind
 from audit.services import audit
@@ -397,6 +401,25 @@ def may_release(user, hold: Hold, *, now: datetime | None = None) -> bool:
     return has_role(user, Role.APPROVER if hold.mode == HoldMode.GOVERNANCE else Role.OPERATOR)
 
 
+def _write_release(current: Hold, actor: Actor, *, reason: str, case_ref: str, mirror: bool, now: datetime) -> None:
+    current.released_by = actor.user
+    current.released_label = actor.label
+    current.released_at = now
+    current.release_reason = reason
+    current.release_case_ref = case_ref
+    current.mirror_state = MirrorState.PENDING if mirror else current.mirror_state
+    current.save(
+        update_fields=[
+            "released_by",
+            "released_label",
+            "released_at",
+            "release_reason",
+            "release_case_ref",
+            "mirror_state",
+        ]
+    )
+
+
 def release(*, hold: Hold, reason: str, actor: Actor, case_ref: str = "", request_id: str = "") -> Hold:
     """Release a hold: a reason is required, and only a different person than the one who placed it may.
 
@@ -435,22 +458,7 @@ def release(*, hold: Hold, reason: str, actor: Actor, case_ref: str = "", reques
         mirror = _has_object_lock_files(
             checkpoint_ids=[current.checkpoint_id] if current.checkpoint_id else None, run_id=current.run_id
         )
-        current.released_by = actor.user
-        current.released_label = actor.label
-        current.released_at = now
-        current.release_reason = reason
-        current.release_case_ref = release_case
-        current.mirror_state = MirrorState.PENDING if mirror else current.mirror_state
-        current.save(
-            update_fields=[
-                "released_by",
-                "released_label",
-                "released_at",
-                "release_reason",
-                "release_case_ref",
-                "mirror_state",
-            ]
-        )
+        _write_release(current, actor, reason=reason, case_ref=release_case, mirror=mirror, now=now)
         target = current.checkpoint if current.checkpoint_id else current.run
         _audit(
             actor,
@@ -1062,3 +1070,94 @@ def cancel(*, job: DeletionJob, reason: str, actor: Actor, request_id: str = "")
             request_id=request_id,
         )
     return current
+
+
+# --- a governance hold's release asked for by an operator, approved by an approver (approvals) ---------
+
+RELEASE_KIND = "hold.release"
+
+
+def request_release(*, hold: Hold, reason: str, case_ref: str, actor: Actor, request_id: str = "") -> ChangeRequest:
+    """An operator asks for a governance hold to be released: a change request that a person with the approver
+    role, neither the one who asked nor the one who placed the hold, approves in the approvals inbox (issue 15,
+    quorum). The release happens then, in the approval's transaction, with both people in its audit event."""
+    reason = _text(reason, "a reason for the release")
+    release_case = _text(case_ref, "a case reference for releasing a governance hold", limit=MAX_CASE_REF)
+    target = hold.checkpoint if hold.checkpoint_id else hold.run
+    _person_role(actor, Role.OPERATOR, doing="asking for a hold's release", target=target)
+    if hold.mode != HoldMode.GOVERNANCE:
+        raise DomainError("only a governance hold's release is asked of an approver; release this one directly")
+    with transaction.atomic():
+        current = Hold.objects.select_for_update(of=("self",)).select_related("run__team", "checkpoint").get(pk=hold.pk)
+        if current.released_at is not None:
+            raise DomainError(f"hold {current.case_ref} was already released by {current.released_label}")
+        waiting = ChangeRequest.objects.filter(
+            kind=RELEASE_KIND, target_id=current.pk, state=ChangeState.AWAITING_APPROVAL
+        ).first()
+        if waiting is not None:
+            raise DomainError(
+                f"the release of hold {current.case_ref} was already asked for by {waiting.requested_label} "
+                f"(request {waiting.pk})",
+                code="already_requested",
+            )
+        return approvals.request_change(
+            kind=RELEASE_KIND,
+            target_id=current.pk,
+            target_label=f"{current.get_mode_display()} {current.case_ref} on {target}",
+            before={"released": False, "release_reason": "", "release_case_ref": ""},
+            after={"released": True, "release_reason": reason, "release_case_ref": release_case},
+            actor=actor,
+            reason=reason,
+            request_id=request_id,
+        )
+
+
+def apply_release_change(change: ChangeRequest, approver: Actor) -> Applied:
+    """Release the hold of an approved request (``approvals.registry``), in the approval's transaction; refused
+    when the hold is released already, retained, or was placed by the approver."""
+    asked = change.change["after"]
+    hold = Hold.objects.filter(pk=change.target_id).first()
+    if hold is None:
+        raise DomainError("that hold no longer exists", code="stale", http_status=409)
+    if hold.checkpoint_id is not None:
+        lock_checkpoint(hold.checkpoint_id)
+    else:
+        lock_run(hold.run_id)
+    current = Hold.objects.select_for_update(of=("self",)).select_related("run__team", "checkpoint").get(pk=hold.pk)
+    if current.released_at is not None:
+        raise DomainError(
+            f"hold {current.case_ref} was released since, by {current.released_label}", code="stale", http_status=409
+        )
+    now = timezone.now()
+    if current.retained(now):
+        raise PermissionRefused(_retained(current))
+    if _same_person(approver, current.placed_by_id, current.placed_label):
+        raise PermissionRefused(_own_hold(approver, current))
+    mirror = _has_object_lock_files(
+        checkpoint_ids=[current.checkpoint_id] if current.checkpoint_id else None, run_id=current.run_id
+    )
+    _write_release(
+        current, approver, reason=asked["release_reason"], case_ref=asked["release_case_ref"], mirror=mirror, now=now
+    )
+    _mirror_after_commit(current)
+    target = current.checkpoint if current.checkpoint_id else current.run
+    return Applied(
+        action="hold.release",
+        target_label=f"{current.get_mode_display()} {current.case_ref} on {target}",
+        before={"held": True, "hold": current.pk, "mode": current.mode, "placed_by": current.placed_label},
+        after={
+            "hold": current.pk,
+            "released": True,
+            "release_case_ref": asked["release_case_ref"],
+            "object_lock": "pending" if mirror else "none",
+        },
+    )
+
+
+def describe_release(change: dict) -> list[str]:
+    after = change.get("after", {})
+    return [
+        "Release the governance hold",
+        f"Why: {after.get('release_reason', '')}",
+        f"Release case reference: {after.get('release_case_ref', '')}",
+    ]
