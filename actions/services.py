@@ -401,6 +401,15 @@ def may_release(user, hold: Hold, *, now: datetime | None = None) -> bool:
     return has_role(user, Role.APPROVER if hold.mode == HoldMode.GOVERNANCE else Role.OPERATOR)
 
 
+def _lock_hold(hold: Hold) -> Hold:
+    """Lock what ``hold`` covers (its checkpoint, or its run), then the hold: the order the deletions lock in."""
+    if hold.checkpoint_id is not None:
+        lock_checkpoint(hold.checkpoint_id)
+    else:
+        lock_run(hold.run_id)
+    return Hold.objects.select_for_update(of=("self",)).select_related("run__team", "checkpoint").get(pk=hold.pk)
+
+
 def _write_release(current: Hold, actor: Actor, *, reason: str, case_ref: str, mirror: bool, now: datetime) -> None:
     current.released_by = actor.user
     current.released_label = actor.label
@@ -441,11 +450,7 @@ def release(*, hold: Hold, reason: str, actor: Actor, case_ref: str = "", reques
     if hold.released_at is None and _same_person(actor, hold.placed_by_id, hold.placed_label):
         _refuse(actor, "releasing a hold", _own_hold(actor, hold), target)
     with transaction.atomic():
-        if hold.checkpoint_id is not None:
-            lock_checkpoint(hold.checkpoint_id)
-        else:
-            lock_run(hold.run_id)
-        current = Hold.objects.select_for_update(of=("self",)).select_related("run__team", "checkpoint").get(pk=hold.pk)
+        current = _lock_hold(hold)
         if current.released_at is not None:
             raise DomainError(
                 f"hold {current.case_ref} was already released by {current.released_label}", code="already_released"
@@ -498,11 +503,7 @@ def extend_hold(
     _person_role(actor, Role.OPERATOR, doing="extending a compliance hold", target=target)
     until = _retain_until(retain_until, now=timezone.now(), what="the new retain-until date")
     with transaction.atomic():
-        if hold.checkpoint_id is not None:
-            lock_checkpoint(hold.checkpoint_id)
-        else:
-            lock_run(hold.run_id)
-        current = Hold.objects.select_for_update(of=("self",)).select_related("run__team", "checkpoint").get(pk=hold.pk)
+        current = _lock_hold(hold)
         if current.mode != HoldMode.COMPLIANCE or current.retain_until is None:
             raise DomainError(
                 f"hold {current.case_ref} is a {current.get_mode_display().lower()}; only a compliance hold has a "
@@ -1119,11 +1120,7 @@ def apply_release_change(change: ChangeRequest, approver: Actor) -> Applied:
     hold = Hold.objects.filter(pk=change.target_id).first()
     if hold is None:
         raise DomainError("that hold no longer exists", code="stale", http_status=409)
-    if hold.checkpoint_id is not None:
-        lock_checkpoint(hold.checkpoint_id)
-    else:
-        lock_run(hold.run_id)
-    current = Hold.objects.select_for_update(of=("self",)).select_related("run__team", "checkpoint").get(pk=hold.pk)
+    current = _lock_hold(hold)
     if current.released_at is not None:
         raise DomainError(
             f"hold {current.case_ref} was released since, by {current.released_label}", code="stale", http_status=409

@@ -126,27 +126,11 @@ def hold(request, pk: int):
 @require_POST
 def release(request, pk: int):
     current = get_object_or_404(restrict(Hold.objects.select_related("run__team", "checkpoint"), request.user), pk=pk)
-    if current.mode == HoldMode.GOVERNANCE and not has_role(request.user, Role.APPROVER):
-        # An operator asks; an approver releases it from the approvals inbox.
-        try:
-            change = services.request_release(
-                hold=current,
-                reason=request.POST.get("reason", ""),
-                case_ref=request.POST.get("case_ref", ""),
-                actor=Actor.for_request(request),
-                request_id=request_id_of(request),
-            )
-        except DomainError as exc:
-            messages.error(request, f"Release not asked for: {exc.message}")
-        else:
-            messages.success(
-                request,
-                f"Release of hold {current.case_ref} asked for (request {change.pk}): it stays in force until an "
-                "approver approves it in Approvals.",
-            )
-        return _back(request, _hold_home(current))
+    # A governance hold an operator without the approver role releases is asked for: an approver releases it
+    # from the approvals inbox.
+    asking = current.mode == HoldMode.GOVERNANCE and not has_role(request.user, Role.APPROVER)
     try:
-        services.release(
+        done = (services.request_release if asking else services.release)(
             hold=current,
             reason=request.POST.get("reason", ""),
             case_ref=request.POST.get("case_ref", ""),
@@ -154,9 +138,15 @@ def release(request, pk: int):
             request_id=request_id_of(request),
         )
     except DomainError as exc:
-        messages.error(request, f"Not released: {exc.message}")
+        messages.error(request, f"{'Release not asked for' if asking else 'Not released'}: {exc.message}")
     else:
-        messages.success(request, f"Hold {current.case_ref} released.")
+        messages.success(
+            request,
+            f"Release of hold {current.case_ref} asked for (request {done.pk}): it stays in force until an approver "
+            "approves it in Approvals."
+            if asking
+            else f"Hold {current.case_ref} released.",
+        )
     return _back(request, _hold_home(current))
 
 
