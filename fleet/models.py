@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -77,6 +78,12 @@ class StorageLocation(models.Model):
         blank=True,
         help_text="When the newest applied inventory was taken: every present file was seen then.",
     )
+    soft_delete_days = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="Days an executed deletion stays recoverable in the trash here; empty: the default "
+        "(CKPTFLEET_SOFT_DELETE_DAYS); 0: deleted at once (refused when CKPTFLEET_SOFT_DELETE_REQUIRED=1).",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -91,6 +98,11 @@ class StorageLocation(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def trash_days(self) -> int:
+        """The recovery window of deletions here, in days (0: none), the default filled in."""
+        return settings.SOFT_DELETE_DAYS if self.soft_delete_days is None else self.soft_delete_days
 
     @property
     def failure_site(self) -> str:

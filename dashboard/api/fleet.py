@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from access.roles import Role, require_role
-from actions.execution import agent_pending, agent_report
+from actions.softdelete import agent_pending, agent_report
 from audit.actor import Actor
 from audit.choices import EventSource
 from ckptfleet.errors import PermissionRefused, TooLarge
@@ -141,10 +141,12 @@ class IsDeletingHost(IsHost):
 class AgentDeletionsView(APIView):
     """A host agent's deletions: GET its pending files (its own roots only), POST what it did with them.
 
-    GET ``?root=/abs/root`` narrows to one root. Each listed job was checked against the promises
-    under its locks just now (``actions.execution.agent_pending``). POST
-    ``{"results": [{"id": 1, "result": "deleted|skipped|failed", "detail": "..."}]}``; an item of
-    another host refuses the whole report.
+    GET ``?root=/abs/root`` narrows to one root; ``&can=trash`` says the agent moves files to the trash,
+    purges and restores them (items then carry ``action`` trash|purge|restore and ``trash_path``; without it
+    files of a location with a recovery window are not listed). Each listed job was checked against the
+    promises under its locks just now (``actions.softdelete.agent_pending``). POST
+    ``{"results": [{"id": 1, "result": "deleted|trashed|purged|restored|skipped|failed", "detail": "..."}]}``;
+    an item of another host refuses the whole report.
     """
 
     authentication_classes = [HostTokenAuthentication]
@@ -154,7 +156,9 @@ class AgentDeletionsView(APIView):
     def get(self, request):
 
         root = request.query_params.get("root", "")
-        items = agent_pending(host=request.user.host, root=root)
+        # An agent that can move files to the trash says so; an older one is never sent files it would delete.
+        soft = "trash" in request.query_params.get("can", "").split(",")
+        items = agent_pending(host=request.user.host, root=root, soft=soft)
         return Response({"host": request.user.host.name, "items": items})
 
     @extend_schema(
