@@ -149,6 +149,7 @@ AGENT = f"{PROG}/{__version__}"
 WIRE_FORMAT = "ckptfleet-inventory/1"
 INVENTORIES_PATH = "/api/v1/inventories/"
 DELETIONS_PATH = "/api/v1/agent/deletions/"
+_TRASH_WORDS = (("trashed", "moved to the trash"), ("purged", "purged"), ("restored", "restored"))
 TRASH_DIR = ".ckptfleet-trash"  # below each root: soft-deleted files until the server says purge or restore
 PULLS_PATH = "/api/v1/agent/promotions/"
 PULL_TEMP_PREFIX = ".ckptfleet-pull-"  # a download in progress, beside its target: .ckptfleet-pull-<random>.tmp
@@ -2467,8 +2468,9 @@ def _delete_root(args: argparse.Namespace, root: str, server: str, token: str) -
     except AgentError as exc:
         raise AgentError(f"{label}: {exc}", fatal=exc.fatal) from None
     print(
-        f"{label}: {counts['deleted']} deleted, {counts['trashed']} moved to the trash, {counts['purged']} purged, "
-        f"{counts['restored']} restored, {counts['skipped']} skipped, {counts['failed']} failed",
+        f"{label}: {counts['deleted']} deleted, "
+        + "".join(f"{counts[k]} {word}, " for k, word in _TRASH_WORDS if counts[k])
+        + f"{counts['skipped']} skipped, {counts['failed']} failed",
         flush=True,
     )
     return counts["failed"] == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from actions import services
-from actions.models import DeletionJob, DeletionState, ItemState
+from actions.models import DeletionState, ItemState
 from tests.actions.test_softdelete import content, execute
 from tests.helpers.deletion import OPERATOR, checkpoint
 
