@@ -235,3 +235,23 @@ def test_compliance_refuses_turning_the_trash_off(s3, scanned, settings):
     location_set_soft_delete(location=bucket.location, days=30, reason="a month", actor=OPERATOR)
     bucket.location.refresh_from_db()
     assert bucket.location.trash_days == 30
+
+
+def test_the_api_restores_for_an_operator_and_refuses_a_viewer(
+    s3, scanned, signed_in_as, django_capture_on_commit_callbacks
+):
+    job = execute(
+        services.schedule_deletion(checkpoint=checkpoint(100), reason="superseded", actor=OPERATOR),
+        django_capture_on_commit_callbacks,
+    )
+    url = f"/api/v1/actions/deletions/{job.pk}/restore/"
+    viewer = signed_in_as("viewer")
+    assert viewer.post(url, {"reason": "mine"}, content_type="application/json").status_code == 403
+    operator = signed_in_as("operator")
+    assert operator.post(url, {}, content_type="application/json").status_code == 400
+    assert DeletionJob.objects.get(pk=job.pk).state == DeletionState.COMPLETED
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = operator.post(url, {"reason": "resume"}, content_type="application/json")
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["state"] == DeletionState.RESTORED
+    assert AuditEvent.objects.filter(action="deletion.restore", after__deletion=job.pk).count() == 1
