@@ -24,6 +24,11 @@ ETag changed, as not every store honours the ETag condition the delete also carr
 are deleted by the host's agent (``agent_pending`` / ``agent_report``), which checks size and mtime
 first. When a job ends, the files it removed are marked gone and the locations'
 copies judged again by the ingestion's own code, so the catalog shows what remains.
+
+At a location with a recovery window (``StorageLocation.trash_days``, soft delete) the same exact versions
+and files are moved to a trash instead (``actions.trash`` for buckets; the agent's ``trash`` action for
+hosts): the items end TRASHED with the date their window ends, and ``actions.softdelete`` restores or
+purges them.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from ckptfleet.celery import task
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet import s3
 from fleet.choices import LocationKind
-from fleet.models import Bucket, Host, StorageLocation
+from fleet.models import Bucket, Host, StorageLocation, trash_days_of
 from fleet.services import host_root_or_refuse
 
 log = logging.getLogger(__name__)
@@ -650,6 +655,8 @@ def fail(job_id: int, why: str) -> None:
 
 def soft_locations() -> Q:
     """The locations whose deletions go to the trash first (a window of more than 0 days), as a filter on items."""
+    if settings.SOFT_DELETE_REQUIRED:
+        return Q(pk__isnull=False)  # every location: the default, which compliance keeps above 0, fills in a 0
     if settings.SOFT_DELETE_DAYS > 0:
         return Q(location__soft_delete_days__isnull=True) | Q(location__soft_delete_days__gt=0)
     return Q(location__soft_delete_days__gt=0)
@@ -702,7 +709,7 @@ def agent_pending(*, host: Host, root: str = "", limit: int = BATCH, soft: bool 
             "size": r["size"],
             "mtime": r["mtime"].timestamp(),
         }
-        if (settings.SOFT_DELETE_DAYS if days is None else days) > 0:
+        if trash_days_of(days) > 0:
             entry.update(action="trash", trash_path=trash.trash_key(r["job_id"], r["path"]))
         listed.append(entry)
     return listed

@@ -237,7 +237,10 @@ class DeletionItem(models.Model):
                 fields=["job", "location", "path", "version_id"], name="deletionitem_unique_per_job"
             ),
         ]
-        indexes = [models.Index(fields=["job", "state"], name="deletionitem_job_state")]
+        indexes = [
+            models.Index(fields=["job", "state"], name="deletionitem_job_state"),
+            models.Index(fields=["state", "reclaim_after"], name="deletionitem_trash_due"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.path} ({self.state})"

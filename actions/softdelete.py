@@ -135,10 +135,9 @@ def restore_buckets(job_id: int) -> int:
             items = [i for i in items if i.location_id == location_id]
             bucket = Bucket.objects.select_related("location").get(location_id=location_id)
             client = s3.client_for(bucket)
-            versioned = s3.bucket_versioning(client, bucket.bucket_name) == "Enabled"
             back, refused = [], []
             for item in items:
-                why = trash.restore(client, bucket.bucket_name, item, versioned=versioned)
+                why = trash.restore(client, bucket.bucket_name, item)
                 (refused if why else back).append((item, why))
             now = timezone.now()
             DeletionItem.objects.filter(pk__in=[i.pk for i, _ in back]).update(
@@ -214,7 +213,21 @@ def purge_due(*, now: datetime | None = None) -> dict:
     purged: dict[int, int] = {}
     for job_id in sorted(set(due))[:1000]:
         purged[job_id] = _purge_job(job_id, now=now)
-    return {"purged": purged}
+    # A restore whose worker died (or met a store error) leaves bucket items restoring: send it again.
+    lost = (
+        DeletionItem.objects.filter(
+            state=ItemState.RESTORING,
+            location__kind=LocationKind.BUCKET,
+            job__state=DeletionState.RESTORED,
+            job__restored_at__lt=now - execution.LEASE,
+        )
+        .values_list("job_id", flat=True)
+        .distinct()
+    )
+    resent = sorted(set(lost))[:1000]
+    for job_id in resent:
+        task("actions.tasks.restore_deletion").delay(job_id)
+    return {"purged": purged, "restores_resent": resent} if resent else {"purged": purged}
 
 
 def _purge_job(job_id: int, *, now: datetime) -> int:
@@ -233,10 +246,7 @@ def _purge_job(job_id: int, *, now: datetime) -> int:
         for location_id, group in by_location.items():
             bucket = Bucket.objects.select_related("location").get(location_id=location_id)
             client = s3.client_for(bucket)
-            versioned = s3.bucket_versioning(client, bucket.bucket_name) == "Enabled" and any(
-                not i.trash_ref.startswith(trash.TRASH_PREFIX) for i in group
-            )
-            outcomes = trash.purge(client, bucket.bucket_name, group, versioned=versioned)
+            outcomes = trash.purge(client, bucket.bucket_name, group)
             gone = [
                 i
                 for i, o in zip(group, outcomes, strict=True)
@@ -363,7 +373,14 @@ def agent_report(*, host: Host, results: list) -> dict[str, int]:
             _mark_present(back)
             counts["recorded"] += sum(v for k, v in tally.items() if k != "ignored")
             counts["ignored"] += tally["ignored"]
-            execution.audit_job(job, actor, "deletion.agent_trash_report", after=dict(tally))
+            action = (
+                "deletion.purge"
+                if tally["purged"]
+                else "deletion.restore_batch"
+                if tally["restored"]
+                else "deletion.agent_trash_report"
+            )
+            execution.audit_job(job, actor, action, after=dict(tally))
             if job.state == DeletionState.RESTORED:
                 _settle(job, actor=actor)
     return counts

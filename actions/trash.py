@@ -147,7 +147,16 @@ def move(client: Any, bucket: str, job_id: int, items: list, *, versioning: str 
     return moved
 
 
-def purge(client: Any, bucket: str, items: list, *, versioned: bool) -> list[s3.DeleteOutcome]:
+def copied(item: Any) -> bool:
+    """Whether the item went to the trash as a copy (its ``trash_ref`` is a trash key), not behind a marker."""
+    return item.trash_ref.startswith(TRASH_PREFIX)
+
+
+def _purge_target(item: Any) -> tuple[str, str, str]:
+    return (item.trash_ref, item.trash_version_id, "") if copied(item) else (item.path, item.version_id, "")
+
+
+def purge(client: Any, bucket: str, items: list) -> list[s3.DeleteOutcome]:
     """Delete trashed items for good: the planned version then its marker, or the trash copy. One outcome each
     (of the version or trash copy; a marker that stays is logged and purged by the next run as well)."""
     if not items:
@@ -155,17 +164,14 @@ def purge(client: Any, bucket: str, items: list, *, versioned: bool) -> list[s3.
     outcomes: list[s3.DeleteOutcome] = []
     for start in range(0, len(items), s3.DELETE_BATCH):
         chunk = items[start : start + s3.DELETE_BATCH]
-        if versioned:
-            outcomes.extend(s3.delete_objects(client, bucket, [(i.path, i.version_id, "") for i in chunk]))
-        else:
-            outcomes.extend(s3.delete_objects(client, bucket, [(i.trash_ref, i.trash_version_id, "") for i in chunk]))
-    if versioned:
-        gone_code = ("NoSuchVersion", "NoSuchKey", "404")
-        markers = [
-            (i.path, i.trash_ref, "")
-            for i, o in zip(items, outcomes, strict=True)
-            if i.trash_ref and (o.deleted or o.code in gone_code)
-        ]
+        outcomes.extend(s3.delete_objects(client, bucket, [_purge_target(i) for i in chunk]))
+    gone_code = ("NoSuchVersion", "NoSuchKey", "404")
+    markers = [
+        (i.path, i.trash_ref, "")
+        for i, o in zip(items, outcomes, strict=True)
+        if i.trash_ref and not copied(i) and (o.deleted or o.code in gone_code)
+    ]
+    if markers:
         for start in range(0, len(markers), s3.DELETE_BATCH):
             for left in s3.delete_objects(client, bucket, markers[start : start + s3.DELETE_BATCH]):
                 if not left.deleted:
@@ -173,15 +179,23 @@ def purge(client: Any, bucket: str, items: list, *, versioned: bool) -> list[s3.
     return outcomes
 
 
-def restore(client: Any, bucket: str, item: Any, *, versioned: bool) -> str:
-    """Put one trashed item back where it was: "" when done, or why not, in words. Raises S3Error to retry."""
-    if versioned:
+def restore(client: Any, bucket: str, item: Any) -> str:
+    """Put one trashed item back where it was: "" when done, or why not, in words. Raises S3Error to retry.
+
+    Safe to repeat after a crash: a marker already gone, or a copy already back (the original present again
+    and the trash copy gone), counts as restored.
+    """
+    if not copied(item):
         if item.trash_ref and not drop_marker(client, bucket, item.path, item.trash_ref):
             history = s3.key_versions(client, bucket, item.path, markers=True)
             if any(v.version_id == item.trash_ref for v in history):
                 return "not restored: the store refused to remove the delete marker"
         return ""
-    if s3.object_state(client, bucket, item.path) is not None:
+    present = s3.object_state(client, bucket, item.path)
+    if present is not None:
+        trash_copy = s3.object_state(client, bucket, item.trash_ref, version_id=item.trash_version_id)
+        if trash_copy is None and present.size == item.size:
+            return ""  # put back by an earlier try that did not get to record it
         return "not restored: the key holds another object now; the trash copy stays until the window ends"
     s3.copy_object(
         client,

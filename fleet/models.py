@@ -55,6 +55,14 @@ class HostToken(models.Model):
         return f"{self.host.name} token {self.prefix}… ({state})"
 
 
+def trash_days_of(soft_delete_days: int | None) -> int:
+    """A location's recovery window in days from its own setting: None is the default; a 0 set before
+    CKPTFLEET_SOFT_DELETE_REQUIRED was turned on does not turn the trash off, the default applies."""
+    if soft_delete_days is None or (soft_delete_days == 0 and settings.SOFT_DELETE_REQUIRED):
+        return settings.SOFT_DELETE_DAYS
+    return soft_delete_days
+
+
 class StorageLocation(models.Model):
     """A place checkpoints live: a host's NVMe root, a parallel-FS mount, or (later) a bucket and prefix.
 
@@ -102,7 +110,7 @@ class StorageLocation(models.Model):
     @property
     def trash_days(self) -> int:
         """The recovery window of deletions here, in days (0: none), the default filled in."""
-        return settings.SOFT_DELETE_DAYS if self.soft_delete_days is None else self.soft_delete_days
+        return trash_days_of(self.soft_delete_days)
 
     @property
     def failure_site(self) -> str:

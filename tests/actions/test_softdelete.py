@@ -255,3 +255,16 @@ def test_the_api_restores_for_an_operator_and_refuses_a_viewer(
     assert answer.status_code == 200, answer.content
     assert answer.json()["state"] == DeletionState.RESTORED
     assert AuditEvent.objects.filter(action="deletion.restore", after__deletion=job.pk).count() == 1
+
+
+def test_a_zero_set_before_compliance_does_not_turn_the_trash_off(
+    s3, scanned, settings, django_capture_on_commit_callbacks
+):
+    _name, bucket = scanned
+    location_set_soft_delete(location=bucket.location, days=0, reason="scratch", actor=OPERATOR)
+    settings.SOFT_DELETE_REQUIRED = True
+    job = execute(
+        services.schedule_deletion(checkpoint=checkpoint(100), reason="superseded", actor=OPERATOR),
+        django_capture_on_commit_callbacks,
+    )
+    assert "3 of 3 moved to the trash" in job.outcome, job.outcome
