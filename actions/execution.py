@@ -487,6 +487,8 @@ def _stopped(job: DeletionJob, why: str) -> str:
     states = Counter(DeletionItem.objects.filter(job=job).values_list("state", flat=True))
     deleted, pending = states[ItemState.DELETED], states[ItemState.PENDING]
     done = f"{deleted} of {job.items_total} deleted before that, {pending} left in place"
+    if states[ItemState.TRASHED]:
+        done = f"{states[ItemState.TRASHED]} moved to the trash and {done}"
     return f"stopped before it was done: {why}; {done}"
 
 

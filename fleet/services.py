@@ -15,7 +15,9 @@ from django.core.files.base import File
 from django.db import transaction
 from django.utils import timezone
 
+from access.roles import Role, require_role
 from audit.actor import Actor
+from audit.choices import ActorKind
 from audit.services import audit
 from ckptfleet.celery import task
 from ckptfleet.errors import DomainError, NotAuthenticated, PermissionRefused, TooLarge
@@ -283,6 +285,17 @@ def location_set_soft_delete(
     None while the default itself is 0. Shortening the window can make deletions final sooner: it is a
     change that can delete, audited with the old and new value.
     """
+    if actor.kind == ActorKind.USER:
+        if actor.user is None:
+            raise PermissionRefused("changing a location's recovery window needs the signed-in user")
+        require_role(
+            actor.user,
+            Role.ADMIN,
+            doing=f"changing the recovery window of {location.name}",
+            source=actor.source,
+            target_type="location",
+            target_id=location.pk,
+        )
     if days is not None and (not isinstance(days, int) or isinstance(days, bool)):
         raise DomainError("days must be a whole number of days, or empty for the default")
     if days is not None and not 0 <= days <= SOFT_DELETE_MAX_DAYS:

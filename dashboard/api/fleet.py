@@ -15,7 +15,7 @@ from access.roles import Role, require_role
 from actions.softdelete import agent_pending, agent_report
 from audit.actor import Actor
 from audit.choices import EventSource
-from ckptfleet.errors import PermissionRefused, TooLarge
+from ckptfleet.errors import DomainError, PermissionRefused, TooLarge
 from dashboard.api.fleet_serializers import (
     AgentPullListSerializer,
     AgentPullReportSerializer,
@@ -25,7 +25,7 @@ from dashboard.api.fleet_serializers import (
 )
 from fleet.api.auth import HostPrincipal, HostTokenAuthentication
 from fleet.models import Host, Inventory, StorageLocation
-from fleet.services import inventory_receive
+from fleet.services import inventory_receive, location_set_soft_delete
 from ingest.scan import scan_start
 from promotion.pulls import pending, report
 
@@ -132,6 +132,30 @@ class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
         inventory.refresh_from_db(fields=["status"])  # without a worker it has run by now
         body = {"id": inventory.pk, "status": inventory.status, "url": f"/api/v1/inventories/{inventory.pk}/"}
         return Response(body, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        request=None,
+        responses={
+            200: StorageLocationSerializer,
+            400: OpenApiResponse(description="bad days or no reason"),
+            403: OpenApiResponse(description="not an admin, or 0 under CKPTFLEET_SOFT_DELETE_REQUIRED"),
+        },
+    )
+    @action(detail=True, methods=["post"], url_path="soft-delete")
+    def soft_delete(self, request, pk=None):
+        """POST ``{"days": 14 | 0 | null, "reason": "..."}``: how many days deletions here stay recoverable in
+        the trash (null: the default). An admin's change, audited ("location.soft_delete")."""
+        location = self.get_object()
+        data = request.data if isinstance(request.data, dict) else {}
+        if "days" not in data:
+            raise DomainError('send {"days": <whole days, 0, or null for the default>, "reason": "..."}')
+        done = location_set_soft_delete(
+            location=location,
+            days=data["days"],
+            reason=data.get("reason", ""),
+            actor=Actor.person(request.user, EventSource.API),
+        )
+        return Response(StorageLocationSerializer(done).data)
 
 
 class IsDeletingHost(IsHost):

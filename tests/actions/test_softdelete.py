@@ -6,6 +6,9 @@ Buckets are filled by boto3 and scanned for real; jobs come from ``schedule_dele
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
@@ -268,3 +271,32 @@ def test_a_zero_set_before_compliance_does_not_turn_the_trash_off(
         django_capture_on_commit_callbacks,
     )
     assert "3 of 3 moved to the trash" in job.outcome, job.outcome
+
+
+def test_the_api_sets_a_locations_window_for_an_admin_only_and_compliance_refuses_zero(
+    s3, scanned, signed_in_as, settings
+):
+    _name, bucket = scanned
+    url = f"/api/v1/locations/{bucket.location.pk}/soft-delete/"
+    operator, admin = signed_in_as("operator"), signed_in_as("admin")
+    assert operator.post(url, {"days": 3, "reason": "r"}, content_type="application/json").status_code == 403
+    for bad in ({"days": "3", "reason": "r"}, {"days": True, "reason": "r"}, {"days": -1, "reason": "r"}, {"days": 3}):
+        assert admin.post(url, bad, content_type="application/json").status_code == 400, bad
+    settings.SOFT_DELETE_REQUIRED = True
+    refused = admin.post(url, {"days": 0, "reason": "scratch"}, content_type="application/json")
+    assert refused.status_code == 403 and "cannot be 0" in refused.content.decode()
+    bucket.location.refresh_from_db()
+    assert bucket.location.soft_delete_days is None
+    assert not AuditEvent.objects.filter(action="location.soft_delete").exists()
+    done = admin.post(url, {"days": 14, "reason": "two weeks"}, content_type="application/json")
+    assert done.status_code == 200 and done.json()["trash_days"] == 14
+    [event] = AuditEvent.objects.filter(action="location.soft_delete")
+    assert (event.actor_label, event.after["soft_delete_days"]) == (admin.user.username, 14)
+
+
+def test_the_settings_refuse_a_zero_default_when_compliance_requires_the_trash():
+    env = {**os.environ, "CKPTFLEET_SOFT_DELETE_REQUIRED": "1", "CKPTFLEET_SOFT_DELETE_DAYS": "0"}
+    code = "import django; django.setup()"
+    answer = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert answer.returncode != 0
+    assert "CKPTFLEET_SOFT_DELETE_REQUIRED=1 refuses CKPTFLEET_SOFT_DELETE_DAYS=0" in answer.stderr
