@@ -26,7 +26,7 @@ from rest_framework.response import Response
 
 from access.middleware import request_id_of
 from access.scoping import restrict
-from actions import services
+from actions import services, softdelete
 from actions.models import DeletionItem, DeletionJob, Hold, HoldMode, Pin
 from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run
@@ -350,6 +350,19 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def cancel(self, request, pk=None):
         data = _valid(ReasonInput, request)
         job = services.cancel(
+            job=_get(DeletionJob, pk, "deletion", request),
+            reason=data["reason"],
+            actor=Actor.for_request(request),
+            request_id=request_id_of(request),
+        )
+        return Response(DeletionJobSerializer(job).data)
+
+    @extend_schema(request=ReasonInput, responses={200: DeletionJobSerializer})
+    @action(detail=True, methods=["post"])
+    def restore(self, request, pk=None):
+        """Undo an executed soft deletion while its recovery window is open: one audited action for the job."""
+        data = _valid(ReasonInput, request)
+        job = softdelete.restore(
             job=_get(DeletionJob, pk, "deletion", request),
             reason=data["reason"],
             actor=Actor.for_request(request),

@@ -24,6 +24,11 @@ ETag changed, as not every store honours the ETag condition the delete also carr
 are deleted by the host's agent (``agent_pending`` / ``agent_report``), which checks size and mtime
 first. When a job ends, the files it removed are marked gone and the locations'
 copies judged again by the ingestion's own code, so the catalog shows what remains.
+
+At a location with a recovery window (``StorageLocation.trash_days``, soft delete) the same exact versions
+and files are moved to a trash instead (``actions.trash`` for buckets; the agent's ``trash`` action for
+hosts): the items end TRASHED with the date their window ends, and ``actions.softdelete`` restores or
+purges them.
 """
 
 from __future__ import annotations
@@ -35,12 +40,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from actions import promises
+from actions import promises, trash
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
 from actions.protection import OPEN_DELETION_STATES
 from actions.services import lock_checkpoint
@@ -55,7 +61,7 @@ from ckptfleet.celery import task
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet import s3
 from fleet.choices import LocationKind
-from fleet.models import Bucket, Host, StorageLocation
+from fleet.models import Bucket, Host, StorageLocation, trash_days_of
 from fleet.services import host_root_or_refuse
 
 log = logging.getLogger(__name__)
@@ -75,7 +81,9 @@ _GONE_CODES = frozenset({"NoSuchKey", "NoSuchVersion", "404", "NotFound"})
 _CHANGED_CODES = frozenset({"PreconditionFailed", "412"})
 
 
-def _audit(job: DeletionJob, actor: Actor, action: str, *, after: dict, reason: str = "", before=None) -> None:
+def audit_job(
+    job: DeletionJob, actor: Actor, action: str, *, after: dict, reason: str = "", before=None, request_id: str = ""
+) -> None:
     """One event on the checkpoint's history, naming the deletion, as the scheduling services write them."""
     audit(
         actor,
@@ -86,7 +94,11 @@ def _audit(job: DeletionJob, actor: Actor, action: str, *, after: dict, reason: 
         reason=reason,
         before={"deletion": job.pk, **before} if before else None,
         after={"deletion": job.pk, **after},
+        request_id=(request_id or "")[:64],
     )
+
+
+_audit = audit_job
 
 
 # --- the promises, checked again at the moment of execution -----------------------------------------
@@ -121,7 +133,7 @@ def blocker(job: DeletionJob) -> str:
     return f"{refusal.message} [{refusal.code}]" if refusal is not None else ""
 
 
-def _lock(job_id: int) -> DeletionJob | None:
+def lock(job_id: int) -> DeletionJob | None:
     """Lock the run, the checkpoint, then the job (the services' order); None when there is no such job."""
 
     checkpoint_id = DeletionJob.objects.filter(pk=job_id).values_list("checkpoint_id", flat=True).first()
@@ -131,6 +143,9 @@ def _lock(job_id: int) -> DeletionJob | None:
     job = DeletionJob.objects.select_for_update(of=("self",)).select_related("copy").get(pk=job_id)
     job.checkpoint = checkpoint
     return job
+
+
+_lock = lock
 
 
 # --- starting due jobs, and the sweep ---------------------------------------------------------------
@@ -325,15 +340,28 @@ def run_batch(
                 DeletionItem.objects.filter(pk=item.pk).update(version_id=item.version_id)
                 resolved += 1
         sending = [i for i in items if i.state == ItemState.PENDING]
-        outcomes = (
-            s3.delete_objects(client, bucket.bucket_name, [(i.path, i.version_id, i.etag) for i in sending])
-            if sending
-            else []
-        )
+        days = bucket.location.trash_days
+        moved = trash.move(client, bucket.bucket_name, job.pk, sending, versioning=versioning[first]) if days else []
+        for item, move in zip(sending if days else (), moved, strict=True):
+            if move.skip:
+                item.state, item.detail, item.done_at = ItemState.SKIPPED, move.skip, now
+                done[item.state].append(item)
+            item.trash_ref, item.trash_version_id = move.trash_ref, move.trash_version_id
+        if days:
+            outcomes = [m.outcome for m in moved if not m.skip]
+            sending = [i for i, m in zip(sending, moved, strict=True) if not m.skip]
+        else:
+            outcomes = (
+                s3.delete_objects(client, bucket.bucket_name, [(i.path, i.version_id, i.etag) for i in sending])
+                if sending
+                else []
+            )
         retry: list[int] = []
         refused: list[dict] = []
         for item, outcome in zip(sending, outcomes, strict=True):
-            if outcome.deleted:
+            if outcome.deleted and days:
+                item.state, item.detail, item.reclaim_after = ItemState.TRASHED, "", now + timedelta(days=days)
+            elif outcome.deleted:
                 item.state, item.detail = ItemState.DELETED, ""
             elif outcome.marker_version_id:
                 # The bucket became versioned since it was read: the store only hid the object. Take the
@@ -459,6 +487,8 @@ def _stopped(job: DeletionJob, why: str) -> str:
     states = Counter(DeletionItem.objects.filter(job=job).values_list("state", flat=True))
     deleted, pending = states[ItemState.DELETED], states[ItemState.PENDING]
     done = f"{deleted} of {job.items_total} deleted before that, {pending} left in place"
+    if states[ItemState.TRASHED]:
+        done = f"{states[ItemState.TRASHED]} moved to the trash and {done}"
     return f"stopped before it was done: {why}; {done}"
 
 
@@ -474,23 +504,32 @@ def _record(job: DeletionJob, done: dict[str, list[DeletionItem]], *, now: datet
                 DeletionItem.objects.filter(pk__in=ids[i : i + 1000], state=ItemState.PENDING).update(
                     state=state, detail=detail, done_at=now
                 )
+    trashed_items = done.get(ItemState.TRASHED, [])
+    if trashed_items:
+        DeletionItem.objects.bulk_update(trashed_items, ["trash_ref", "trash_version_id", "reclaim_after"], 1000)
+    trashed = len(trashed_items)
     deleted = len(done.get(ItemState.DELETED, ()))
     blocked = len(done.get(ItemState.BLOCKED, ()))
     skipped = len(done.get(ItemState.SKIPPED, ()))
+    # A file in the trash is gone from where the plan found it: it counts as deleted until restored.
     DeletionJob.objects.filter(pk=job.pk).update(
-        items_deleted=job.items_deleted + deleted, items_blocked=job.items_blocked + blocked, heartbeat_at=now
+        items_deleted=job.items_deleted + deleted + trashed,
+        items_blocked=job.items_blocked + blocked,
+        heartbeat_at=now,
     )
-    job.items_deleted += deleted
+    job.items_deleted += deleted + trashed
     job.items_blocked += blocked
     job.heartbeat_at = now
     gone = [
         i
-        for i in (*done.get(ItemState.DELETED, ()), *done.get(ItemState.SKIPPED, ()))
-        if i.shard_file_id and (i.state == ItemState.DELETED or i.detail.startswith("missing"))
+        for i in (*done.get(ItemState.DELETED, ()), *trashed_items, *done.get(ItemState.SKIPPED, ()))
+        if i.shard_file_id and (i.state != ItemState.SKIPPED or i.detail.startswith("missing"))
     ]
     _mark_gone(gone, now=now)
     return {
         "deleted": deleted,
+        "trashed": trashed,
+        "bytes_trashed": sum(i.size for i in trashed_items),
         "blocked": blocked,
         "skipped": skipped,
         "bytes_deleted": sum(i.size for i in done.get(ItemState.DELETED, ())),
@@ -531,13 +570,32 @@ def _verdict(job: DeletionJob) -> tuple[str, str]:
     """How a job whose items are all settled ends, and why, in words for people."""
     states = Counter(DeletionItem.objects.filter(job=job).values_list("state", flat=True))
     deleted, blocked, skipped = states[ItemState.DELETED], states[ItemState.BLOCKED], states[ItemState.SKIPPED]
-    parts = [f"{deleted} of {job.items_total} deleted"]
+    parts = [f"{deleted} of {job.items_total} deleted"] if deleted or not states[ItemState.TRASHED] else []
+    if states[ItemState.TRASHED]:
+        until = reclaim_date(job)
+        parts.insert(
+            0,
+            f"{states[ItemState.TRASHED]} of {job.items_total} moved to the trash, recoverable until "
+            f"{until:%Y-%m-%d %H:%M} UTC"
+            if until
+            else "",
+        )
     if skipped:
         parts.append(f"{skipped} skipped (changed since scheduling, or already gone)")
     if blocked:
         parts.append(f"{blocked} refused by the store (Object Lock legal hold or retention); they remain")
         return DeletionState.BLOCKED, "; ".join(parts)
     return DeletionState.COMPLETED, "; ".join(parts)
+
+
+def reclaim_date(job: DeletionJob) -> datetime | None:
+    """When the last of the job's trashed items is purged (the end of its recovery window), or None."""
+    return (
+        DeletionItem.objects.filter(job=job, state=ItemState.TRASHED)
+        .order_by("-reclaim_after")
+        .values_list("reclaim_after", flat=True)
+        .first()
+    )
 
 
 def _finish(job: DeletionJob, state: str, outcome: str, *, actor: Actor) -> bool:
@@ -548,7 +606,7 @@ def _finish(job: DeletionJob, state: str, outcome: str, *, actor: Actor) -> bool
     """
     now = timezone.now()
     ended = DeletionJob.objects.filter(pk=job.pk, state=DeletionState.RUNNING).update(
-        state=state, finished_at=now, outcome=outcome[:2000]
+        state=state, finished_at=now, outcome=outcome[:2000], reclaim_after=reclaim_date(job)
     )
     if ended != 1:
         return False
@@ -563,6 +621,7 @@ def _finish(job: DeletionJob, state: str, outcome: str, *, actor: Actor) -> bool
             "state": state,
             "items": job.items_total,
             "deleted": states[ItemState.DELETED],
+            "trashed": states[ItemState.TRASHED],
             "blocked": states[ItemState.BLOCKED],
             "skipped": states[ItemState.SKIPPED],
             "pending": states[ItemState.PENDING],
@@ -596,11 +655,22 @@ def fail(job_id: int, why: str) -> None:
 # --- host files: the agent's side -------------------------------------------------------------------
 
 
-def agent_pending(*, host: Host, root: str = "", limit: int = BATCH) -> list[dict]:
-    """The pending files of running jobs on ``host``'s own roots, for its agent to delete.
+def soft_locations() -> Q:
+    """The locations whose deletions go to the trash first (a window of more than 0 days), as a filter on items."""
+    if settings.SOFT_DELETE_REQUIRED:
+        return Q(pk__isnull=False)  # every location: the default, which compliance keeps above 0, fills in a 0
+    if settings.SOFT_DELETE_DAYS > 0:
+        return Q(location__soft_delete_days__isnull=True) | Q(location__soft_delete_days__gt=0)
+    return Q(location__soft_delete_days__gt=0)
+
+
+def agent_pending(*, host: Host, root: str = "", limit: int = BATCH, soft: bool = False) -> list[dict]:
+    """The pending files of running jobs on ``host``'s own roots, for its agent to delete or move to the trash.
 
     Each job is checked against the promises under its locks before its files are handed out; a
-    job a promise now forbids is stopped here, and none of its files are listed.
+    job a promise now forbids is stopped here, and none of its files are listed. Files of a location
+    with a recovery window are listed with ``"action": "trash"`` and their trash path, and only to an
+    agent that said it can (``soft``): an older agent would delete them at once, so it gets none of them.
     """
     items = DeletionItem.objects.filter(
         state=ItemState.PENDING,
@@ -608,6 +678,8 @@ def agent_pending(*, host: Host, root: str = "", limit: int = BATCH) -> list[dic
         location__host=host,
         location__kind__in=HOST_KINDS,
     )
+    if not soft:
+        items = items.exclude(soft_locations())
     if root:
         host_root_or_refuse(host, root)
         items = items.filter(location__root_path=root)
@@ -626,10 +698,12 @@ def agent_pending(*, host: Host, root: str = "", limit: int = BATCH) -> list[dic
     rows = (
         items.filter(job_id__in=allowed)
         .order_by("job_id", "pk")
-        .values("pk", "job_id", "location__root_path", "path", "size", "mtime")[:limit]
+        .values("pk", "job_id", "location__root_path", "location__soft_delete_days", "path", "size", "mtime")[:limit]
     )
-    return [
-        {
+    listed = []
+    for r in rows:
+        days = r["location__soft_delete_days"]
+        entry = {
             "id": r["pk"],
             "job": r["job_id"],
             "root": r["location__root_path"],
@@ -637,11 +711,13 @@ def agent_pending(*, host: Host, root: str = "", limit: int = BATCH) -> list[dic
             "size": r["size"],
             "mtime": r["mtime"].timestamp(),
         }
-        for r in rows
-    ]
+        if trash_days_of(days) > 0:
+            entry.update(action="trash", trash_path=trash.trash_key(r["job_id"], r["path"]))
+        listed.append(entry)
+    return listed
 
 
-AGENT_RESULTS = ("deleted", "skipped", "failed")
+AGENT_RESULTS = ("deleted", "trashed", "skipped", "failed")
 
 
 def agent_report(*, host: Host, results: list) -> dict[str, int]:
@@ -684,7 +760,7 @@ def agent_report(*, host: Host, results: list) -> dict[str, int]:
             if job is None or job.state != DeletionState.RUNNING:
                 ignored += len(pks)
                 continue
-            items = list(DeletionItem.objects.filter(pk__in=pks, state=ItemState.PENDING))
+            items = list(DeletionItem.objects.filter(pk__in=pks, state=ItemState.PENDING).select_related("location"))
             ignored += len(pks) - len(items)
             now = timezone.now()
             done: dict[str, list[DeletionItem]] = defaultdict(list)
@@ -694,9 +770,13 @@ def agent_report(*, host: Host, results: list) -> dict[str, int]:
                 if result == "failed":
                     failed.append({"path": item.path, "detail": detail})
                     continue
-                item.state = ItemState.DELETED if result == "deleted" else ItemState.SKIPPED
+                item.state = {"deleted": ItemState.DELETED, "trashed": ItemState.TRASHED}.get(result, ItemState.SKIPPED)
                 item.detail = detail if result == "skipped" else ""
                 item.done_at = now
+                if item.state == ItemState.TRASHED:
+                    days = item.location.trash_days or settings.SOFT_DELETE_DAYS or 1
+                    item.trash_ref = trash.trash_key(job.pk, item.path)
+                    item.reclaim_after = now + timedelta(days=days)
                 done[item.state].append(item)
                 recorded += 1
             counts = _record(job, done, now=now)

@@ -155,6 +155,7 @@ class DeletionState(models.TextChoices):
     BLOCKED = "blocked", "Blocked by a promise"
     CANCELLED = "cancelled", "Cancelled"
     FAILED = "failed", "Failed"
+    RESTORED = "restored", "Restored from the trash"
 
 
 class DeletionJob(models.Model):
@@ -212,6 +213,13 @@ class DeletionJob(models.Model):
     items_deleted = models.IntegerField(default=0)
     items_blocked = models.IntegerField(default=0)
     outcome = models.TextField(blank=True, help_text="Why it ended as it did, for people.")
+    reclaim_after = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Soft delete: until then what it moved to the trash can be restored; then it is purged.",
+    )
+    restored_label = models.CharField(max_length=200, blank=True)
+    restored_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-requested_at", "-id"]
@@ -242,6 +250,9 @@ class ItemState(models.TextChoices):
     DELETED = "deleted", "Deleted"
     BLOCKED = "blocked", "Blocked"
     SKIPPED = "skipped", "Skipped (changed since scheduling)"
+    TRASHED = "trashed", "In the trash (recoverable)"
+    RESTORING = "restoring", "Being restored from the trash"
+    RESTORED = "restored", "Restored"
 
 
 class DeletionItem(models.Model):
@@ -259,6 +270,12 @@ class DeletionItem(models.Model):
     state = models.CharField(max_length=10, choices=ItemState.choices, default=ItemState.PENDING)
     detail = models.TextField(blank=True)
     done_at = models.DateTimeField(null=True, blank=True)
+    # Soft delete: where the trashed object or file is (versioned bucket: the delete marker's version id, empty when
+    # the planned version was non-current already; other buckets: the trash key; hosts: the trash path under the
+    # root), the trash copy's own version id in a bucket with versioning suspended, and the end of its window.
+    trash_ref = models.CharField(max_length=2048, blank=True)
+    trash_version_id = models.CharField(max_length=1024, blank=True)
+    reclaim_after = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["job", "location", "path"]
@@ -267,7 +284,10 @@ class DeletionItem(models.Model):
                 fields=["job", "location", "path", "version_id"], name="deletionitem_unique_per_job"
             ),
         ]
-        indexes = [models.Index(fields=["job", "state"], name="deletionitem_job_state")]
+        indexes = [
+            models.Index(fields=["job", "state"], name="deletionitem_job_state"),
+            models.Index(fields=["state", "reclaim_after"], name="deletionitem_trash_due"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.path} ({self.state})"

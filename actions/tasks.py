@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from actions import execution
+from actions import execution, softdelete
 
 
 @shared_task(acks_late=True, bind=True)
@@ -19,3 +19,16 @@ def execute_deletion(self, job_id: int) -> str:
 def start_due_deletions() -> dict:
     """Start the deletions whose grace period is over; resend stale running ones (every minute, from beat)."""
     return execution.start_due()
+
+
+@shared_task(acks_late=True)
+def restore_deletion(job_id: int) -> int:
+    """Put a restored deletion's bucket objects back (its host files go back through their agents). Idempotent:
+    only items still marked restoring are worked on, under the job's lock."""
+    return softdelete.restore_buckets(job_id)
+
+
+@shared_task(acks_late=True)
+def purge_trash() -> dict:
+    """Purge the trashed bucket objects whose recovery window ended (hourly, from beat)."""
+    return softdelete.purge_due()

@@ -14,6 +14,7 @@ urlpatterns = [
     path("deletions/<int:pk>/", views.deletion_detail, name="deletion-detail"),
     path("deletions/<int:pk>/approve/", views.approve, name="approve"),
     path("deletions/<int:pk>/cancel/", views.cancel, name="cancel"),
+    path("deletions/<int:pk>/restore/", views.restore, name="restore"),
     path("bulk/", views_bulk.bulk, name="bulk"),
     path("bulk/<slug:token>/", views_bulk.bulk_result, name="bulk-result"),
 ]

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from access.middleware import request_id_of
 from access.roles import Role, has_role
 from access.scoping import restrict
-from actions import services
+from actions import services, softdelete
 from actions.execution import last_progress
 from actions.models import DeletionJob, DeletionState, Hold, HoldMode, Pin
 from actions.protection import OPEN_DELETION_STATES
@@ -279,6 +279,11 @@ def deletion_detail(request, pk: int):
             "approvable": job.state == DeletionState.AWAITING_APPROVAL and has_role(user, Role.APPROVER),
             "own_job": job.requested_by_id == user.pk,
             "approved_already": job.approved_by_id == user.pk,
+            "restorable": job.state in (DeletionState.COMPLETED, DeletionState.BLOCKED)
+            and job.reclaim_after is not None
+            and job.reclaim_after > timezone.now()
+            and has_role(user, Role.OPERATOR),
+            "pending_reclaim": softdelete.pending_reclaim(job=job),
         },
     )
 
@@ -319,4 +324,22 @@ def cancel(request, pk: int):
         messages.error(request, f"Not cancelled: {exc.message}")
     else:
         messages.success(request, f"Deletion {job.pk} cancelled: nothing of it will be deleted.")
+    return _back(request, _deletion_url(pk))
+
+
+@login_required
+@require_POST
+def restore(request, pk: int):
+    job = get_object_or_404(restrict(DeletionJob.objects.all(), request.user), pk=pk)
+    try:
+        softdelete.restore(
+            job=job,
+            reason=request.POST.get("reason", ""),
+            actor=Actor.for_request(request),
+            request_id=request_id_of(request),
+        )
+    except DomainError as exc:
+        messages.error(request, f"Not restored: {exc.message}")
+    else:
+        messages.success(request, f"Deletion {job.pk} is being restored: its items go back from the trash.")
     return _back(request, _deletion_url(pk))

@@ -22,6 +22,8 @@ app.conf.beat_schedule = {
     "propose-retention-deletions": {"task": "retention.tasks.propose_retention_deletions", "schedule": 86400.0},
     # Deletions whose grace period ended start here; running ones without progress for a while are resent.
     "start-due-deletions": {"task": "actions.tasks.start_due_deletions", "schedule": 60.0},
+    # Soft-deleted objects and files whose recovery window ended are purged from the trash.
+    "purge-trash": {"task": "actions.tasks.purge_trash", "schedule": 3600.0},
     # Promotions: restores due for a status poll (each job every PROMOTION_POLL_SECONDS), and lost jobs resent.
     "advance-promotions": {"task": "promotion.tasks.advance_promotions", "schedule": 60.0},
     # The audit chain's head written outside the database, and the chain checked against those anchors.

@@ -321,6 +321,13 @@ DELETION_APPROVAL_BYTES = env_int("CKPTFLEET_DELETION_APPROVAL_BYTES", 10 * 1024
 # compliance hold may be given (10 years: nobody can undo a mistaken date).
 HOLD_GOVERNANCE_RETENTION_DAYS = env_int("CKPTFLEET_HOLD_GOVERNANCE_RETENTION_DAYS", 30, minimum=2, maximum=36500)
 HOLD_COMPLIANCE_MAX_DAYS = env_int("CKPTFLEET_HOLD_COMPLIANCE_MAX_DAYS", 3653, minimum=1, maximum=36500)
+# Soft delete: an executed deletion first moves what it deletes to a trash for this many days (per location,
+# StorageLocation.soft_delete_days overrides it; 0 deletes at once). SOFT_DELETE_REQUIRED (compliance) refuses 0
+# everywhere: here, in the location service, the admin and the API.
+SOFT_DELETE_DAYS = env_int("CKPTFLEET_SOFT_DELETE_DAYS", 7, minimum=0, maximum=3650)
+SOFT_DELETE_REQUIRED = env_bool("CKPTFLEET_SOFT_DELETE_REQUIRED", False)
+if SOFT_DELETE_REQUIRED and SOFT_DELETE_DAYS == 0:
+    raise ImproperlyConfigured("CKPTFLEET_SOFT_DELETE_REQUIRED=1 refuses CKPTFLEET_SOFT_DELETE_DAYS=0")
 # The blast radius of one deletion job: above any of these limits it needs two approvers (neither the person
 # who asked): bytes, objects and files, and the share of the run's present bytes it takes, in percent.
 BLAST_MAX_BYTES = env_int("CKPTFLEET_BLAST_MAX_BYTES", 100 * 1024**4, minimum=1)

@@ -149,6 +149,8 @@ AGENT = f"{PROG}/{__version__}"
 WIRE_FORMAT = "ckptfleet-inventory/1"
 INVENTORIES_PATH = "/api/v1/inventories/"
 DELETIONS_PATH = "/api/v1/agent/deletions/"
+_TRASH_WORDS = (("trashed", "moved to the trash"), ("purged", "purged"), ("restored", "restored"))
+TRASH_DIR = ".ckptfleet-trash"  # below each root: soft-deleted files until the server says purge or restore
 PULLS_PATH = "/api/v1/agent/promotions/"
 PULL_TEMP_PREFIX = ".ckptfleet-pull-"  # a download in progress, beside its target: .ckptfleet-pull-<random>.tmp
 PULL_TEMP_SUFFIX = ".tmp"
@@ -289,6 +291,8 @@ def _list_dir(path: str, prefix: str, root: str, warn: Warn) -> list[tuple[str, 
     keyed: list[tuple[str, str, os.DirEntry, bool]] = []
     with os.scandir(path) as it:
         for entry in it:
+            if not prefix and entry.name == TRASH_DIR:
+                continue  # soft-deleted files wait there for their purge; they are in no inventory
             try:
                 if entry.is_symlink():
                     continue
@@ -2282,9 +2286,125 @@ def delete_file(root: str, rel: str, size: int, mtime: float) -> tuple[str, str]
         os.close(fd)
 
 
-def _fetch_work(path: str, server: str, token: str, root: str, *, timeout: float) -> dict[str, Any]:
+def _open_dirs(root: str, parts: list[str], *, create: bool = False) -> int:
+    """Open the directory ``root/parts...`` without following any symlink (creating missing ones when
+    ``create``); returns its fd. Raises FileNotFoundError, or OSError (ELOOP/ENOTDIR for a symlink or file)."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    fd = os.open(root, flags)
+    try:
+        for part in parts:
+            if create:
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            child = os.open(part, flags | getattr(os, "O_NOFOLLOW", 0), dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _move_file(root: str, source: str, target: str, *, size: int, mtime: float | None) -> tuple[str, str]:
+    """Rename one regular file below ``root`` from ``source`` to ``target`` (both plain relative paths), never
+    over an existing file; with ``mtime`` the file must still have the scheduled size and mtime."""
+    if path_problem(source) or path_problem(target):
+        return "skipped", "refused: not a plain relative path below the root"
+    src_parts, dst_parts = source.split("/"), target.split("/")
+    try:
+        src_fd = _open_dirs(root, src_parts[:-1])
+    except FileNotFoundError:
+        return "skipped", "missing: its directory is gone"
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            return "skipped", "refused: a directory on its path is no longer a plain directory"
+        return "failed", f"cannot open its directory: {_os_reason(exc)}"
+    try:
+        try:
+            st = os.stat(src_parts[-1], dir_fd=src_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return "skipped", "missing: no such file"
+        if not stat.S_ISREG(st.st_mode):
+            return "skipped", "changed: no longer a regular file"
+        if st.st_size != size:
+            return "skipped", f"changed: its size is {st.st_size} bytes, scheduled at {size}"
+        if mtime is not None and abs(st.st_mtime_ns - round(mtime * 1e9)) > MTIME_TOLERANCE_NS:
+            return "skipped", "changed: modified since it was scheduled"
+        try:
+            dst_fd = _open_dirs(root, dst_parts[:-1], create=True)
+        except OSError as exc:
+            return "failed", f"cannot make its target directory: {_os_reason(exc)}"
+        try:
+            try:
+                os.stat(dst_parts[-1], dir_fd=dst_fd, follow_symlinks=False)
+                return "skipped", "refused: something else is at that path now"
+            except FileNotFoundError:
+                pass
+            try:
+                os.rename(src_parts[-1], dst_parts[-1], src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+            except OSError as exc:
+                return "failed", f"cannot move it: {_os_reason(exc)}"
+        finally:
+            os.close(dst_fd)
+        return "moved", ""
+    except OSError as exc:
+        return "failed", f"cannot stat it: {_os_reason(exc)}"
+    finally:
+        os.close(src_fd)
+
+
+def trash_file(root: str, rel: str, trash_rel: str, size: int, mtime: float) -> tuple[str, str]:
+    """Move one frozen file into the root's trash (a rename on the same filesystem) if it is still the file
+    that was scheduled: ("trashed", ""), or ("skipped"/"failed", why) as ``delete_file`` says them."""
+    if not trash_rel.startswith(TRASH_DIR + "/"):
+        return "skipped", "refused: the trash path is not in the root's trash"
+    result, detail = _move_file(root, rel, trash_rel, size=size, mtime=mtime)
+    return ("trashed", "") if result == "moved" else (result, detail)
+
+
+def restore_file(root: str, rel: str, trash_rel: str, size: int) -> tuple[str, str]:
+    """Move a trashed file back where it was, refusing when something else is at that path now."""
+    if not trash_rel.startswith(TRASH_DIR + "/"):
+        return "skipped", "refused: the trash path is not in the root's trash"
+    result, detail = _move_file(root, trash_rel, rel, size=size, mtime=None)
+    return ("restored", "") if result == "moved" else (result, detail)
+
+
+def purge_file(root: str, trash_rel: str, size: int, mtime: float) -> tuple[str, str]:
+    """Delete a trashed file for good (its window ended): "purged", or "skipped" when it is gone already."""
+    if not trash_rel.startswith(TRASH_DIR + "/"):
+        return "skipped", "refused: the trash path is not in the root's trash"
+    result, detail = delete_file(root, trash_rel, size, mtime)
+    if result == "deleted":
+        return "purged", ""
+    return ("skipped", f"purged already: {detail}") if detail.startswith("missing") else (result, detail)
+
+
+def do_deletion_item(root: str, item: dict[str, Any]) -> tuple[str, str]:
+    """Carry out one item of the server's deletion work by its ``action`` (delete when absent: wire format 1)."""
+    action = item.get("action", "delete")
+    size, mtime = int(item["size"]), float(item["mtime"])
+    if action == "delete":
+        return delete_file(root, item["path"], size, mtime)
+    trash_rel = item.get("trash_path")
+    if not isinstance(trash_rel, str):
+        return "skipped", "refused: the server sent no trash path"
+    if action == "trash":
+        return trash_file(root, item["path"], trash_rel, size, mtime)
+    if action == "purge":
+        return purge_file(root, trash_rel, size, mtime)
+    if action == "restore":
+        return restore_file(root, item["path"], trash_rel, size)
+    return "skipped", f"refused: unknown action {_printable(str(action))[:40]}"
+
+
+def _fetch_work(
+    path: str, server: str, token: str, root: str, *, timeout: float, extra: dict[str, str] | None = None
+) -> dict[str, Any]:
     """GET the server's work for this host below ``root`` (deletions, pulls): a document with a list of items."""
-    url = server.rstrip("/") + path + "?" + urllib.parse.urlencode({"root": root})
+    url = server.rstrip("/") + path + "?" + urllib.parse.urlencode({"root": root, **(extra or {})})
     status, reason, answer = _request("GET", url, token, timeout=timeout)
     if status != 200:
         raise AgentError(_refusal(status, reason, answer), fatal=status in (401, 403))
@@ -2313,7 +2433,7 @@ def _report_work(path: str, server: str, token: str, results: list[dict[str, Any
 
 def fetch_deletions(server: str, token: str, root: str, *, timeout: float = 60.0) -> list[dict[str, Any]]:
     """The pending files of this host's running deletion jobs below ``root``."""
-    return _fetch_work(DELETIONS_PATH, server, token, root, timeout=timeout)["items"]
+    return _fetch_work(DELETIONS_PATH, server, token, root, timeout=timeout, extra={"can": "trash"})["items"]
 
 
 def report_deletions(server: str, token: str, results: list[dict[str, Any]], *, timeout: float = 60.0) -> dict:
@@ -2337,18 +2457,20 @@ def _delete_root(args: argparse.Namespace, root: str, server: str, token: str) -
                     result, detail = "skipped", "refused: the item is not below this root"
                 else:
                     try:
-                        result, detail = delete_file(root, item["path"], int(item["size"]), float(item["mtime"]))
+                        result, detail = do_deletion_item(root, item)
                     except (KeyError, TypeError, ValueError):
                         result, detail = "skipped", "refused: the server sent an incomplete item"
                 counts[result] += 1
-                if result != "deleted":
+                if result not in ("deleted", "trashed", "purged", "restored"):
                     _stderr_warn(f"{label}: {_printable(str(item.get('path')))}: {result}: {detail}")
                 results.append({"id": item.get("id"), "result": result, "detail": detail})
             report_deletions(server, token, results, timeout=args.timeout)
     except AgentError as exc:
         raise AgentError(f"{label}: {exc}", fatal=exc.fatal) from None
     print(
-        f"{label}: {counts['deleted']} deleted, {counts['skipped']} skipped, {counts['failed']} failed",
+        f"{label}: {counts['deleted']} deleted, "
+        + "".join(f"{counts[k]} {word}, " for k, word in _TRASH_WORDS if counts[k])
+        + f"{counts['skipped']} skipped, {counts['failed']} failed",
         flush=True,
     )
     return counts["failed"] == 0

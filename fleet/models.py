@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -54,6 +55,14 @@ class HostToken(models.Model):
         return f"{self.host.name} token {self.prefix}… ({state})"
 
 
+def trash_days_of(soft_delete_days: int | None) -> int:
+    """A location's recovery window in days from its own setting: None is the default; a 0 set before
+    CKPTFLEET_SOFT_DELETE_REQUIRED was turned on does not turn the trash off, the default applies."""
+    if soft_delete_days is None or (soft_delete_days == 0 and settings.SOFT_DELETE_REQUIRED):
+        return settings.SOFT_DELETE_DAYS
+    return soft_delete_days
+
+
 class StorageLocation(models.Model):
     """A place checkpoints live: a host's NVMe root, a parallel-FS mount, or (later) a bucket and prefix.
 
@@ -77,6 +86,12 @@ class StorageLocation(models.Model):
         blank=True,
         help_text="When the newest applied inventory was taken: every present file was seen then.",
     )
+    soft_delete_days = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="Days an executed deletion stays recoverable in the trash here; empty: the default "
+        "(CKPTFLEET_SOFT_DELETE_DAYS); 0: deleted at once (refused when CKPTFLEET_SOFT_DELETE_REQUIRED=1).",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -91,6 +106,11 @@ class StorageLocation(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def trash_days(self) -> int:
+        """The recovery window of deletions here, in days (0: none), the default filled in."""
+        return trash_days_of(self.soft_delete_days)
 
     @property
     def failure_site(self) -> str:

@@ -460,8 +460,9 @@ class VersionInfo:
     latest: bool = False
 
 
-def key_versions(client: Any, bucket: str, key: str) -> list[VersionInfo]:
-    """Every version of exactly ``key`` (current and non-current, delete markers left out), newest first.
+def key_versions(client: Any, bucket: str, key: str, *, markers: bool = False) -> list[VersionInfo]:
+    """Every version of exactly ``key`` (current and non-current, delete markers left out unless ``markers``),
+    newest first (with markers: versions newest first, then the markers; ``latest`` says which one is current).
 
     A deletion frozen before the scan's HEAD pass gave its objects their version ids looks the
     version up here, by the content it froze (size, ETag, time), rather than sending a version-less
@@ -486,6 +487,19 @@ def key_versions(client: Any, bucket: str, key: str) -> list[VersionInfo]:
                 for item in answer.get("Versions", ())
                 if item.get("Key") == key
             )
+            if markers:
+                found.extend(
+                    VersionInfo(
+                        key=item["Key"],
+                        version_id=str(item.get("VersionId") or ""),
+                        size=0,
+                        last_modified=_utc(item["LastModified"]),
+                        delete_marker=True,
+                        latest=bool(item.get("IsLatest")),
+                    )
+                    for item in answer.get("DeleteMarkers", ())
+                    if item.get("Key") == key
+                )
             keys = [item.get("Key", "") for item in (*answer.get("Versions", ()), *answer.get("DeleteMarkers", ()))]
             if keys and max(keys) > key:
                 break  # listed in key order: everything further is another key that starts with this one
@@ -1190,6 +1204,7 @@ def presign_get(client: Any, bucket: str, key: str, *, version_id: str = "", exp
 # --- deletions: the frozen items of a deletion job (``actions.execution``) -------------------------
 
 DELETE_BATCH = 1000  # DeleteObjects' own maximum
+TRASH_PREFIX = ".ckptfleet-trash/"  # soft-deleted copies at a bucket's root (``actions.trash``); scans skip it
 
 
 @dataclass(slots=True)

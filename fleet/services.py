@@ -15,7 +15,9 @@ from django.core.files.base import File
 from django.db import transaction
 from django.utils import timezone
 
+from access.roles import Role, require_role
 from audit.actor import Actor
+from audit.choices import ActorKind
 from audit.services import audit
 from ckptfleet import jsonsafe
 from ckptfleet.celery import task
@@ -272,3 +274,56 @@ __all__ = [
     "inventory_receive",
     "location_add",
 ]
+
+
+SOFT_DELETE_MAX_DAYS = 3650
+
+
+def location_set_soft_delete(
+    *, location: StorageLocation, days: int | None, reason: str, actor: Actor
+) -> StorageLocation:
+    """Set how many days executed deletions at ``location`` stay recoverable in the trash (None: the default).
+
+    0 turns the trash off there and is refused when CKPTFLEET_SOFT_DELETE_REQUIRED=1 (compliance), as is
+    None while the default itself is 0. Shortening the window can make deletions final sooner: it is a
+    change that can delete, audited with the old and new value.
+    """
+    if actor.kind == ActorKind.USER:
+        if actor.user is None:
+            raise PermissionRefused("changing a location's recovery window needs the signed-in user")
+        require_role(
+            actor.user,
+            Role.ADMIN,
+            doing=f"changing the recovery window of {location.name}",
+            source=actor.source,
+            target_type="location",
+            target_id=location.pk,
+        )
+    if days is not None and (not isinstance(days, int) or isinstance(days, bool)):
+        raise DomainError("days must be a whole number of days, or empty for the default")
+    if days is not None and not 0 <= days <= SOFT_DELETE_MAX_DAYS:
+        raise DomainError(f"days must be between 0 and {SOFT_DELETE_MAX_DAYS}")
+    if not isinstance(reason, str) or not reason.strip():
+        raise DomainError("a reason is required", code="required")
+    effective = settings.SOFT_DELETE_DAYS if days is None else days
+    if effective == 0 and settings.SOFT_DELETE_REQUIRED:
+        raise PermissionRefused(
+            "soft delete is required here (CKPTFLEET_SOFT_DELETE_REQUIRED): the recovery window cannot be 0",
+            code="soft_delete_required",
+        )
+    with transaction.atomic():
+        current = StorageLocation.objects.select_for_update().get(pk=location.pk)
+        before, before_effective = current.soft_delete_days, current.trash_days
+        current.soft_delete_days = days
+        current.save(update_fields=["soft_delete_days"])
+        audit(
+            actor,
+            "location.soft_delete",
+            target_type="location",
+            target_id=current.pk,
+            target_label=current.name,
+            reason=reason.strip()[:2000],
+            before={"soft_delete_days": before, "effective_days": before_effective},
+            after={"soft_delete_days": days, "effective_days": effective},
+        )
+    return current

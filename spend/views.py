@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from access.roles import Role, has_role, require_role
 from access.scoping import may_see_run, spend_team_ids
+from actions.softdelete import pending_reclaim
 from audit.actor import Actor
 from audit.choices import EventSource
 from catalog.models import Run, Team
@@ -182,6 +183,7 @@ def spend_overview(request):
             "month_value": f"{period.month_period.first:%Y-%m}",
             "nav_extra": f"team={team.pk}" if team else "",
             "anything": spend.anything_recorded(),
+            "pending_reclaim": pending_reclaim(team_ids=[team.pk] if team else teams),
             **tables,
         },
     )

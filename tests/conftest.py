@@ -49,6 +49,13 @@ def wait_for(predicate: Callable[[], bool], *, timeout: float = 30, interval: fl
 
 
 @pytest.fixture(autouse=True)
+def _hard_deletes_unless_asked(settings):
+    """Deletions delete at once (no trash window) unless a test of soft delete sets ``SOFT_DELETE_DAYS``."""
+    settings.SOFT_DELETE_DAYS = 0
+    settings.SOFT_DELETE_REQUIRED = False
+
+
+@pytest.fixture(autouse=True)
 def _tasks_run_in_process():
     """Tasks run in the test process unless a test asks for the real worker."""
     previous = celery_app.conf.task_always_eager
@@ -218,6 +225,7 @@ def celery_worker_process(transactional_db, settings, tmp_path):
         "CELERY_TASK_ALWAYS_EAGER": "0",
         # The worker reads and writes the same anchors as the test (none unless the test configured a directory).
         "CKPTFLEET_AUDIT_ANCHOR_DIR": settings.AUDIT_ANCHOR_DIR,
+        "CKPTFLEET_SOFT_DELETE_DAYS": str(settings.SOFT_DELETE_DAYS),
     }
     queue = f"tests-{os.getpid()}-{time.monotonic_ns()}"
     log = tmp_path / "worker.log"

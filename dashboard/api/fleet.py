@@ -12,10 +12,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from access.roles import Role, require_role
-from actions.execution import agent_pending, agent_report
+from actions.softdelete import agent_pending, agent_report
 from audit.actor import Actor
 from audit.choices import EventSource
-from ckptfleet.errors import PermissionRefused, TooLarge
+from ckptfleet.errors import DomainError, PermissionRefused, TooLarge
 from dashboard.api.fleet_serializers import (
     AgentPullListSerializer,
     AgentPullReportSerializer,
@@ -25,7 +25,7 @@ from dashboard.api.fleet_serializers import (
 )
 from fleet.api.auth import HostPrincipal, HostTokenAuthentication
 from fleet.models import Host, Inventory, StorageLocation
-from fleet.services import inventory_receive
+from fleet.services import inventory_receive, location_set_soft_delete
 from ingest.scan import scan_start
 from promotion.pulls import pending, report
 
@@ -135,6 +135,30 @@ class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
         body = {"id": inventory.pk, "status": inventory.status, "url": f"/api/v1/inventories/{inventory.pk}/"}
         return Response(body, status=status.HTTP_202_ACCEPTED)
 
+    @extend_schema(
+        request=None,
+        responses={
+            200: StorageLocationSerializer,
+            400: OpenApiResponse(description="bad days or no reason"),
+            403: OpenApiResponse(description="not an admin, or 0 under CKPTFLEET_SOFT_DELETE_REQUIRED"),
+        },
+    )
+    @action(detail=True, methods=["post"], url_path="soft-delete")
+    def soft_delete(self, request, pk=None):
+        """POST ``{"days": 14 | 0 | null, "reason": "..."}``: how many days deletions here stay recoverable in
+        the trash (null: the default). An admin's change, audited ("location.soft_delete")."""
+        location = self.get_object()
+        data = request.data if isinstance(request.data, dict) else {}
+        if "days" not in data:
+            raise DomainError('send {"days": <whole days, 0, or null for the default>, "reason": "..."}')
+        done = location_set_soft_delete(
+            location=location,
+            days=data["days"],
+            reason=data.get("reason", ""),
+            actor=Actor.person(request.user, EventSource.API),
+        )
+        return Response(StorageLocationSerializer(done).data)
+
 
 class IsDeletingHost(IsHost):
     message = "only a host agent's token may fetch or report its deletions"
@@ -143,10 +167,12 @@ class IsDeletingHost(IsHost):
 class AgentDeletionsView(APIView):
     """A host agent's deletions: GET its pending files (its own roots only), POST what it did with them.
 
-    GET ``?root=/abs/root`` narrows to one root. Each listed job was checked against the promises
-    under its locks just now (``actions.execution.agent_pending``). POST
-    ``{"results": [{"id": 1, "result": "deleted|skipped|failed", "detail": "..."}]}``; an item of
-    another host refuses the whole report.
+    GET ``?root=/abs/root`` narrows to one root; ``&can=trash`` says the agent moves files to the trash,
+    purges and restores them (items then carry ``action`` trash|purge|restore and ``trash_path``; without it
+    files of a location with a recovery window are not listed). Each listed job was checked against the
+    promises under its locks just now (``actions.softdelete.agent_pending``). POST
+    ``{"results": [{"id": 1, "result": "deleted|trashed|purged|restored|skipped|failed", "detail": "..."}]}``;
+    an item of another host refuses the whole report.
     """
 
     authentication_classes = [HostTokenAuthentication]
@@ -156,7 +182,9 @@ class AgentDeletionsView(APIView):
     def get(self, request):
 
         root = request.query_params.get("root", "")
-        items = agent_pending(host=request.user.host, root=root)
+        # An agent that can move files to the trash says so; an older one is never sent files it would delete.
+        soft = "trash" in request.query_params.get("can", "").split(",")
+        items = agent_pending(host=request.user.host, root=root, soft=soft)
         return Response({"host": request.user.host.name, "items": items})
 
     @extend_schema(

@@ -61,7 +61,10 @@ class StorageLocationSerializer(serializers.ModelSerializer):
             "site",
             "region",
             "last_applied_at",
+            "soft_delete_days",
+            "trash_days",
         ]
+        read_only_fields = ["soft_delete_days", "trash_days"]
 
 
 class HostSerializer(serializers.ModelSerializer):

@@ -18,7 +18,19 @@ PARALLEL_MIN_PREFIXES = 2  # top-level prefixes in the probe that make a big buc
 
 
 def listing_pages(client: Any, name: str, prefix: str) -> Iterator[list[s3.ObjectInfo]]:
-    """The objects below ``prefix``, a page at a time: split by top-level prefix when the bucket is big."""
+    """The objects below ``prefix``, a page at a time: split by top-level prefix when the bucket is big.
+
+    At the bucket's root the trash of soft deletions (``s3.TRASH_PREFIX``) is left out: what is there
+    was deleted, and is shown as pending reclaim by the deletions, not as files of the location.
+    """
+    for page in _listing_pages(client, name, prefix):
+        if not prefix.startswith(s3.TRASH_PREFIX):
+            page = [o for o in page if not o.key.startswith(s3.TRASH_PREFIX)]
+        if page:
+            yield page
+
+
+def _listing_pages(client: Any, name: str, prefix: str) -> Iterator[list[s3.ObjectInfo]]:
     pages = s3.list_pages(client, name, prefix)
     first = next(pages, None)
     if first is None:
