@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# Production needs its secret key and its audit key (at least 32 characters each).
+PRODUCTION = {"CKPTFLEET_DEBUG": "0", "DJANGO_SECRET_KEY": "x" * 50, "CKPTFLEET_AUDIT_KEY": "k" * 40}
 
 
 def start(extra: dict[str, str], tmp_path) -> subprocess.CompletedProcess:
@@ -23,8 +25,8 @@ def start(extra: dict[str, str], tmp_path) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     ("extra", "ok"),
     [
-        ({"CKPTFLEET_DEBUG": "0", "DJANGO_SECRET_KEY": "x" * 50, "CKPTFLEET_DELETION_GRACE_DAYS": "0"}, False),
-        ({"CKPTFLEET_DEBUG": "0", "DJANGO_SECRET_KEY": "x" * 50, "CKPTFLEET_DELETION_GRACE_DAYS": "1"}, True),
+        ({**PRODUCTION, "CKPTFLEET_DELETION_GRACE_DAYS": "0"}, False),
+        ({**PRODUCTION, "CKPTFLEET_DELETION_GRACE_DAYS": "1"}, True),
         ({"CKPTFLEET_DEBUG": "1", "CKPTFLEET_DELETION_GRACE_DAYS": "0"}, True),
         ({"CKPTFLEET_DEBUG": "1", "CKPTFLEET_DELETION_GRACE_DAYS": "-1"}, False),
     ],

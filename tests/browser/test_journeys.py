@@ -61,7 +61,7 @@ def test_each_role_browses_and_sees_only_what_it_may_do(demo, person, django_use
         who.click_and_settle(page.get_by_role("link", name="llama-tiny", exact=True), "run")
         panel = page.locator("section.actions-panel")
         assert panel.get_by_role("heading", name="Protection and actions").is_visible()
-        hold_form = panel.get_by_text("Place a legal hold on every checkpoint of this run")
+        hold_form = panel.get_by_text("Place a hold on every checkpoint of this run")
         assert hold_form.count() == (1 if may_act else 0), username
         assert panel.get_by_text("Pinning, holds and deletions need the operator role.").count() == (
             0 if may_act else 1
@@ -211,7 +211,7 @@ def test_a_hold_placed_by_one_operator_is_released_only_by_another(demo, person,
     first.sign_in(f"/checkpoints/{step200.pk}/")
     first.settle("checkpoint")
     page = first.page
-    form = page.locator("details.action", has_text="Place a legal hold on this checkpoint")
+    form = page.locator("details.action", has_text="Place a hold on this checkpoint")
     form.locator("summary").click()
     form.get_by_label("Case reference").fill("LEGAL-2026-014")
     form.get_by_label("Reason").fill("preserve for the data-licensing review")
