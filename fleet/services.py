@@ -16,6 +16,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from access.roles import Role, require_role
+from approvals import services as approvals
+from approvals.models import ChangeRequest
+from approvals.registry import Applied
 from audit.actor import Actor
 from audit.choices import ActorKind
 from audit.services import audit
@@ -279,14 +282,19 @@ __all__ = [
 SOFT_DELETE_MAX_DAYS = 3650
 
 
+SOFT_DELETE_KIND = "location.soft_delete"
+
+
 def location_set_soft_delete(
     *, location: StorageLocation, days: int | None, reason: str, actor: Actor
-) -> StorageLocation:
+) -> StorageLocation | ChangeRequest:
     """Set how many days executed deletions at ``location`` stay recoverable in the trash (None: the default).
 
     0 turns the trash off there and is refused when CKPTFLEET_SOFT_DELETE_REQUIRED=1 (compliance), as is
-    None while the default itself is 0. Shortening the window can make deletions final sooner: it is a
-    change that can delete, audited with the old and new value.
+    None while the default itself is 0. Shortening the window can make deletions final sooner: a person's
+    shortening is filed as a change request (returned) that another approver applies
+    (``apply_soft_delete_change``); lengthening it, and a command's change, apply at once. Audited with the
+    old and new value.
     """
     if actor.kind == ActorKind.USER:
         if actor.user is None:
@@ -314,6 +322,17 @@ def location_set_soft_delete(
     with transaction.atomic():
         current = StorageLocation.objects.select_for_update().get(pk=location.pk)
         before, before_effective = current.soft_delete_days, current.trash_days
+        if actor.kind == ActorKind.USER and effective < before_effective:
+            # Shortening it can make deletions final sooner: a second person approves it (approvals).
+            return approvals.request_change(
+                kind=SOFT_DELETE_KIND,
+                target_id=current.pk,
+                target_label=current.name,
+                before={"soft_delete_days": before, "effective_days": before_effective},
+                after={"soft_delete_days": days, "effective_days": effective},
+                actor=actor,
+                reason=reason.strip()[:2000],
+            )
         current.soft_delete_days = days
         current.save(update_fields=["soft_delete_days"])
         audit(
@@ -327,3 +346,37 @@ def location_set_soft_delete(
             after={"soft_delete_days": days, "effective_days": effective},
         )
     return current
+
+
+def apply_soft_delete_change(change: ChangeRequest, approver: Actor) -> Applied:
+    """Apply an approved shortening of a location's recovery window (``approvals.registry``), in the approval's
+    transaction: refused when the window changed since it was asked for."""
+    current = StorageLocation.objects.select_for_update().get(pk=change.target_id)
+    asked = change.change
+    if current.soft_delete_days != asked["before"]["soft_delete_days"]:
+        raise DomainError(
+            f"the recovery window of {current.name} changed since this was asked for; reject this and ask again",
+            code="stale",
+            http_status=409,
+        )
+    days = asked["after"]["soft_delete_days"]
+    effective = settings.SOFT_DELETE_DAYS if days is None else days
+    if effective == 0 and settings.SOFT_DELETE_REQUIRED:
+        raise PermissionRefused("soft delete is required here (CKPTFLEET_SOFT_DELETE_REQUIRED): it cannot be 0")
+    before = {"soft_delete_days": current.soft_delete_days, "effective_days": current.trash_days}
+    current.soft_delete_days = days
+    current.save(update_fields=["soft_delete_days"])
+    return Applied(
+        action="location.soft_delete",
+        target_label=current.name,
+        before=before,
+        after={"soft_delete_days": days, "effective_days": effective},
+    )
+
+
+def describe_soft_delete_change(change: dict) -> list[str]:
+    before, after = change.get("before", {}), change.get("after", {})
+    return [
+        f"Recovery window: {before.get('effective_days')} days -> {after.get('effective_days')} days"
+        + (" (the default)" if after.get("soft_delete_days") is None else "")
+    ]

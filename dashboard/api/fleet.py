@@ -139,6 +139,7 @@ class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
         request=None,
         responses={
             200: StorageLocationSerializer,
+            202: OpenApiResponse(description="a shortening, filed as a change request for a second person"),
             400: OpenApiResponse(description="bad days or no reason"),
             403: OpenApiResponse(description="not an admin, or 0 under CKPTFLEET_SOFT_DELETE_REQUIRED"),
         },
@@ -157,6 +158,15 @@ class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
             reason=data.get("reason", ""),
             actor=Actor.person(request.user, EventSource.API),
         )
+        if not isinstance(done, StorageLocation):  # shortening it waits for a second person
+            return Response(
+                {
+                    "change_request": done.pk,
+                    "state": done.state,
+                    "detail": "shortening the recovery window needs a second person's approval: see /approvals/",
+                },
+                status=202,
+            )
         return Response(StorageLocationSerializer(done).data)
 
 

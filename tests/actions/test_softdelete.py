@@ -292,6 +292,11 @@ def test_the_api_sets_a_locations_window_for_an_admin_only_and_compliance_refuse
     assert done.status_code == 200 and done.json()["trash_days"] == 14
     [event] = AuditEvent.objects.filter(action="location.soft_delete")
     assert (event.actor_label, event.after["soft_delete_days"]) == (admin.user.username, 14)
+    # Shortening it waits for a second person: 202 and a change request (tests/approvals/test_soft_delete_quorum.py).
+    asked = admin.post(url, {"days": 3, "reason": "shorter"}, content_type="application/json")
+    assert asked.status_code == 202 and asked.json()["state"] == "awaiting_approval"
+    bucket.location.refresh_from_db()
+    assert bucket.location.trash_days == 14
 
 
 def test_the_settings_refuse_a_zero_default_when_compliance_requires_the_trash():

@@ -41,4 +41,6 @@ class Command(BaseCommand):
             done = location_set_soft_delete(location=location, days=days, reason=options["reason"], actor=actor)
         except DomainError as exc:
             raise CommandError(exc.message) from None
+        if not isinstance(done, StorageLocation):  # only a person's shortening waits; a command applies at once
+            raise CommandError(f"filed as change request {done.pk}, awaiting a second person")
         self.stdout.write(f"{done.name}: deletions stay recoverable for {done.trash_days} days")
