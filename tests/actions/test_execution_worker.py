@@ -64,6 +64,8 @@ def spawn_worker(queue: str, log_path) -> subprocess.Popen:
         "CKPTFLEET_DEBUG": "1",
         "MEDIA_ROOT": str(settings.MEDIA_ROOT),
         "CELERY_TASK_ALWAYS_EAGER": "0",
+        # As the test's own process: deletions here are final at once (tests/conftest.py sets the window to 0).
+        "CKPTFLEET_SOFT_DELETE_DAYS": str(settings.SOFT_DELETE_DAYS),
     }
     command = [sys.executable, "-m", "celery", "-A", "ckptfleet", "worker", "-P", "solo", "-Q", queue]
     command += ["-n", f"{queue}@%h", "--without-gossip", "--without-mingle", "-l", "info"]

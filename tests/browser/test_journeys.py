@@ -217,7 +217,7 @@ def test_a_hold_placed_by_one_operator_is_released_only_by_another(demo, person,
     form.get_by_label("Reason").fill("preserve for the data-licensing review")
     first.click_and_settle(form.get_by_role("button", name="Place hold"), "held")
     assert (
-        "Hold LEGAL-2026-014 placed on llm/gpt-megatron step 200. Only another person can release it."
+        "Legal hold LEGAL-2026-014 placed on llm/gpt-megatron step 200. Only another person can release it."
         in first.messages()
     )
     hold = Hold.objects.get(case_ref="LEGAL-2026-014")
