@@ -160,3 +160,12 @@ def test_the_dry_run_and_a_policy_keep_what_they_cannot_identify(fleet):
         fleet.checkpoints[100].pk,
         fleet.checkpoints[200].pk,
     ]
+
+
+def test_the_approvals_inbox_says_how_many_approvals_a_deletion_has(fleet, olga, april, settings, client):
+    settings.BLAST_MAX_RUN_PERCENT = 30
+    job = services.schedule_deletion(checkpoint=fleet.checkpoints[100], reason="x", actor=as_ui(olga))
+    services.approve(job=job, actor=as_ui(april))
+    client.force_login(make_person("otto", "approver"))
+    page = client.get("/approvals/").content.decode()
+    assert "1 of 2 approvals (by april)." in page
