@@ -47,6 +47,7 @@ from approvals import services as approvals
 from approvals.choices import ChangeState
 from approvals.models import ChangeRequest
 from approvals.registry import Applied
+from approvals.services import same_person as _same_person
 from audit.actor import Actor
 from audit.choices import ActorKind
 from audit.services import audit
@@ -106,12 +107,6 @@ def _refuse(actor: Actor, doing: str, why: str, target) -> None:
         )
     )
     raise PermissionRefused(why)
-
-
-def _same_person(actor: Actor, user_id: int | None, label: str) -> bool:
-    if actor.user is not None and user_id is not None and getattr(actor.user, "pk", None) == user_id:
-        return True
-    return actor.label == label
 
 
 def _audit(actor: Actor, action: str, *, target, request_id: str = "", **fields) -> None:
