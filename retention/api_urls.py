@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from retention import api
+from retention import api, api_tiering
 
 app_name = "retention-api"
 urlpatterns = [
@@ -13,4 +13,12 @@ urlpatterns = [
     path("policies/<int:pk>/lock/", api.PolicyLockView.as_view(), name="policy-lock"),
     path("policies/<int:pk>/unlock/", api.PolicyUnlockView.as_view(), name="policy-unlock"),
     path("policies/<int:pk>/dry-run/", api.PolicyDryRunView.as_view(), name="policy-dry-run"),
+    path("tiering-policies/", api_tiering.TieringPolicyListView.as_view(), name="tiering-policies"),
+    path("tiering-policies/<int:pk>/", api_tiering.TieringPolicyDetailView.as_view(), name="tiering-policy"),
+    path(
+        "tiering-policies/<int:pk>/preview/",
+        api_tiering.TieringPolicyPreviewView.as_view(),
+        name="tiering-policy-preview",
+    ),
+    path("tiering-policies/<int:pk>/run/", api_tiering.TieringPolicyRunView.as_view(), name="tiering-policy-run"),
 ]

@@ -6,8 +6,8 @@ from django.urls import reverse
 
 from access.scoping import restrict_policies
 from approvals.registry import ChangeKind, register
-from retention import services
-from retention.models import RetentionPolicy
+from retention import services, tiering_policies
+from retention.models import RetentionPolicy, TieringPolicy
 
 
 def _visible_ids(user):
@@ -16,6 +16,14 @@ def _visible_ids(user):
 
 def _url(pk: int) -> str:
     return reverse("retention:policy", args=[pk])
+
+
+def _tiering_visible_ids(user):
+    return restrict_policies(TieringPolicy.objects.all(), user).values("pk")
+
+
+def _tiering_url(pk: int) -> str:
+    return reverse("retention:tiering-policy", args=[pk])
 
 
 def register_kinds() -> None:
@@ -32,5 +40,20 @@ def register_kinds() -> None:
                 describe=services.describe_change,
                 visible_ids=_visible_ids,
                 target_url=_url,
+            )
+        )
+    for name, label in (
+        ("tiering_policy.update", "Edit an enabled tiering policy"),
+        ("tiering_policy.enable", "Enable a tiering policy"),
+    ):
+        register(
+            ChangeKind(
+                name=name,
+                target_type="tiering_policy",
+                label=label,
+                apply=tiering_policies.apply_change,
+                describe=tiering_policies.describe_change,
+                visible_ids=_tiering_visible_ids,
+                target_url=_tiering_url,
             )
         )

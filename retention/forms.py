@@ -8,6 +8,7 @@ from access.scoping import restrict_teams
 from catalog.models import Team
 from fleet.choices import LocationKind, Tier
 from fleet.models import StorageLocation
+from retention.models import TieringAction
 from retention.rules import KeepRules
 from retention.tiering import TARGET_CLASSES
 
@@ -139,5 +140,61 @@ class NewPolicyForm(_TeamChoices, PolicyForm):
     def clean(self):
         data = super().clean()
         if bool(data.get("team")) == bool(data.get("run")):
+            raise forms.ValidationError("Choose a team or give a run, not both.")
+        return data
+
+
+class TieringPolicyForm(forms.Form):
+    """A tiering policy's rule, schedule and whether it is enabled (``retention.tiering_policies``)."""
+
+    name = forms.CharField(max_length=200)
+    action = forms.ChoiceField(choices=TieringAction.choices, initial=TieringAction.MOVE)
+    source_tier = forms.ChoiceField(
+        label="Only copies on", choices=[("", "Any tier"), *Tier.choices], required=False, initial=""
+    )
+    target_location = forms.ModelChoiceField(
+        label="Move to bucket",
+        queryset=StorageLocation.objects.filter(kind=LocationKind.BUCKET).order_by("name"),
+        required=False,
+        empty_label="(none: freeing host copies)",
+    )
+    target_storage_class = forms.ChoiceField(
+        label="In storage class",
+        choices=[("", "The bucket's default"), *((c, c) for c in TARGET_CLASSES)],
+        required=False,
+        initial="GLACIER_IR",
+    )
+    run_ended_days = forms.IntegerField(
+        label="Runs ended at least N days ago",
+        required=False,
+        min_value=0,
+        max_value=3650,
+        widget=_number(),
+        help_text="Empty: runs in any status.",
+    )
+    min_age_hours = forms.IntegerField(
+        label="Copies older than N hours", min_value=0, max_value=24 * 3650, initial=0, widget=_number()
+    )
+    except_milestones = forms.BooleanField(label="Leave milestones", required=False, initial=True)
+    except_critical = forms.BooleanField(label="Leave critical checkpoints", required=False, initial=True)
+    every_hours = forms.IntegerField(
+        label="Run every N hours", min_value=1, max_value=24 * 31, initial=24, widget=_number()
+    )
+    enabled = forms.BooleanField(
+        label="Enabled", required=False, help_text="Enabling waits for a second person with the approver role."
+    )
+    reason = forms.CharField(required=False, max_length=500, help_text="Why, for the audit trail.")
+
+
+class NewTieringPolicyForm(_TeamChoices, TieringPolicyForm):
+    team = _team(empty_label="Every team")
+    run = forms.IntegerField(
+        required=False, min_value=1, widget=_number(), help_text="A run's id, for a policy of one run."
+    )
+    field_order = ["name", "team", "run"]
+
+    def clean(self):
+        data = super().clean()
+        if data.get("team") and data.get("run"):
             raise forms.ValidationError("Choose a team or give a run, not both.")
         return data
