@@ -21,6 +21,7 @@ from actions.protection import OPEN_DELETION_STATES
 from catalog import recovery, selectors
 from catalog.choices import CopyState, RunStatus, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
+from catalog.pointers import pointers_for_run
 from catalog.verification import VerificationSummary, failure_domain, summarize
 from ckptfleet.params import positive_int_param, whole_number
 from dashboard.run_filters import SORTS, BadCursor, RunFilters
@@ -104,6 +105,7 @@ def run_detail(request, pk: int):
         )
     checkpoints = list(page.object_list)
     run_placement = placement.run_placement(run.pk, checkpoints)
+    pointers = pointers_for_run(run)
     return render(
         request,
         "catalog/run_detail.html",
@@ -115,6 +117,7 @@ def run_detail(request, pk: int):
             "newest_copies": newest_copies,
             "placement": run_placement,
             "timeline": _timeline(run, run_placement, newest),
+            "pointers": pointers,
         },
     )
 

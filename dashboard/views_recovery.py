@@ -16,6 +16,7 @@ from actions import protection, services
 from audit.actor import Actor
 from catalog import selectors
 from catalog.models import Checkpoint, Run
+from catalog.pointers import pointers_for_run
 from catalog.recovery import recovery_for
 from ckptfleet.errors import DomainError
 from ckptfleet.params import parse_id
@@ -61,6 +62,7 @@ def run(request, pk: int):
         {
             "run": the_run,
             "recovery": recovery,
+            "pointers": pointers_for_run(the_run),
             "held": held,
             "holds": holds,
             "pinned": pinned,

@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from access.scoping import restrict_runs
 from catalog.models import Run
+from catalog.pointers import pointers_for_run
 from catalog.recovery import recovery_for
 from dashboard.jobs import KINDS, STATES, recent_jobs
 from dashboard.views_overview import attention_items, overview_basis
@@ -61,6 +62,7 @@ class RecoveryView(APIView):
                 "fallbacks": serializers.ListField(child=serializers.DictField()),
                 "skipped": serializers.ListField(child=serializers.DictField()),
                 "assumptions": serializers.DictField(),
+                "pointers": serializers.ListField(child=serializers.DictField()),
             },
         )
     )
@@ -94,6 +96,8 @@ class RecoveryView(APIView):
                     tier: {"mib_per_s": a.mib_per_s, "delay_s": a.delay_s, "basis": a.basis}
                     for tier, a in rec.assumptions.items()
                 },
+                # What each framework resumes from on a restart, per location, worst first (catalog.pointers).
+                "pointers": [p.as_dict() for p in pointers_for_run(run)],
             }
         )
 

@@ -1,0 +1,410 @@
+"""Resume pointers: what the framework itself will resume from, compared with what the catalog judged.
+
+A job that restarts does not ask this product which checkpoint to load: it follows its framework's own
+pointer. Each framework's rule, from its own code:
+
+- **DeepSpeed** ``engine.load_checkpoint(dir)`` with no tag reads ``<dir>/latest`` (the tag's name, written by
+  rank 0 after every rank saved) and loads ``<dir>/<tag>/``; without ``latest`` it loads nothing.
+- **Megatron-LM** (legacy and ``torch_dist``) reads ``<dir>/latest_checkpointed_iteration.txt`` (an iteration,
+  or ``release``) and loads ``iter_{:07d}/`` (or ``release/``); without the tracker it starts from scratch.
+- **Hugging Face Trainer** ``resume_from_checkpoint=True`` takes ``get_last_checkpoint(output_dir)``: the
+  ``checkpoint-N`` folder with the largest N, whatever is inside it.
+- **Orbax** ``CheckpointManager.latest_step()``: the largest finalized step folder (temporary ones excluded).
+- **torchtitan** (PyTorch DCP) loads the largest ``step-N`` folder that holds a ``.metadata`` file.
+
+For every run and every location holding its checkpoints, ``pointers_for_run`` reads that pointer (the agent
+and the bucket scans report a pointer file's first bytes as the file's facts) and says: ok, points at a partial
+or corrupt checkpoint, points at an older checkpoint than the newest complete one, missing, dangling, or
+unreadable, with the exact fix: the file and the line to write, or the folder to move aside.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from catalog.choices import CopyState, Verification
+from catalog.formats.common import step_from_name
+from catalog.models import CheckpointCopy, Run, ShardFile
+
+POINTER_MAX_BYTES = 4096  # a pointer holds a name or a number; a bigger file is not one
+
+
+class PointerState:
+    OK = "ok"
+    BAD_TARGET = "bad_target"  # points at a partial or corrupt checkpoint
+    BEHIND = "behind"  # points at an older checkpoint than the newest complete one
+    MISSING = "missing"
+    DANGLING = "dangling"
+    UNREADABLE = "unreadable"
+    NOTHING = "nothing"  # no complete checkpoint at this location to point at
+
+    LABELS = {
+        OK: "Pointer OK",
+        BAD_TARGET: "Points at a broken checkpoint",
+        BEHIND: "Points at an older checkpoint",
+        MISSING: "Pointer missing",
+        DANGLING: "Pointer dangling",
+        UNREADABLE: "Pointer unreadable",
+        NOTHING: "Nothing complete to resume from here",
+    }
+    SEVERITY = {OK: 0, BEHIND: 1, NOTHING: 2, MISSING: 2, DANGLING: 3, UNREADABLE: 3, BAD_TARGET: 3}
+
+
+@dataclass(frozen=True)
+class Framework:
+    key: str
+    label: str
+    pointer_file: str = ""  # "" : the framework picks a folder by its name (an implicit pointer)
+    folder: re.Pattern = re.compile(r"^$")
+    resume_hint: str = ""
+
+
+FRAMEWORKS = {
+    "deepspeed": Framework(
+        "deepspeed",
+        "DeepSpeed",
+        "latest",
+        re.compile(r"^.+$"),
+        "engine.load_checkpoint(save_dir) reads `latest`",
+    ),
+    "megatron": Framework(
+        "megatron",
+        "Megatron-LM",
+        "latest_checkpointed_iteration.txt",
+        re.compile(r"^(iter_\d{7}|release)$"),
+        "Megatron reads latest_checkpointed_iteration.txt",
+    ),
+    "hf_trainer": Framework(
+        "hf_trainer",
+        "Hugging Face Trainer",
+        "",
+        re.compile(r"^checkpoint-(\d+)$"),
+        "trainer.train(resume_from_checkpoint=True) takes the checkpoint-N with the largest N",
+    ),
+    "orbax": Framework(
+        "orbax",
+        "Orbax",
+        "",
+        re.compile(r"^(?:[A-Za-z_]+_)?(\d+)$"),
+        "CheckpointManager.latest_step() takes the largest finalized step",
+    ),
+    "pytorch_dcp": Framework(
+        "pytorch_dcp",
+        "torchtitan / PyTorch DCP",
+        "",
+        re.compile(r"^step-(\d+)$"),
+        "torchtitan loads the largest step-N folder holding a .metadata",
+    ),
+}
+FORMAT_FRAMEWORK = {
+    "deepspeed": "deepspeed",
+    "megatron": "megatron",
+    "megatron_dist": "megatron",
+    "hf_trainer": "hf_trainer",
+    "orbax": "orbax",
+    "pytorch_dcp": "pytorch_dcp",
+}
+TRUSTED = (Verification.VERIFIED, Verification.UNVERIFIED)
+
+
+@dataclass
+class Pointer:
+    """The pointer of one framework's save folder at one location, judged."""
+
+    run_id: int
+    location_id: int
+    location_name: str
+    save_dir: str  # relative to the location root
+    framework: str
+    framework_label: str
+    state: str
+    detail: str
+    pointer_path: str = ""  # relative path of the pointer file ("" for an implicit pointer)
+    content: str = ""  # what it says
+    target: CheckpointCopy | None = None  # the copy it resolves to
+    newest: CheckpointCopy | None = None  # the newest complete, trusted copy in the folder
+    fix: str = ""  # in words
+    fix_command: str = ""  # the exact line to run
+    evidence_at: object = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state == PointerState.OK
+
+    @property
+    def label(self) -> str:
+        return PointerState.LABELS[self.state]
+
+    @property
+    def severity(self) -> int:
+        return PointerState.SEVERITY[self.state]
+
+    def as_dict(self) -> dict:
+        def copy_data(c: CheckpointCopy | None):
+            if c is None:
+                return None
+            return {
+                "checkpoint": c.checkpoint_id,
+                "copy": c.pk,
+                "label": c.checkpoint.label,
+                "path": c.path,
+                "state": c.state,
+                "verification": c.verification,
+            }
+
+        return {
+            "location": self.location_id,
+            "location_name": self.location_name,
+            "save_dir": self.save_dir,
+            "framework": self.framework,
+            "state": self.state,
+            "label": self.label,
+            "detail": self.detail,
+            "pointer_file": self.pointer_path or None,
+            "content": self.content or None,
+            "points_to": copy_data(self.target),
+            "newest_complete": copy_data(self.newest),
+            "fix": self.fix or None,
+            "fix_command": self.fix_command or None,
+        }
+
+
+@dataclass
+class _Folder:
+    location: object
+    save_dir: str
+    framework: Framework
+    copies: list[CheckpointCopy] = field(default_factory=list)
+
+
+def _parent(path: str) -> tuple[str, str]:
+    head, _, tail = path.rstrip("/").rpartition("/")
+    return head, tail
+
+
+def _join(*parts: str) -> str:
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+def where(location, relative: str) -> str:
+    """Where ``relative`` is for a person: an absolute path on a host, an s3:// URL in a bucket."""
+    bucket = getattr(location, "bucket", None) if location.host_id is None else None
+    if bucket is not None:
+        return f"s3://{bucket.bucket_name}/{_join(bucket.prefix, relative)}"
+    return "/" + _join(location.root_path, relative) if location.root_path else relative
+
+
+def _write_command(location, relative: str, line: str) -> str:
+    target = where(location, relative)
+    if target.startswith("s3://"):
+        return f"printf '%s\\n' {shlex.quote(line)} | aws s3 cp - {shlex.quote(target)}"
+    return f"printf '%s\\n' {shlex.quote(line)} > {shlex.quote(target)}"
+
+
+def _step(copy: CheckpointCopy) -> int:
+    step = copy.checkpoint.step
+    if step is None:
+        step = step_from_name(_parent(copy.path)[1])
+    return step if step is not None else -1
+
+
+def _good(copy: CheckpointCopy) -> bool:
+    return copy.state == CopyState.COMPLETE and copy.verification in TRUSTED
+
+
+def _newer_than_pointer_only(copy: CheckpointCopy, framework: Framework) -> bool:
+    """Partial only because it is newer than the pointer file says (every file of it is there): a save cut off
+    between the last rank's write and rank 0's pointer update, or a pointer rewound by hand."""
+    reasons = [str(r) for r in (copy.reasons or [])]
+    return (
+        copy.state == CopyState.PARTIAL
+        and copy.verification in TRUSTED
+        and bool(reasons)
+        and all("newer than" in r and framework.pointer_file in r for r in reasons)
+    )
+
+
+def _broken_words(copy: CheckpointCopy) -> str:
+    if copy.state != CopyState.COMPLETE:
+        why = "; ".join(str(r) for r in (copy.reasons or [])[:2])
+        return f"{copy.get_state_display().lower()}{': ' + why if why else ''}"
+    return f"its checksums {copy.get_verification_display().lower()}"
+
+
+def _folders(run: Run) -> list[_Folder]:
+    copies = (
+        CheckpointCopy.objects.filter(checkpoint__run=run, gone_at__isnull=True, temporary=False)
+        .select_related("checkpoint", "location__bucket", "location__host")
+        .order_by("location_id", "path")
+    )
+    folders: dict[tuple[int, str, str], _Folder] = {}
+    for copy in copies:
+        key = FORMAT_FRAMEWORK.get(copy.format)
+        if key is None:
+            continue
+        save_dir, name = _parent(copy.path)
+        framework = FRAMEWORKS[key]
+        if not framework.folder.match(name):
+            continue
+        folder = folders.setdefault((copy.location_id, save_dir, key), _Folder(copy.location, save_dir, framework))
+        folder.copies.append(copy)
+    return list(folders.values())
+
+
+def _pointer_file(folder: _Folder) -> ShardFile | None:
+    path = _join(folder.save_dir, folder.framework.pointer_file)
+    return ShardFile.objects.filter(location=folder.location, path=path, gone_at__isnull=True).first()
+
+
+def _named(folder: _Folder, name: str) -> CheckpointCopy | None:
+    path = _join(folder.save_dir, name)
+    return next((c for c in folder.copies if c.path.rstrip("/") == path), None)
+
+
+def _target_name(framework: Framework, content: str) -> str | None:
+    if framework.key == "megatron":
+        if content == "release":
+            return "release"
+        return f"iter_{int(content):07d}" if content.isdigit() else None
+    return content if content and "/" not in content and content not in (".", "..") else None
+
+
+def _pointer_line(framework: Framework, copy: CheckpointCopy) -> str:
+    name = _parent(copy.path)[1]
+    if framework.key == "megatron":
+        return "release" if name == "release" else str(int(name.removeprefix("iter_")))
+    return name
+
+
+def _implicit_target(folder: _Folder) -> CheckpointCopy | None:
+    candidates = list(folder.copies)
+    if folder.framework.key == "pytorch_dcp":
+        with_metadata = set(
+            ShardFile.objects.filter(
+                location=folder.location,
+                gone_at__isnull=True,
+                path__in=[_join(c.path, ".metadata") for c in candidates],
+            ).values_list("path", flat=True)
+        )
+        candidates = [c for c in candidates if _join(c.path, ".metadata") in with_metadata]
+    return max(candidates, key=_step, default=None)
+
+
+def _judge(run: Run, folder: _Folder) -> Pointer:
+    fw = folder.framework
+    newest = max((c for c in folder.copies if _good(c)), key=_step, default=None)
+    p = Pointer(
+        run_id=run.pk,
+        location_id=folder.location.pk,
+        location_name=folder.location.name,
+        save_dir=folder.save_dir,
+        framework=fw.key,
+        framework_label=fw.label,
+        state=PointerState.OK,
+        detail="",
+        newest=newest,
+        evidence_at=folder.location.last_applied_at,
+    )
+    if fw.pointer_file:
+        p.pointer_path = _join(folder.save_dir, fw.pointer_file)
+        entry = _pointer_file(folder)
+        if entry is None:
+            p.state = PointerState.MISSING
+            folder_at = where(folder.location, folder.save_dir)
+            p.detail = f"{fw.pointer_file} is not in {folder_at}: {fw.resume_hint}, so a restart loads nothing"
+        elif entry.size > POINTER_MAX_BYTES:
+            p.state = PointerState.UNREADABLE
+            p.detail = f"{fw.pointer_file} is {entry.size:,} bytes: a pointer holds one name, so this is not one"
+        else:
+            facts = entry.facts or {}
+            content = facts.get("content") if facts.get("kind") == "text" else None
+            if not isinstance(content, str) or "error" in facts:
+                why = facts.get("error") or "its content was not reported"
+                p.state = PointerState.UNREADABLE
+                p.detail = f"{fw.pointer_file} cannot be read: {why}"
+            else:
+                p.content = content.strip()
+                name = _target_name(fw, p.content)
+                p.target = _named(folder, name) if name else None
+                if p.target is None:
+                    p.state = PointerState.DANGLING
+                    p.detail = f"{fw.pointer_file} says {p.content!r}, and no such checkpoint is in this folder"
+    else:
+        p.target = _implicit_target(folder)
+        if p.target is not None:
+            p.content = _parent(p.target.path)[1]
+    if p.state == PointerState.OK and p.target is not None:
+        if not _good(p.target):
+            p.state = PointerState.BAD_TARGET
+            p.detail = f"it resolves to {p.target.checkpoint.label}, which is {_broken_words(p.target)}"
+        elif newest is not None and _step(p.target) < _step(newest):
+            p.state = PointerState.BEHIND
+            p.detail = (
+                f"it resolves to {p.target.checkpoint.label}, but {newest.checkpoint.label} is newer and complete: "
+                "a restart would throw that training away"
+            )
+        else:
+            ahead = max(
+                (c for c in folder.copies if _newer_than_pointer_only(c, fw) and _step(c) > _step(p.target)),
+                key=_step,
+                default=None,
+            )
+            if ahead is not None:
+                p.state = PointerState.BEHIND
+                p.detail = (
+                    f"it names {p.target.checkpoint.label}, but {ahead.checkpoint.label} is newer and has every "
+                    f"file its format asks for; it counts as partial only because {fw.pointer_file} was never "
+                    "moved on to it "
+                    "(the save was cut off before rank 0 wrote the pointer, or the pointer was rewound)"
+                )
+                p.fix = (
+                    f"If {ahead.checkpoint.label} finished saving (check the job's log for that step's save), write "
+                    f"{_pointer_line(fw, ahead)!r} to {where(folder.location, p.pointer_path)}; otherwise the pointer "
+                    "is right."
+                )
+                p.fix_command = _write_command(folder.location, p.pointer_path, _pointer_line(fw, ahead))
+                return p
+            p.detail = f"a restart resumes from {p.target.checkpoint.label}, the newest complete checkpoint here"
+    if p.state == PointerState.OK and p.target is None:
+        p.state = PointerState.NOTHING
+        p.detail = "no checkpoint folder here that the framework would pick"
+    if newest is None and p.state != PointerState.OK:
+        p.state = PointerState.NOTHING if p.state in (PointerState.MISSING, PointerState.BEHIND) else p.state
+        p.fix = (
+            "No complete checkpoint is in this folder: restore one from another copy (the recovery page ranks them)."
+        )
+        return p
+    if p.state != PointerState.OK and newest is not None:
+        _fix(p, folder, newest)
+    return p
+
+
+def _fix(p: Pointer, folder: _Folder, newest: CheckpointCopy) -> None:
+    fw = folder.framework
+    if fw.pointer_file:
+        line = _pointer_line(fw, newest)
+        at = where(folder.location, p.pointer_path)
+        p.fix = f"Write {line!r} to {at} so that a restart loads {newest.checkpoint.label}."
+        p.fix_command = _write_command(folder.location, p.pointer_path, line)
+        return
+    target = p.target
+    newest_where = where(folder.location, newest.path)
+    if target is not None and target.pk != newest.pk and not _good(target):
+        aside = where(folder.location, target.path)
+        p.fix = (
+            f"Move the broken {_parent(target.path)[1]} aside so that the framework picks {newest.checkpoint.label}, "
+            f"or resume from {newest_where} explicitly."
+        )
+        p.fix_command = (
+            f"mv {shlex.quote(aside)} {shlex.quote(aside + '.broken')}" if not aside.startswith("s3://") else ""
+        )
+        return
+    p.fix = f"Resume from {newest_where} explicitly ({fw.resume_hint})."
+
+
+def pointers_for_run(run: Run) -> list[Pointer]:
+    """Every framework pointer of ``run``'s save folders, worst first."""
+    found = [_judge(run, folder) for folder in _folders(run)]
+    return sorted(found, key=lambda p: (-p.severity, p.location_name, p.save_dir))
