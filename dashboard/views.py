@@ -22,6 +22,7 @@ from catalog import recovery, selectors
 from catalog.choices import CopyState, RunStatus, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from catalog.pointers import pointers_for_run
+from catalog.reshard import layout_of
 from catalog.verification import VerificationSummary, failure_domain, summarize
 from ckptfleet.params import positive_int_param, whole_number
 from dashboard.run_filters import SORTS, BadCursor, RunFilters
@@ -246,6 +247,7 @@ def checkpoint_detail(request, pk: int):
         diff = (copy.expected_bytes - copy.bytes) if copy.expected_bytes is not None else 0
         copy.bytes_short, copy.bytes_over = max(diff, 0), max(-diff, 0)
         copy.failure_domain = failure_domain(copy.location)
+        copy.layout = layout_of(copy)
         # A mismatch that made the copy corrupt is already among its reasons.
         copy.verification_notes = [r for r in copy.verification_reasons if r not in copy.reasons]
     return render(

@@ -18,6 +18,7 @@ from catalog import selectors
 from catalog.models import Checkpoint, Run
 from catalog.pointers import pointers_for_run
 from catalog.recovery import recovery_for
+from catalog.reshard import layout_of
 from ckptfleet.errors import DomainError
 from ckptfleet.params import parse_id
 
@@ -46,10 +47,21 @@ def _run(request, pk: int) -> Run:
     return get_object_or_404(restrict_runs(Run.objects.select_related("team"), request.user), pk=pk)
 
 
+def _gpus(value: str | None) -> int | None:
+    """The GPU count asked about: a whole number from 1 to a million; anything else is not asked."""
+    value = (value or "").strip()
+    if not value.isdigit() or not 1 <= int(value) <= 1_000_000:
+        return None
+    return int(value)
+
+
 @login_required
 def run(request, pk: int):
     the_run = _run(request, pk)
     recovery = recovery_for(the_run)
+    layout = layout_of(recovery.best.copy) if recovery.best is not None else None
+    gpus = _gpus(request.GET.get("gpus"))
+    gpus_error = "GPUs left must be a whole number from 1 to 1,000,000" if request.GET.get("gpus") and not gpus else ""
     held = pinned = False
     holds = []
     if recovery.checkpoint is not None:
@@ -63,6 +75,10 @@ def run(request, pk: int):
             "run": the_run,
             "recovery": recovery,
             "pointers": pointers_for_run(the_run),
+            "layout": layout,
+            "gpus": gpus,
+            "gpus_error": gpus_error,
+            "loads_on": layout.loads_on(gpus) if layout is not None and gpus else None,
             "held": held,
             "holds": holds,
             "pinned": pinned,

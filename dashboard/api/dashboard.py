@@ -16,6 +16,7 @@ from access.scoping import restrict_runs
 from catalog.models import Run
 from catalog.pointers import pointers_for_run
 from catalog.recovery import recovery_for
+from catalog.reshard import layout_of
 from dashboard.jobs import KINDS, STATES, recent_jobs
 from dashboard.views_overview import attention_items, overview_basis
 
@@ -30,6 +31,8 @@ def _copy(r) -> dict:
         "location_id": copy.location_id,
         "host": copy.location.host.name if copy.location.host_id else None,
         "path": copy.path,
+        # The layout it was saved with and whether it loads on another GPU count (catalog.reshard).
+        "layout": layout_of(copy).as_dict(),
         "state": copy.state,
         "verification": copy.verification,
         "verification_basis": copy.verification_basis,
