@@ -23,9 +23,11 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
 
 from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run
@@ -168,6 +170,8 @@ class RankedCopy:
     transfer_s: float = 0.0
     commands: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    unreachable: str = ""  # why it is not offered as the restore source: its host is down or silent
+    evidence: str = ""  # how fresh what is known about it is: the agent's last call, the last inventory or scan
 
     @property
     def seconds(self) -> float:
@@ -209,6 +213,7 @@ class Recovery:
     warnings: list[str]
     assumptions: dict[str, Assumption]
     skipped: list[Skipped] = field(default_factory=list)
+    unreachable: list[RankedCopy] = field(default_factory=list)  # restorable, but on a host that is down or silent
 
     @property
     def best(self) -> RankedCopy | None:
@@ -292,11 +297,55 @@ def _note(copy: CheckpointCopy) -> str:
     return f"Unverified: {why}." if why else "Unverified: complete by its manifest, content not confirmed by checksums."
 
 
+def _ago(when, now) -> str:
+    if when is None:
+        return "never"
+    seconds = max(0, int((now - when).total_seconds()))
+    if seconds < 90:
+        return "just now"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min ago"
+    if seconds < 48 * 3600:
+        return f"{round(seconds / 3600)} h ago"
+    return f"{round(seconds / 86400)} d ago"
+
+
+def evidence_of(location, now) -> str:
+    """How fresh the evidence about ``location`` is, in words: the agent's last call and the last inventory."""
+    applied = _ago(location.last_applied_at, now)
+    if location.host_id is None:
+        return f"last scan applied {applied}"
+    return f"agent last seen {_ago(location.host.last_seen_at, now)}, last inventory applied {applied}"
+
+
+def unreachable_reason(location, now) -> str:
+    """Why copies at ``location`` are not offered as the restore source ('' when they may be): its host was marked
+    down by an operator, or its agent has been silent for longer than ``HOST_SILENT_MINUTES``."""
+    host = location.host if location.host_id else None
+    if host is None:
+        return ""
+    if host.down_since is not None:
+        return (
+            f"host {host.name} is marked down by {host.down_label} ({_ago(host.down_since, now)}): {host.down_reason}"
+        )
+    silent = timedelta(minutes=settings.HOST_SILENT_MINUTES)
+    # A host never seen has no copies but through a path that did not go through its agent: nothing to judge.
+    if host.last_seen_at is not None and now - host.last_seen_at > silent:
+        return (
+            f"host {host.name} has not reported for over {settings.HOST_SILENT_MINUTES} min (agent last seen "
+            f"{_ago(host.last_seen_at, now)}): the run may have died with it"
+        )
+    return ""
+
+
 def _rank(copies, parts, buckets, table) -> list[RankedCopy]:
     ranked = []
+    now = timezone.now()
     for copy in copies:
         own = parts[copy.pk]
         item = RankedCopy(copy=copy, parts=own, usable=is_restorable(copy))
+        item.unreachable = unreachable_reason(copy.location, now)
+        item.evidence = evidence_of(copy.location, now)
         for part in own:
             assumption = table.get(part.tier) or table[Tier.OBJECT_STANDARD]
             item.delay_s = max(item.delay_s, assumption.delay_s)
@@ -309,8 +358,8 @@ def _rank(copies, parts, buckets, table) -> list[RankedCopy]:
         if note := _note(copy):
             item.notes.append(note)
         ranked.append(item)
-    # Usable first, then verified, then the fastest; the location name keeps the order stable.
-    ranked.sort(key=lambda r: (not r.usable, not r.verified, r.seconds, r.copy.location.name))
+    # Usable first, then reachable, then verified, then the fastest; the location name keeps the order stable.
+    ranked.sort(key=lambda r: (not r.usable, bool(r.unreachable), not r.verified, r.seconds, r.copy.location.name))
     return ranked
 
 
@@ -406,13 +455,27 @@ def recovery_for(run: Run) -> Recovery:
     warnings += _skipped_lines(skipped)
     result_fallbacks = []
     for f in fallbacks:
-        theirs = [r for r in ranked if r.copy.checkpoint_id == f.pk and r.usable]
+        theirs = [r for r in ranked if r.copy.checkpoint_id == f.pk and r.usable and not r.unreachable]
         result_fallbacks.append(Fallback(f, any(r.verified for r in theirs), theirs[0] if theirs else None))
+    reachable = [r for r in mine if r.usable and not r.unreachable]
+    away = [r for r in mine if r.usable and r.unreachable]
+    if away and not reachable:
+        nxt = next((f for f in result_fallbacks if f.best is not None), None)
+        warnings.insert(
+            0,
+            f"Every restorable copy of {checkpoint.label} is on a host that is down or silent ({away[0].unreachable})."
+            + (
+                f" The newest checkpoint with a reachable copy is {nxt.checkpoint.label}, below."
+                if nxt is not None
+                else " No older checkpoint has a reachable copy either."
+            ),
+        )
     return Recovery(
         run=run,
         checkpoint=checkpoint,
         verified=verified,
-        copies=[r for r in mine if r.usable],
+        copies=reachable,
+        unreachable=away,
         unusable=[r for r in mine if not r.usable],
         fallbacks=result_fallbacks,
         newer_broken=[s.checkpoint for s in skipped if s.kind != "unverified"],

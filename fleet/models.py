@@ -25,12 +25,21 @@ class Host(models.Model):
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
+    # An operator's word that the host is down (fleet.services.host_mark_down): its copies drop out of the
+    # restore ranking, whatever its agent last said.
+    down_since = models.DateTimeField(null=True, blank=True)
+    down_reason = models.TextField(blank=True)
+    down_label = models.CharField(max_length=200, blank=True, help_text="Who marked it down.")
 
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def marked_down(self) -> bool:
+        return self.down_since is not None
 
 
 class HostToken(models.Model):

@@ -55,6 +55,63 @@ def host_register(*, name: str, site: str = "", region: str = "", description: s
     return host
 
 
+def host_mark_down(*, host: Host, reason: str, actor: Actor, request_id: str = "") -> Host:
+    """An operator says ``host`` is down (a node failure, maintenance): its copies drop out of the restore
+    ranking with this reason until it is marked up. Audited; marking a host that is down again changes nothing."""
+    if actor.kind == ActorKind.USER:
+        require_role(
+            actor.user, Role.OPERATOR, doing=f"marking {host.name} down", target_type="host", target_id=host.pk
+        )
+    reason = (reason or "").strip()
+    if not reason:
+        raise DomainError("say why the host is down (it is shown beside its copies)")
+    if len(reason) > 2000:
+        raise DomainError("a reason is at most 2,000 characters")
+    with transaction.atomic():
+        host = Host.objects.select_for_update().get(pk=host.pk)
+        if host.down_since is not None:
+            return host
+        host.down_since, host.down_reason, host.down_label = timezone.now(), reason, actor.label
+        host.save(update_fields=["down_since", "down_reason", "down_label"])
+        audit(
+            actor,
+            "host.down",
+            target_type="host",
+            target_id=host.pk,
+            target_label=host.name,
+            reason=reason,
+            before={"down": False},
+            after={"down": True, "down_since": host.down_since.isoformat()},
+            request_id=(request_id or "")[:64],
+        )
+    return host
+
+
+def host_mark_up(*, host: Host, reason: str, actor: Actor, request_id: str = "") -> Host:
+    """The host is back: its copies are ranked again. Audited; a host that is not down is left as it is."""
+    if actor.kind == ActorKind.USER:
+        require_role(actor.user, Role.OPERATOR, doing=f"marking {host.name} up", target_type="host", target_id=host.pk)
+    with transaction.atomic():
+        host = Host.objects.select_for_update().get(pk=host.pk)
+        if host.down_since is None:
+            return host
+        before = {"down": True, "down_since": host.down_since.isoformat(), "down_reason": host.down_reason}
+        host.down_since, host.down_reason, host.down_label = None, "", ""
+        host.save(update_fields=["down_since", "down_reason", "down_label"])
+        audit(
+            actor,
+            "host.up",
+            target_type="host",
+            target_id=host.pk,
+            target_label=host.name,
+            reason=(reason or "").strip()[:2000],
+            before=before,
+            after={"down": False},
+            request_id=(request_id or "")[:64],
+        )
+    return host
+
+
 def host_token_issue(*, host: Host, actor: Actor, revoke_others: bool = True) -> str:
     """Make a new token for ``host`` and return it; it is shown once and only its hash is kept.
 
@@ -94,6 +151,8 @@ def host_authenticate(raw: str) -> Host:
     # Touch at most once a minute: a busy fleet should not turn every upload into two writes.
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
         HostToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        # Any call of the agent (an upload, a poll for deletions or pulls) is a sign of life of its host.
+        Host.objects.filter(pk=token.host_id).update(last_seen_at=now)
     return token.host
 
 

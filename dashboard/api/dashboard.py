@@ -33,6 +33,9 @@ def _copy(r) -> dict:
         "path": copy.path,
         # The layout it was saved with and whether it loads on another GPU count (catalog.reshard).
         "layout": layout_of(copy).as_dict(),
+        # Not offered as the restore source when its host is marked down or silent; and how fresh the evidence is.
+        "unreachable": r.unreachable or None,
+        "evidence": r.evidence,
         "state": copy.state,
         "verification": copy.verification,
         "verification_basis": copy.verification_basis,
@@ -62,6 +65,7 @@ class RecoveryView(APIView):
                 "warnings": serializers.ListField(child=serializers.CharField()),
                 "copies": serializers.ListField(child=serializers.DictField()),
                 "unusable": serializers.ListField(child=serializers.DictField()),
+                "unreachable": serializers.ListField(child=serializers.DictField()),
                 "fallbacks": serializers.ListField(child=serializers.DictField()),
                 "skipped": serializers.ListField(child=serializers.DictField()),
                 "assumptions": serializers.DictField(),
@@ -81,6 +85,7 @@ class RecoveryView(APIView):
                 "warnings": rec.warnings,
                 "copies": [_copy(r) for r in rec.copies],
                 "unusable": [_copy(r) | {"reasons": r.why} for r in rec.unusable],
+                "unreachable": [_copy(r) for r in rec.unreachable],
                 "fallbacks": [
                     {
                         "checkpoint": f.checkpoint.pk,

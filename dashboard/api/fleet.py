@@ -25,7 +25,7 @@ from dashboard.api.fleet_serializers import (
 )
 from fleet.api.auth import HostPrincipal, HostTokenAuthentication
 from fleet.models import Host, Inventory, StorageLocation
-from fleet.services import inventory_receive, location_set_soft_delete
+from fleet.services import host_mark_down, host_mark_up, inventory_receive, location_set_soft_delete
 from ingest.scan import scan_start
 from promotion.pulls import pending, report
 
@@ -106,6 +106,31 @@ class InventoryViewSet(viewsets.ReadOnlyModelViewSet):
 class HostViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = Host.objects.prefetch_related("locations__host")
     serializer_class = HostSerializer
+
+    def _mark(self, request, service):
+        host = self.get_object()
+        data = request.data if isinstance(request.data, dict) else {}
+        reason = data.get("reason", "")
+        if not isinstance(reason, str):
+            raise DomainError('send {"reason": "..."}')
+        host = service(host=host, reason=reason, actor=Actor.person(request.user, EventSource.API))
+        return Response(HostSerializer(host).data)
+
+    @extend_schema(
+        summary="Mark a host down",
+        request=None,
+        responses={200: HostSerializer, 400: OpenApiResponse(description="no reason"), 403: OpenApiResponse()},
+    )
+    @action(detail=True, methods=["post"])
+    def down(self, request, pk=None):
+        """POST ``{"reason": "..."}`` (operator role): its copies leave the restore ranking until it is marked up."""
+        return self._mark(request, host_mark_down)
+
+    @extend_schema(summary="Mark a host up again", request=None, responses={200: HostSerializer})
+    @action(detail=True, methods=["post"])
+    def up(self, request, pk=None):
+        """POST ``{"reason": "..."}`` (operator role): its copies are ranked again."""
+        return self._mark(request, host_mark_up)
 
 
 class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):

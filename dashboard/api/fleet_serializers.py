@@ -72,7 +72,18 @@ class HostSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Host
-        fields = ["id", "name", "site", "region", "description", "last_seen_at", "locations"]
+        fields = [
+            "id",
+            "name",
+            "site",
+            "region",
+            "description",
+            "last_seen_at",
+            "down_since",
+            "down_reason",
+            "down_label",
+            "locations",
+        ]
 
 
 class AgentPullItemSerializer(serializers.Serializer):

@@ -23,7 +23,7 @@ def test_a_person_signs_in_and_follows_a_broken_checkpoint(live_server, browser_
 
     page.get_by_role("link", name="llama-tiny").click()
     page.wait_for_selector("text=Newest restorable checkpoint")
-    assert page.get_by_text("rank file __1_0.distcp is missing (listed in .metadata)").is_visible()
+    assert page.locator("#timeline").get_by_text("rank file __1_0.distcp is missing (listed in .metadata)").is_visible()
     # step 400's interrupted save is no checkpoint of the run: the orphans page lists it.
     assert not page.get_by_text("interrupted save: .metadata.tmp left behind").is_visible()
     shot(page, "run")

@@ -4,6 +4,8 @@
     manage.py fleet_host add-root gpu-a01 /lustre/ckpt --kind pfs --tier pfs --template '{team}/{run}'
     manage.py fleet_host rotate-token gpu-a01
     manage.py fleet_host list
+    manage.py fleet_host down gpu-a01 --reason "node failure, INC-4211"   # its copies leave the restore ranking
+    manage.py fleet_host up gpu-a01 --reason "repaired"
 
 A token is printed once, to stdout only; the server keeps its sha256.
 """
@@ -18,7 +20,7 @@ from ckptfleet.errors import DomainError
 from ckptfleet.rules import name_problem
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host
-from fleet.services import host_register, host_token_issue, location_add
+from fleet.services import host_mark_down, host_mark_up, host_register, host_token_issue, location_add
 
 
 class Command(BaseCommand):
@@ -39,6 +41,13 @@ class Command(BaseCommand):
         rotate = sub.add_parser("rotate-token", help="issue a new token and revoke the old ones")
         rotate.add_argument("name")
         sub.add_parser("list", help="list hosts and their roots")
+        for name, text in (
+            ("down", "mark a host down: its copies leave the restore ranking"),
+            ("up", "mark it up again"),
+        ):
+            state = sub.add_parser(name, help=text)
+            state.add_argument("name")
+            state.add_argument("--reason", required=(name == "down"), default="")
 
     def _root_options(self, parser, *, repeat: bool) -> None:
         if repeat:
@@ -69,6 +78,11 @@ class Command(BaseCommand):
                 self._print_token(host, host_token_issue(host=host, actor=actor))
             elif opts["action"] == "list":
                 self._list()
+            elif opts["action"] in ("down", "up"):
+                service = host_mark_down if opts["action"] == "down" else host_mark_up
+                host = service(host=self._host(opts["name"]), reason=opts["reason"], actor=actor)
+                state = f"down since {host.down_since.isoformat(timespec='seconds')}" if host.down_since else "up"
+                self.stdout.write(f"{host.name}: {state}")
         except DomainError as exc:
             raise CommandError(exc.message) from None
 
