@@ -15,6 +15,7 @@ from access.scoping import restrict_runs
 from actions import protection, services
 from audit.actor import Actor
 from catalog import selectors
+from catalog.ladder import ladder_for
 from catalog.models import Checkpoint, Run
 from catalog.pointers import pointers_for_run
 from catalog.recovery import recovery_for
@@ -77,6 +78,7 @@ def run(request, pk: int):
             "run": the_run,
             "recovery": recovery,
             "pointers": pointers_for_run(the_run),
+            "ladder": ladder_for(the_run),
             "layout": layout,
             "gpus": gpus,
             "gpus_error": gpus_error,

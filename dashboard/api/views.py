@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Exists, OuterRef, Prefetch
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import generics, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -13,6 +13,7 @@ from rest_framework.response import Response
 
 from access.scoping import restrict_runs, restrict_teams, visible_orphans
 from catalog import selectors
+from catalog.ladder import ladder_for, resume_answer
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from ckptfleet.errors import DomainError
 from ckptfleet.params import optional_id, whole_number
@@ -193,6 +194,58 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             "next": next_url,
         }
         return Response(RunPlacementSerializer(data).data)
+
+    @extend_schema(
+        summary="Where a restarting job should resume from",
+        description=(
+            "The checkpoint to resume from, its fastest reachable copy and path, the commands to fetch it, the "
+            "framework's pointer at that location with its fix, the layout it was saved with, and the rest of the "
+            "fallback ladder. Read-only; the viewer role is enough."
+        ),
+        responses={200: dict},
+        examples=[
+            OpenApiExample(
+                "A DeepSpeed run whose latest is behind",
+                value={
+                    "run": 7,
+                    "resume": {
+                        "checkpoint": 91,
+                        "label": "step 200",
+                        "step": 200,
+                        "verified": True,
+                        "copy": 140,
+                        "location": "lustre-gw1:lustre",
+                        "host": "lustre-gw1",
+                        "path": "/lustre/ckpt/speech/ds-tiny/global_step200",
+                        "restore_seconds": 41.3,
+                        "commands": ["rsync -a --partial ... ./global_step200/"],
+                        "layout": {"world_size": 2, "reshard": "conversion", "tool": "ds_to_universal.py ..."},
+                        "pointer": {"state": "behind", "fix_command": "printf '%s\\n' global_step200 > .../latest"},
+                    },
+                    "why": "the newest checkpoint that is verified; ...",
+                    "ladder": [{"label": "step 100", "position": 2, "steps_lost": 100}],
+                },
+                response_only=True,
+            )
+        ],
+    )
+    @action(
+        detail=True, methods=["get"], url_path="resume", url_name="resume", pagination_class=None, filter_backends=[]
+    )
+    def resume(self, request, pk=None):
+        """One answer for a restarting job: what to load, from where, and what to fix first."""
+        run = get_object_or_404(restrict_runs(Run.objects.select_related("team"), request.user), pk=pk)
+        return Response(resume_answer(run))
+
+    @extend_schema(summary="The run's fallback ladder", responses={200: dict})
+    @action(
+        detail=True, methods=["get"], url_path="ladder", url_name="ladder", pagination_class=None, filter_backends=[]
+    )
+    def ladder(self, request, pk=None):
+        """Every recent checkpoint in the order to try it, with its copies, restore time, the training it would
+        throw away, and why it ranks where it does; the ones that cannot be resumed from come last with the reason."""
+        run = get_object_or_404(restrict_runs(Run.objects.select_related("team"), request.user), pk=pk)
+        return Response({"run": run.pk, "ladder": [r.as_dict() for r in ladder_for(run)]})
 
 
 class CheckpointViewSet(viewsets.ReadOnlyModelViewSet):

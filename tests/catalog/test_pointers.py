@@ -148,3 +148,36 @@ def test_the_run_and_recovery_pages_and_the_recovery_api_show_the_pointer_and_it
     [p] = data["pointers"]
     assert p["state"] == "behind" and p["points_to"]["label"] == "step 100"
     assert p["newest_complete"] is not None and "global_step200" in p["fix_command"]
+
+
+def test_the_resume_answer_names_the_checkpoint_the_copy_and_the_pointer_to_fix(ingest, signed_in_as):
+    ingest(lambda root: deepspeed(root, None))  # `latest` lost: a restart would load nothing
+    run = Run.objects.get(name="ds")
+    viewer = signed_in_as("viewer")
+    data = viewer.get(f"/api/v1/runs/{run.pk}/resume/").json()
+    resume = data["resume"]
+    assert resume["label"] == "step 200" and resume["path"].endswith("/speech/ds/global_step200")
+    assert resume["commands"] and resume["commands"][0].startswith("rsync")
+    assert resume["pointer"]["state"] == "missing" and "global_step200" in resume["pointer"]["fix_command"]
+    assert resume["layout"]["reshard"] == "conversion"
+    [rest] = data["ladder"]
+    assert rest["label"] == "step 100" and rest["position"] == 2 and rest["steps_lost"] == 100
+    ladder = viewer.get(f"/api/v1/runs/{run.pk}/ladder/").json()["ladder"]
+    assert [r["position"] for r in ladder] == [1, 2]
+    page = viewer.get(f"/recovery/{run.pk}/").content.decode()
+    assert "The whole ladder" in page and "100 steps" in page
+    assert viewer.get("/api/v1/runs/99999/resume/").status_code == 404
+
+
+def test_a_ladder_lists_what_cannot_be_resumed_from_last_with_the_reason(ingest):
+    def build(root):
+        run = deepspeed(root, "global_step200")
+        shutil.copytree(run / "global_step200", run / "global_step300")
+        (run / "global_step300" / "zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
+
+    ingest(build)
+    from catalog.ladder import ladder_for
+
+    ladder = ladder_for(Run.objects.get(name="ds"))
+    assert [(r.checkpoint.step, r.position) for r in ladder] == [(200, 1), (100, 2), (300, None)]
+    assert "no complete copy" in ladder[-1].why

@@ -1,0 +1,183 @@
+"""The fallback ladder: every checkpoint a job of a run could resume from, in the order to try them, and why.
+
+The recovery page answers "which one"; the ladder answers "and if that fails": each recent checkpoint of the run
+with its copies' state and verification, its fastest reachable copy and restore time, what resuming from it
+throws away (steps and hours of training since it was saved), and why it ranks where it does. The order is
+recovery's own rule (``catalog.recovery``): a complete copy nothing says is wrong, on a host that is not down or
+silent; verified before unverified; newer before older. Checkpoints that cannot be resumed from are listed
+after the candidates, each with the reason.
+
+``resume_answer`` is what ``GET /api/v1/runs/<id>/resume/`` returns: the checkpoint, the copy, its path and the
+commands to fetch it, the framework's pointer there and its fix, in one answer a restarting job can act on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Max
+
+from catalog.choices import CopyState, Verification
+from catalog.models import Checkpoint, Run
+from catalog.pointers import Pointer, pointers_for_run, where
+from catalog.recovery import RankedCopy, _buckets, _parts, _present, _rank, assumptions
+from catalog.reshard import layout_of
+from catalog.selectors import NEWEST_STEP_FIRST
+
+LADDER_LENGTH = 20
+
+
+@dataclass
+class Rung:
+    checkpoint: Checkpoint
+    position: int | None  # 1 for the checkpoint to try first; None: not a candidate
+    why: str
+    copies: list[RankedCopy] = field(default_factory=list)
+    steps_lost: int | None = None
+    hours_lost: float | None = None
+
+    @property
+    def best(self) -> RankedCopy | None:
+        good = [r for r in self.copies if r.usable and not r.unreachable]
+        return good[0] if good else None
+
+    @property
+    def verified(self) -> bool:
+        return any(r.verified for r in self.copies if r.usable and not r.unreachable)
+
+    @property
+    def saved_at(self) -> datetime | None:
+        times = [r.copy.newest_mtime for r in self.copies if r.copy.newest_mtime]
+        return max(times) if times else None
+
+    def as_dict(self) -> dict:
+        best = self.best
+        return {
+            "checkpoint": self.checkpoint.pk,
+            "label": self.checkpoint.label,
+            "step": self.checkpoint.step,
+            "position": self.position,
+            "why": self.why,
+            "verified": self.verified,
+            "copies": [
+                {
+                    "copy": r.copy.pk,
+                    "location": r.copy.location.name,
+                    "state": r.copy.state,
+                    "verification": r.copy.verification,
+                    "usable": r.usable,
+                    "unreachable": r.unreachable or None,
+                    "restore_seconds": round(r.seconds, 1),
+                }
+                for r in self.copies
+            ],
+            "best_copy": best.copy.pk if best else None,
+            "restore_seconds": round(best.seconds, 1) if best else None,
+            "steps_lost": self.steps_lost,
+            "hours_lost": round(self.hours_lost, 2) if self.hours_lost is not None else None,
+        }
+
+
+def _why_not(copies: list[RankedCopy]) -> str:
+    if not copies:
+        return "no present copy"
+    usable = [r for r in copies if r.usable]
+    if usable:
+        return "every restorable copy is on a host that is down or silent: " + usable[0].unreachable
+    if any(r.copy.verification == Verification.DISPUTED for r in copies):
+        return "disputed: its copies disagree and nothing independent says which is right"
+    if any(r.copy.verification == Verification.MISMATCH for r in copies):
+        return "its checksums disagree with another copy or the writer's record"
+    states = sorted({r.copy.get_state_display().lower() for r in copies if r.copy.state != CopyState.COMPLETE})
+    reasons = [str(x) for r in copies for x in (r.copy.reasons or [])][:1]
+    return f"no complete copy ({', '.join(states) or 'not complete'}" + (f": {reasons[0]})" if reasons else ")")
+
+
+def ladder_for(run: Run, *, limit: int = LADDER_LENGTH) -> list[Rung]:
+    """The run's newest ``limit`` checkpoints as a ladder: candidates first, in the order to try them."""
+    checkpoints = list(
+        Checkpoint.objects.filter(run=run, copies__gone_at__isnull=True)
+        .distinct()
+        .order_by(NEWEST_STEP_FIRST, "-tag")[:limit]
+    )
+    copies = [c for c in _present([c.pk for c in checkpoints]) if not c.temporary]
+    ranked = _rank(copies, _parts(copies), _buckets(copies), assumptions())
+    by_checkpoint: dict[int, list[RankedCopy]] = {c.pk: [] for c in checkpoints}
+    for r in ranked:
+        by_checkpoint[r.copy.checkpoint_id].append(r)
+    top_step = Checkpoint.objects.filter(run=run).aggregate(top=Max("step"))["top"]
+    rungs = [Rung(c, None, "", by_checkpoint[c.pk]) for c in checkpoints]
+    newest_saved = max((r.saved_at for r in rungs if r.saved_at), default=None)
+    for rung in rungs:
+        if top_step is not None and rung.checkpoint.step is not None:
+            rung.steps_lost = top_step - rung.checkpoint.step
+        if newest_saved and rung.saved_at:
+            rung.hours_lost = (newest_saved - rung.saved_at).total_seconds() / 3600
+    candidates = [r for r in rungs if r.best is not None]
+    others = [r for r in rungs if r.best is None]
+    candidates.sort(
+        key=lambda r: (r.verified, r.checkpoint.step is not None, r.checkpoint.step or 0, r.checkpoint.tag),
+        reverse=True,
+    )
+    newer_unverified = 0
+    for position, rung in enumerate(candidates, start=1):
+        rung.position = position
+        best = rung.best
+        assert best is not None
+        parts = [
+            "verified" if rung.verified else "complete but not verified by checksums",
+            f"fastest reachable copy on {best.copy.location.name}",
+        ]
+        if position == 1:
+            parts.insert(0, "the newest checkpoint that is " + ("verified" if rung.verified else "complete"))
+        elif rung.verified and newer_unverified:
+            parts.insert(0, "older than a verified one above")
+        if rung.steps_lost:
+            parts.append(f"resuming here repeats {rung.steps_lost:,} steps")
+        rung.why = "; ".join(parts)
+        newer_unverified += 0 if rung.verified else 1
+    for rung in others:
+        rung.why = _why_not(rung.copies)
+    return candidates + others
+
+
+def _pointer_at(pointers: list[Pointer], location_id: int) -> Pointer | None:
+    return next((p for p in pointers if p.location_id == location_id), None)
+
+
+def resume_answer(run: Run) -> dict:
+    """What a restarting job needs in one answer: the checkpoint, the copy and its path, how to fetch it, the
+    framework pointer at that location with its fix, the layout it was saved with, and the next rungs."""
+    ladder = ladder_for(run)
+    first = ladder[0] if ladder and ladder[0].position == 1 else None
+    pointers = pointers_for_run(run)
+    if first is None or first.best is None:
+        return {
+            "run": run.pk,
+            "resume": None,
+            "detail": "no checkpoint of this run has a complete copy on a reachable location",
+            "ladder": [r.as_dict() for r in ladder],
+            "pointers": [p.as_dict() for p in pointers],
+        }
+    best = first.best
+    pointer = _pointer_at(pointers, best.copy.location_id)
+    return {
+        "run": run.pk,
+        "resume": {
+            "checkpoint": first.checkpoint.pk,
+            "label": first.checkpoint.label,
+            "step": first.checkpoint.step,
+            "verified": first.verified,
+            "copy": best.copy.pk,
+            "location": best.copy.location.name,
+            "host": best.copy.location.host.name if best.copy.location.host_id else None,
+            "path": where(best.copy.location, best.copy.path),
+            "restore_seconds": round(best.seconds, 1),
+            "commands": best.commands,
+            "layout": layout_of(best.copy).as_dict(),
+            "pointer": pointer.as_dict() if pointer else None,
+        },
+        "why": first.why,
+        "ladder": [r.as_dict() for r in ladder[1:]],
+    }
