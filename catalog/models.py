@@ -262,3 +262,38 @@ class CopyTierUsage(models.Model):
 
     def __str__(self) -> str:
         return f"copy {self.copy_id} on {self.tier}: {self.bytes} B"
+
+
+class RestoreDrill(models.Model):
+    """One restore drill: a sample of a trusted checkpoint's files read back from one copy and checked against the
+    checksums recorded for them (``catalog.drills``). Measured throughput feeds the restore estimates; a failed
+    drill takes the copy out of the restore ranking until a later drill of it passes."""
+
+    class Outcome(models.TextChoices):
+        PASSED = "passed", "Passed"
+        FAILED = "failed", "Failed: the bytes read back do not match"
+        ERROR = "error", "Could not read the copy"
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="drills")
+    copy = models.ForeignKey(CheckpointCopy, on_delete=models.CASCADE, related_name="drills")
+    tier = models.CharField(max_length=32)
+    storage_class = models.CharField(max_length=32, blank=True)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    outcome = models.CharField(max_length=8, choices=Outcome.choices)
+    files = models.IntegerField(default=0, help_text="Files read back and checked.")
+    bytes = models.BigIntegerField(default=0, help_text="Bytes read back.")
+    seconds = models.FloatField(default=0.0)
+    detail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-pk"]
+        indexes = [models.Index(fields=["copy", "-started_at"], name="restoredrill_copy_newest")]
+
+    def __str__(self) -> str:
+        return f"drill of {self.copy_id} at {self.started_at:%Y-%m-%d %H:%M} ({self.outcome})"
+
+    @property
+    def mib_per_s(self) -> float | None:
+        return self.bytes / (1 << 20) / self.seconds if self.seconds > 0 and self.bytes else None

@@ -21,6 +21,7 @@ assumptions are shown on the page; ``CKPTFLEET_RESTORE_ASSUMPTIONS`` overrides t
 from __future__ import annotations
 
 import shlex
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -30,7 +31,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from catalog.choices import CopyState, Verification
-from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run
+from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, RestoreDrill, Run
 from catalog.selectors import NEWEST_STEP_FIRST
 from fleet.choices import LocationKind, Tier
 from fleet.models import Bucket
@@ -134,18 +135,49 @@ class Assumption:
     basis: str
 
 
+def measured_mib_per_s(*, now=None) -> dict[str, tuple[float, int]]:
+    """{tier: (median MiB/s, drills)} of the restore drills that passed within RESTORE_DRILL_MEASURE_DAYS
+    (``catalog.drills``): measured throughput, which beats an assumed one."""
+    since = (now or timezone.now()) - timedelta(days=settings.RESTORE_DRILL_MEASURE_DAYS)
+    by_tier: dict[str, list[float]] = {}
+    rows = RestoreDrill.objects.filter(outcome=RestoreDrill.Outcome.PASSED, started_at__gte=since, bytes__gt=0)
+    for tier, nbytes, seconds in rows.values_list("tier", "bytes", "seconds"):
+        if seconds > 0:
+            by_tier.setdefault(tier, []).append(nbytes / MIB / seconds)
+    return {tier: (statistics.median(values), len(values)) for tier, values in by_tier.items()}
+
+
+def failed_drills(copy_ids) -> dict[int, RestoreDrill]:
+    """{copy id: its latest drill} for the copies among ``copy_ids`` whose latest restore drill failed."""
+    latest: dict[int, RestoreDrill] = {}
+    for row in RestoreDrill.objects.filter(copy_id__in=list(copy_ids)).order_by("copy_id", "-started_at", "-pk"):
+        latest.setdefault(row.copy_id, row)
+    return {cid: row for cid, row in latest.items() if row.outcome == RestoreDrill.Outcome.FAILED}
+
+
 def assumptions() -> dict[str, Assumption]:
-    """The restore assumptions in force: the defaults, overridden per tier by settings."""
+    """The restore assumptions in force: the defaults, overridden per tier by settings, and replaced by what
+    restore drills measured where they did (the basis says which)."""
     overrides = settings.RESTORE_ASSUMPTIONS
+    measured = measured_mib_per_s()
     result = {}
     for tier in Tier:
         merged = {**DEFAULT_ASSUMPTIONS[tier], **overrides.get(tier.value, {})}
+        basis = str(merged.get("basis", "")) + (" (overridden in settings)" if tier.value in overrides else "")
+        mib_per_s = float(merged["mib_per_s"])
+        if tier.value in measured:
+            speed, drills = measured[tier.value]
+            basis = (
+                f"measured: the median of {drills} restore drill{'s' if drills != 1 else ''} in the last "
+                f"{settings.RESTORE_DRILL_MEASURE_DAYS} days (assumed {mib_per_s:g} MiB/s before)"
+            )
+            mib_per_s = max(speed, 0.001)
         result[tier.value] = Assumption(
             tier=tier.value,
             label=tier.label,
-            mib_per_s=float(merged["mib_per_s"]),
+            mib_per_s=mib_per_s,
             delay_s=int(merged["delay_s"]),
-            basis=str(merged.get("basis", "")) + (" (overridden in settings)" if tier.value in overrides else ""),
+            basis=basis,
         )
     return result
 
@@ -341,10 +373,14 @@ def unreachable_reason(location, now) -> str:
 def _rank(copies, parts, buckets, table) -> list[RankedCopy]:
     ranked = []
     now = timezone.now()
+    drills = failed_drills([c.pk for c in copies])
     for copy in copies:
         own = parts[copy.pk]
         item = RankedCopy(copy=copy, parts=own, usable=is_restorable(copy))
         item.unreachable = unreachable_reason(copy.location, now)
+        if copy.pk in drills and not item.unreachable:
+            failed = drills[copy.pk]
+            item.unreachable = f"its restore drill of {failed.started_at:%Y-%m-%d %H:%M} UTC failed: {failed.detail}"
         item.evidence = evidence_of(copy.location, now)
         for part in own:
             assumption = table.get(part.tier) or table[Tier.OBJECT_STANDARD]

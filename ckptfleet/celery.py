@@ -20,6 +20,8 @@ app.conf.beat_schedule = {
     "carry-usage-forward": {"task": "ingest.tasks.carry_usage_forward", "schedule": 3600.0},
     # Retention policies propose deletions once a day; each still waits for approval and the grace period.
     "propose-retention-deletions": {"task": "retention.tasks.propose_retention_deletions", "schedule": 86400.0},
+    # Restore drills: a sample of each team's trusted checkpoints read back and checked (catalog.drills).
+    "run-restore-drills": {"task": "catalog.tasks.run_restore_drills", "schedule": 86400.0},
     # Tiering policies: each enabled one runs every `every_hours`; this looks for the due ones.
     "run-due-tiering-policies": {"task": "retention.tasks.run_due_tiering_policies", "schedule": 900.0},
     # Deletions whose grace period ended start here; running ones without progress for a while are resent.

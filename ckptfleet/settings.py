@@ -361,6 +361,12 @@ VERIFY_STALE_DAYS = env_int("CKPTFLEET_VERIFY_STALE_DAYS", 30, minimum=1)
 # Recovery view: per-tier restore throughput and first-byte delay overriding the defaults in
 # fleet/restore_assumptions.py, as JSON, e.g. {"archive": {"mib_per_s": 200, "delay_s": 10800}}.
 RESTORE_ASSUMPTIONS = _restore_assumptions()
+# Restore drills (catalog.drills): each day, per team, this many trusted checkpoints are read back from their coldest
+# non-archive object copy, at most this many bytes each, and checked against the recorded checksums; drills of the
+# last N days give the measured restore throughput per tier.
+RESTORE_DRILL_PER_TEAM = env_int("CKPTFLEET_RESTORE_DRILL_PER_TEAM", 2, minimum=0)
+RESTORE_DRILL_MAX_BYTES = env_int("CKPTFLEET_RESTORE_DRILL_MAX_BYTES", 1024**3, minimum=1)
+RESTORE_DRILL_MEASURE_DAYS = env_int("CKPTFLEET_RESTORE_DRILL_MEASURE_DAYS", 30, minimum=1)
 # Promotions, in the workers: a restore under way is asked about every PROMOTION_POLL_SECONDS, and a job whose
 # worker has shown no progress for PROMOTION_LEASE_SECONDS is taken to be lost and sent again (beat looks every
 # minute, so a shorter lease would only send live jobs twice).

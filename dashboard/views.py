@@ -248,6 +248,7 @@ def checkpoint_detail(request, pk: int):
         copy.bytes_short, copy.bytes_over = max(diff, 0), max(-diff, 0)
         copy.failure_domain = failure_domain(copy.location)
         copy.layout = layout_of(copy)
+        copy.recent_drills = list(copy.drills.order_by("-started_at", "-pk")[:3])
         # A mismatch that made the copy corrupt is already among its reasons.
         copy.verification_notes = [r for r in copy.verification_reasons if r not in copy.reasons]
     return render(
