@@ -11,6 +11,7 @@ from django.db.models import Sum
 
 from audit.actor import Actor
 from audit.models import AuditEvent
+from catalog.models import Run
 from ckptfleet.errors import DomainError, PermissionRefused
 from spend.backfill import usage_backfill
 from spend.models import UsageDaily, UsageMonthly
@@ -132,3 +133,6 @@ def test_the_spend_page_says_which_days_are_estimated(measured, sign_in, fleet):
     assert "4 days of this period estimated from file times" in october
     measured_day = client.get("/spend/?day=2026-10-06").content.decode()
     assert "estimated from file times" not in measured_day
+    alpha = Run.objects.get(name="alpha")
+    run_page = client.get(f"/spend/runs/{alpha.pk}/?month=2026-09").content.decode()
+    assert "21 days of this period estimated from file times" in run_page
