@@ -27,7 +27,9 @@ class UsageDaily(models.Model):
 
     The rollup every spend page reads instead of shard files (``spend.usage``). A day's row holds
     the location's state at the last inventory applied that day; a day without an inventory holds
-    the last known state, carried forward (``carried``). ``cost_nanos`` is that day's cost in
+    the last known state, carried forward (``carried``). A day before a location's first inventory can be
+    estimated from the files' modification times (``estimated``, ``spend.usage.usage_backfill``).
+    ``cost_nanos`` is that day's cost in
     billionths of the price book's currency: bytes x the price in force that day / the days of its
     month, rounded once per row. An integer, so that sums are exact on every database (SQLite
     stores decimals as floats); read it through ``spend.usage.money``. Null: no price applies.
@@ -50,6 +52,11 @@ class UsageDaily(models.Model):
     files = models.BigIntegerField()
     cost_nanos = models.BigIntegerField(null=True, blank=True)
     carried = models.BooleanField(default=False, help_text="Copied from an earlier day: no inventory that day.")
+    estimated = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="Estimated from the modification times of files present later (usage_backfill), not measured.",
+    )
 
     class Meta:
         db_table = "catalog_usagedaily"
@@ -90,7 +97,8 @@ class UsageMonthly(models.Model):
     reprice) it rewrites the months those rows fall in from the daily rows, in the same transaction,
     so a month's row is always exactly the sum of its days (the current month up to its newest day).
     ``byte_days`` is the sum of the days' bytes (GiB-months = byte_days / 2**30 / days of the month);
-    ``cost_nanos`` the sum of the days' costs, null when no day of the group was priced.
+    ``cost_nanos`` the sum of the days' costs, null when no day of the group was priced; ``estimated_days``
+    how many of the days were estimated from file times (``UsageDaily.estimated``), so a month's page can say so.
     """
 
     month = models.DateField(help_text="The first day of the month.")
@@ -105,6 +113,9 @@ class UsageMonthly(models.Model):
     byte_days = models.BigIntegerField()
     file_days = models.BigIntegerField()
     cost_nanos = models.BigIntegerField(null=True, blank=True)
+    estimated_days = models.IntegerField(
+        default=0, db_default=0, help_text="Of the days summed, how many were estimated from file times (not measured)."
+    )
 
     class Meta:
         db_table = "catalog_usagemonthly"

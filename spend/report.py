@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
-from django.db.models import F, Max, Q, Sum, Value
+from django.db.models import Aggregate, Count, F, Max, Q, Sum, Value
 from django.db.models.functions import Coalesce
 
 from catalog.choices import RunStatus
@@ -270,6 +270,7 @@ class _Sums:
     in_period: Q
     in_previous: Q
     byte_days: str  # the field holding bytes x days
+    estimated: Aggregate  # of the rows in the period: how many days were estimated from file times (at most)
 
 
 def _sums(basis: Basis) -> _Sums:
@@ -280,12 +281,14 @@ def _sums(basis: Basis) -> _Sums:
             Q(month=period.first),
             Q(month=previous.first),
             "byte_days",
+            Max("estimated_days", filter=Q(month=period.first)),
         )
     return _Sums(
         _usage(basis).filter(day__gte=previous.first, day__lte=period.last),
         Q(day__gte=period.first, day__lte=period.last),
         Q(day__gte=previous.first, day__lte=previous.last),
         "bytes",
+        Count("day", distinct=True, filter=Q(day__gte=period.first, day__lte=period.last, estimated=True)),
     )
 
 
@@ -673,6 +676,7 @@ class Summary:
     files: int
     unpriced_bytes: int
     stale_locations: int
+    estimated_days: int = 0  # days of the period estimated from file times (spend.backfill), not measured
 
     @property
     def change(self) -> Decimal:
@@ -696,7 +700,9 @@ def summary(basis: Basis) -> Summary:
     as_of = basis.as_of
     sums = _sums(basis)
     totals = sums.rows.aggregate(
-        cost=Sum("cost_nanos", filter=sums.in_period), prev=Sum("cost_nanos", filter=sums.in_previous)
+        cost=Sum("cost_nanos", filter=sums.in_period),
+        prev=Sum("cost_nanos", filter=sums.in_previous),
+        estimated=sums.estimated,
     )
     # The newest day's rows: what is stored, and (by location, tier and class) what the forecast prices.
     on_as_of = _as_of_rows(basis)
@@ -719,6 +725,7 @@ def summary(basis: Basis) -> Summary:
         files=sum(_int(r["files"]) for r in on_as_of),
         unpriced_bytes=sum(_int(r["unpriced"]) for r in on_as_of),
         stale_locations=stale,
+        estimated_days=int(totals["estimated"] or 0),
     )
 
 

@@ -24,8 +24,13 @@ shard-file table. The rules, in one place:
   corrupt, or takes that back), ``copies_restated`` moves those copies' bytes to their new state in
   today's rows of every location holding them, in the same transaction, from ``CopyTierUsage`` (what
   each copy holds, as the last refresh found it): no shard file is read again.
+- **Estimates before the first inventory.** A new install has no history. ``usage_backfill`` (``manage.py
+  usage_backfill --since``) writes the days before each location's first measured day from the files
+  present now, each counted from the UTC day of its modification time, marked ``estimated``: files
+  deleted before the install are missing from them, and the pages say the days are estimated. It never
+  writes a day on which the location has measured (or carried) rows.
 - **Months.** ``UsageMonthly`` holds each month's daily rows summed. Every function here that writes
-  daily rows then rewrites the months they fall in from the daily rows (``_rollup_months``), in the
+  daily rows then rewrites the months they fall in from the daily rows (``rollup_months``), in the
   same transaction, so a month's row is always exactly the sum of its days.
 """
 
@@ -52,6 +57,8 @@ USAGE = UsageDaily._meta.db_table
 COPY_USAGE = CopyTierUsage._meta.db_table
 MONTHLY = UsageMonthly._meta.db_table
 _GROUP = "location_id, team_id, run_id, run_status, tier, storage_class, state"
+_MONTH_SUMS = "days, byte_days, file_days, cost_nanos, estimated_days"
+_MONTH_SUMS_SQL = "COUNT(*), SUM(bytes), SUM(files), SUM(cost_nanos), SUM(CASE WHEN estimated THEN 1 ELSE 0 END)"
 _COLUMNS = (
     "day, location_id, team_id, run_id, run_status, tier, storage_class, state, bytes, files, cost_nanos, carried"
 )
@@ -248,7 +255,7 @@ def _month_sql() -> str:
     return "date(day, 'start of month')"
 
 
-def _rollup_months(location_ids: list[int], first: date, last: date, *, run_ids: list[int] | None = None) -> None:
+def rollup_months(location_ids: list[int], first: date, last: date, *, run_ids: list[int] | None = None) -> None:
     """Rewrite the monthly rows of these locations for the months from ``first``'s to ``last``'s from their
     daily rows (only those of ``run_ids``, when given). Called after every write of daily rows, inside the
     same transaction."""
@@ -270,8 +277,8 @@ def _rollup_months(location_ids: list[int], first: date, last: date, *, run_ids:
             )
             cursor.execute(
                 f"""
-                INSERT INTO {MONTHLY} (month, {_GROUP}, days, byte_days, file_days, cost_nanos)
-                SELECT {month}, {_GROUP}, COUNT(*), SUM(bytes), SUM(files), SUM(cost_nanos)
+                INSERT INTO {MONTHLY} (month, {_GROUP}, {_MONTH_SUMS})
+                SELECT {month}, {_GROUP}, {_MONTH_SUMS_SQL}
                 FROM {USAGE} WHERE location_id IN ({marks}) AND day BETWEEN %s AND %s{runs_sql}
                 GROUP BY {month}, {_GROUP}
                 """,
@@ -287,8 +294,8 @@ def usage_monthly_rebuild() -> int:
         cursor.execute(f"DELETE FROM {MONTHLY}")
         cursor.execute(
             f"""
-            INSERT INTO {MONTHLY} (month, {_GROUP}, days, byte_days, file_days, cost_nanos)
-            SELECT {month}, {_GROUP}, COUNT(*), SUM(bytes), SUM(files), SUM(cost_nanos)
+            INSERT INTO {MONTHLY} (month, {_GROUP}, {_MONTH_SUMS})
+            SELECT {month}, {_GROUP}, {_MONTH_SUMS_SQL}
             FROM {USAGE} GROUP BY {month}, {_GROUP}
             """
         )
@@ -326,7 +333,7 @@ def usage_refresh(
             _carry(location, cursor.day, _days(cursor.day + timedelta(days=1), day - timedelta(days=1)), book)
         _refresh_rows(location, day, book.rules(location, day), totals)
         first = min(cursor.day + timedelta(days=1), day) if cursor is not None else day
-        _rollup_months([location.pk], first, day)
+        rollup_months([location.pk], first, day)
         UsageCursor.objects.update_or_create(
             location_id=location.pk, defaults={"day": day, "refreshed_day": day, "refreshed_at": now}
         )
@@ -388,9 +395,9 @@ def copies_restated(copy_ids: Iterable[int], *, today: date | None = None) -> in
                 chunk = runs[i : i + RESTATE_RUNS]
                 written += _restate_rows(location, day, book.rules(location, day), chunk, cursor.refreshed_day != day)
                 if first == day:  # only these runs' rows changed: only their month rows are rolled up again
-                    _rollup_months([location.pk], day, day, run_ids=chunk)
+                    rollup_months([location.pk], day, day, run_ids=chunk)
             if first != day:  # carried: every run's rows of the new days
-                _rollup_months([location.pk], first, day)
+                rollup_months([location.pk], first, day)
     return written
 
 
@@ -441,7 +448,7 @@ def usage_carry_forward(*, location_id: int, through: date) -> int:
             return 0
         days = _days(cursor.day + timedelta(days=1), through)
         _carry(location, cursor.day, days, PriceBook.load(until=through))
-        _rollup_months([location.pk], days[0], through)
+        rollup_months([location.pk], days[0], through)
         UsageCursor.objects.filter(location_id=location_id).update(day=through)
     return len(days)
 
@@ -496,5 +503,5 @@ def usage_reprice(*, location_ids: list[int], since: date) -> int:
                     [*params, *chunk, _adapt(first), _adapt(last)],
                 )
                 updated += cursor.rowcount
-    _rollup_months(sorted(cursors), since, max(cursors.values()))
+    rollup_months(sorted(cursors), since, max(cursors.values()))
     return updated

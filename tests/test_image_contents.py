@@ -31,7 +31,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from dashboard.management.commands.seed_demo import DEMO_TREES
+from dashboard.management.commands.seed_demo import DEMO_SCALE, DEMO_TREES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -526,6 +526,10 @@ def test_the_image_holds_the_demo_trees_and_leaves_tests_out():
     tracked = set(listed.splitlines())
     assert len(tracked) > 50, f"the demo trees are not committed under {trees}"
     assert tracked - in_image == set(), "seed_demo copies these, and the image lacks them"
+    scale = DEMO_SCALE.relative_to(ROOT).as_posix()
+    manifests = subprocess.run(["git", "ls-files", scale], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert len(manifests.stdout.splitlines()) == 2, f"the production-shaped manifests are not committed under {scale}"
+    assert set(manifests.stdout.splitlines()) - in_image == set(), "seed_demo reads these, and the image lacks them"
     assert {"manage.py", "dashboard/management/commands/seed_demo.py", "pyproject.toml"} <= in_image
     assert not [p for p in in_image if p.startswith(("tests/", "secrets/", "var/", ".git/"))]
     assert "demo/make_trees.py" not in in_image  # it needs torch; only the trees it wrote are needed
@@ -552,15 +556,16 @@ def test_the_images_demo_seeds_from_the_files_the_image_holds(image, tmp_path):
 
     seeded = image.manage(var_dir, "seed_demo")
     assert seeded.returncode == 0, f"seed_demo failed in the image's folder:\n{seeded.stdout}\n{seeded.stderr}"
-    # The demo of tests/catalog/test_seed_demo.py: four hosts, six runs of four teams, 18 copies of 14 checkpoints.
+    # The demo of tests/catalog/test_seed_demo.py: five hosts, eight runs of four teams, 39 copies of 35
+    # checkpoints (the production-shaped runs on gpu-c12: 21 of each).
     assert _counts(image, var_dir) == {
-        "hosts": 4,
-        "applied": 4,
+        "hosts": 5,
+        "applied": 5,
         "failed": 0,
-        "runs": 6,
+        "runs": 8,
         "teams": 4,
-        "checkpoints": 14,
-        "copies": 18,
+        "checkpoints": 35,
+        "copies": 39,
     }
     assert "demo actions: pinned" in seeded.stdout
 
@@ -572,6 +577,6 @@ def test_the_images_demo_fills_and_scans_buckets_on_an_s3_endpoint_without_moto_
     seeded = image.manage(var_dir, "seed_demo", "--s3-endpoint", s3.url)
     assert seeded.returncode == 0, f"seed_demo failed in the image's folder:\n{seeded.stdout}\n{seeded.stderr}"
     counts = _counts(image, var_dir)
-    assert (counts["hosts"], counts["applied"], counts["failed"]) == (4, 6, 0), counts  # 4 hosts + 2 bucket scans
-    assert counts["copies"] > 18, counts  # the buckets' copies of the same checkpoints
+    assert (counts["hosts"], counts["applied"], counts["failed"]) == (5, 8, 0), counts  # 5 hosts + 3 bucket scans
+    assert counts["copies"] > 39, counts  # the buckets' copies of the same checkpoints
     assert "s3:ckpt-demo-eu (s3://ckpt-demo-eu/fleet/" in seeded.stdout

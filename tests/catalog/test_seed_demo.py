@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from django.core.management import call_command
+from datetime import timedelta
 
-from catalog.models import CheckpointCopy, Run
+from django.core.management import call_command
+from django.db.models import Max, Min, Sum
+
+from catalog.models import CheckpointCopy, Run, ShardFile
 from fleet.choices import InventoryStatus
 from fleet.models import Host, Inventory
+from spend.models import UsageDaily, UsageMonthly
+from spend.usage import money
 
 
 def states() -> dict[tuple[str, str], tuple[str, bool]]:
@@ -17,8 +22,8 @@ def states() -> dict[tuple[str, str], tuple[str, bool]]:
 def test_the_demo_has_hosts_runs_and_broken_checkpoints(db, tmp_path, settings):
     settings.VAR_DIR = tmp_path
     call_command("seed_demo", dir=str(tmp_path / "demo"))
-    assert Host.objects.count() == 4
-    assert Inventory.objects.filter(status=InventoryStatus.APPLIED).count() == 4
+    assert Host.objects.count() == 5
+    assert Inventory.objects.filter(status=InventoryStatus.APPLIED).count() == 5
     assert {r.team.name for r in Run.objects.select_related("team")} == {"llm", "vision", "nlp", "speech"}
     found = states()
     assert found[("gpu-a01:nvme0", "llm/llama-tiny/step-300")] == ("partial", False)
@@ -30,7 +35,7 @@ def test_the_demo_has_hosts_runs_and_broken_checkpoints(db, tmp_path, settings):
     assert (tmp_path / "demo-password").exists()
 
     call_command("seed_demo", dir=str(tmp_path / "demo"))
-    again = Inventory.objects.order_by("-id")[:4]
+    again = Inventory.objects.order_by("-id")[:5]
     assert all((i.files_added, i.files_changed, i.files_gone) == (0, 0, 0) for i in again)
     assert states() == found
 
@@ -57,7 +62,7 @@ def test_the_demo_with_an_s3_endpoint_holds_bucket_copies_of_the_same_runs_good_
     seed(out)
 
     buckets = {b.bucket_name: b for b in Bucket.objects.select_related("location")}
-    assert set(buckets) == {"ckpt-demo-eu", "ckpt-demo-us"}
+    assert set(buckets) == {"ckpt-demo-eu", "ckpt-demo-us", "ckpt-prod-us"}
     eu, us = buckets["ckpt-demo-eu"].location, buckets["ckpt-demo-us"].location
     assert (eu.failure_region, us.failure_region) == ("eu-west-1", "us-east-1")
     assert buckets["ckpt-demo-eu"].credentials == "file:demo-s3"  # a reference; the keys are in a file
@@ -97,6 +102,18 @@ def test_the_demo_with_an_s3_endpoint_holds_bucket_copies_of_the_same_runs_good_
     assert found[("s3:ckpt-demo-eu", "llm/llama-tiny/step-500")][2] is True  # an interrupted save's left-overs
     assert found[("s3:ckpt-demo-us", "vision/vit-jax/600.orbax-checkpoint-tmp-1763700000")][2] is True
 
+    # The production bucket, scanned from its S3 Inventory report: terabytes in three classes, no HEAD needed.
+    prod = buckets["ckpt-prod-us"]
+    assert prod.inventory_report_uri == "s3://ckpt-prod-inventory/ckpt-prod-us/daily/" and not prod.fetch_checksums
+    classes = dict(
+        ShardFile.objects.filter(location=prod.location, gone_at__isnull=True)
+        .values_list("storage_class")
+        .annotate(total=Sum("size"))
+    )
+    assert set(classes) == {"STANDARD", "GLACIER_IR", "DEEP_ARCHIVE"}
+    assert all(total > 10**12 for total in classes.values()), classes
+    assert found[("s3:ckpt-prod-us", "llm/llama3-70b/step-40000")] == ("complete", "unverified", False)
+
     # Archive classes, files of no checkpoint and an upload never completed.
     archived = set(
         ShardFile.objects.filter(location=us, gone_at__isnull=True).values_list("storage_class", "tier").distinct()
@@ -112,7 +129,7 @@ def test_the_demo_with_an_s3_endpoint_holds_bucket_copies_of_the_same_runs_good_
     last = Inventory.objects.order_by("-pk").values_list("pk", flat=True).first()
     seed(StringIO())
     again = Inventory.objects.filter(pk__gt=last)
-    assert again.count() == 6  # four hosts, two buckets
+    assert again.count() == 8  # five hosts, three buckets
     assert all((i.files_added, i.files_changed, i.files_gone) == (0, 0, 0) for i in again), list(again.values())
     assert states() == before
 
@@ -122,3 +139,27 @@ def test_the_demo_with_an_s3_endpoint_holds_bucket_copies_of_the_same_runs_good_
     assert states() == before
     assert MultipartUpload.objects.filter(location=eu, gone_at__isnull=True).count() == 1
     assert MultipartUpload.objects.filter(location=eu, gone_at__isnull=False).count() == 1
+
+
+def test_the_demo_has_production_sized_runs_on_sparse_files_and_weeks_of_estimated_history(db, tmp_path, settings):
+    settings.VAR_DIR = tmp_path
+    call_command("seed_demo", dir=str(tmp_path / "demo"))
+    big = CheckpointCopy.objects.filter(location__name="gpu-c12:nvme0", gone_at__isnull=True)
+    # Complete by their real manifests, unverified (walked without content checksums).
+    assert {(c.state, c.verification) for c in big} == {("complete", "unverified")}
+    assert big.count() == 21
+    step = big.get(path="llm/llama3-70b/step-41000")
+    stored = ShardFile.objects.filter(copy=step).aggregate(total=Sum("size"))["total"]
+    assert 560e9 < stored < 840e9  # a 70B checkpoint with its optimizer state (docs: 560-840 GB)
+    # Sparse: the 10+ TB the host reports take (almost) no disk.
+    root = tmp_path / "demo" / "gpu-c12" / "nvme0"
+    on_disk = sum(p.stat().st_blocks * 512 for p in root.rglob("*") if p.is_file())
+    assert on_disk < 50 * 2**20
+    # Usage before the first inventory is estimated from the files' times, weeks back, and priced.
+    today = UsageDaily.objects.filter(estimated=False).aggregate(day=Max("day"))["day"]
+    estimated = UsageDaily.objects.filter(estimated=True)
+    assert estimated.aggregate(day=Min("day"))["day"] <= today - timedelta(days=45)
+    last_month = (today.replace(day=1) - timedelta(days=1)).replace(day=1)
+    spent = UsageMonthly.objects.filter(month=last_month).aggregate(total=Sum("cost_nanos"))["total"]
+    assert money(spent) > 50  # USD: last month reads as money, not 0.00
+    assert not estimated.filter(day__gte=today).exists()

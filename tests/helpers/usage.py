@@ -118,8 +118,9 @@ def assert_monthly_is_the_sum_of_the_daily_rows() -> int:
             r["storage_class"],
             r["state"],
         )
-        sums = want.setdefault(key, [0, 0, 0, None])
+        sums = want.setdefault(key, [0, 0, 0, None, 0])
         sums[0] += 1
+        sums[4] += int(r["estimated"])
         sums[1] += r["bytes"]
         sums[2] += r["files"]
         if r["cost_nanos"] is not None:
@@ -130,6 +131,7 @@ def assert_monthly_is_the_sum_of_the_daily_rows() -> int:
             r.byte_days,
             r.file_days,
             r.cost_nanos,
+            r.estimated_days,
         ]
         for r in UsageMonthly.objects.all()
     }

@@ -20,11 +20,22 @@ archive storage classes, files of no checkpoint, an interrupted save's temporary
 incomplete multipart upload. They are registered with ``ingest.scan.bucket_add`` and scanned
 through ``scan_start`` and ``scan_run``, as a worker would. An endpoint that forgets everything on
 restart (moto keeps it in memory) is filled again; one that still holds the objects is left as it is.
+
+So that money reads as money, a fifth host (gpu-c12) holds production-shaped runs, a Llama-3-70B in
+pretraining and a Llama-2-7B fine-tune that finished weeks ago: real DCP manifests (demo/scale) beside
+sparse shard files of hundreds of GB, walked by the agent without content checksums. Their older steps
+are in a third bucket (ckpt-prod-us), tiered by age into Standard, Glacier Instant Retrieval and Deep
+Archive, scanned from an S3 Inventory report the command writes (only the manifests are real objects).
+Every demo file's time is spread over the past weeks, and ``usage_backfill`` estimates the usage of the
+last ``HISTORY_DAYS`` from those times, so last month has spend too (marked as estimated on the pages).
 """
 
 from __future__ import annotations
 
+import csv
 import fnmatch
+import gzip
+import io
 import json
 import os
 import secrets
@@ -32,8 +43,10 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote_plus
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -53,9 +66,11 @@ from ckptfleet.errors import DomainError
 from fleet import agent
 from fleet.choices import InventoryStatus
 from fleet.models import Bucket, Host, Inventory, MultipartUpload, StorageLocation
+from fleet.pricebook import utc_today
 from fleet.services import host_register, inventory_receive, location_add
 from ingest import inventory as ingest
 from ingest.scan import bucket_add, scan_run, scan_start
+from spend.backfill import usage_backfill
 
 # The real checkpoint trees the demo copies (demo/README.md); the tests read them from here too. Not under
 # tests/: the image ships this folder, and .dockerignore leaves tests/ out.
@@ -73,6 +88,58 @@ DEMO_HOSTS = {
         [("lustre", "pfs", "pfs", [("pfs/llm", "llm"), ("pfs/speech", "speech"), ("pfs/nlp", "nlp")])],
     ),
 }
+# Production-shaped runs (demo/scale, written by demo/make_trees.py): one real DCP manifest per model, put
+# into each step folder beside shard files made sparse at the sizes it names, so they take no disk. The
+# host's roots are walked without content checksums (reading terabytes of zeros would take hours): its
+# copies are complete by their manifest and unverified, as on a fleet whose agents skip --checksums.
+DEMO_SCALE = Path(settings.BASE_DIR) / "demo" / "scale"
+SCALE_HOST = ("gpu-c12", "dc2", "us-east", "nvme0")
+
+
+@dataclass(frozen=True)
+class ScaleRun:
+    """A production-shaped run: its manifest under demo/scale, where it lives, and when its steps were saved."""
+
+    model: str  # demo/scale/<model>/.metadata
+    path: str  # team/run below the roots
+    nvme: tuple[int, ...]  # steps on the scale host's NVMe
+    bucket: tuple[int, ...]  # steps in the production bucket
+    step_every: int  # steps between two checkpoints
+    days_per_checkpoint: float
+    last_saved_days_ago: float = 0  # a finished run saved its last checkpoint that long ago
+
+    def saved(self, step: int, now: float) -> float:
+        """When ``step`` was saved, in epoch seconds: older steps earlier, one checkpoint per interval."""
+        newest = max(self.nvme + self.bucket)
+        behind = (newest - step) / self.step_every * self.days_per_checkpoint
+        return now - (self.last_saved_days_ago + behind) * DAY
+
+
+SCALE_RUNS = (
+    # Pretraining, still running: a checkpoint every 2 days; the NVMe keeps every second one and the newest
+    # four (dormant checkpoints piling up on the priciest tier), the bucket has them all but the newest.
+    ScaleRun(
+        "llama3-70b",
+        "llm/llama3-70b",
+        nvme=(*range(16000, 38000, 2000), 38000, 39000, 40000, 41000),
+        bucket=tuple(range(12000, 41000, 1000)),
+        step_every=1000,
+        days_per_checkpoint=2,
+    ),
+    # A fine-tune that finished five weeks ago and is still on the GPU host's NVMe.
+    ScaleRun(
+        "llama2-7b",
+        "nlp/llama2-7b-sft",
+        nvme=tuple(range(500, 3500, 500)),
+        bucket=tuple(range(500, 3500, 500)),
+        step_every=500,
+        days_per_checkpoint=4,
+        last_saved_days_ago=35,
+    ),
+)
+HISTORY_DAYS = 75  # how far back the demo's files reach, and what usage_backfill estimates
+STEP_SPACING = 2 * DAY  # the demo's checkpoints are saved this far apart, older steps earlier
+
 # Files a writer finishes last: uploaded last too, as a copy job that follows the save would.
 MANIFESTS = frozenset(
     {
@@ -95,11 +162,12 @@ COST_CENTERS = {
 }
 
 
-def _age_tree(root: Path, newest: float) -> None:
-    """Give each checkpoint directory a plausible save time, older steps earlier, files before manifests."""
+def _age_tree(root: Path, newest: float, spacing: float = STEP_SPACING) -> None:
+    """Give each checkpoint directory a plausible save time, older steps earlier (``spacing`` apart, so the
+    fleet's history reaches back weeks, as ``usage_backfill`` reads it), files before manifests."""
     dirs = sorted({p.parent for p in root.rglob("*") if p.is_file()}, key=lambda d: str(d))
     for index, directory in enumerate(reversed(dirs)):
-        saved = newest - index * 6 * 3600
+        saved = newest - index * spacing
         for file in sorted(directory.iterdir()):
             if file.is_file():
                 late = file.name in {
@@ -112,6 +180,27 @@ def _age_tree(root: Path, newest: float) -> None:
                 }
                 stamp = saved + (30 if late else 0)
                 os.utime(file, (stamp, stamp))
+
+
+def _scale_tree(root: Path, newest: float) -> None:
+    """The production-shaped runs on the scale host: per step, the model's real DCP manifest and its shard
+    files, sparse, at the least size the manifest gives (read by the agent's own reader), saved when
+    ``ScaleRun.saved`` says, the manifest 30 s after the shards as DCP's coordinator writes it."""
+    for run in SCALE_RUNS:
+        manifest = DEMO_SCALE / run.model / ".metadata"
+        facts = agent.file_facts(str(manifest)) or {}
+        if "files" not in facts:
+            raise CommandError(f"{manifest} gives no shard sizes: {facts.get('error', 'no facts')}")
+        for step in run.nvme:
+            directory = root / run.path / f"step-{step}"
+            directory.mkdir(parents=True, exist_ok=True)
+            saved = run.saved(step, newest)
+            for name, size in facts["files"].items():
+                with (directory / name).open("wb") as shard:
+                    shard.truncate(size)  # a hole: no block is written
+                os.utime(directory / name, (saved, saved))
+            shutil.copyfile(manifest, directory / ".metadata")
+            os.utime(directory / ".metadata", (saved + 30, saved + 30))
 
 
 def _break_things(host: str, root: Path) -> None:
@@ -227,6 +316,47 @@ DEMO_BUCKETS = (
 )
 
 
+# The production bucket: the scale runs' older steps, tiered by age. moto keeps objects in memory, so only the
+# manifests are real objects; the bucket is scanned from an S3 Inventory report (the CSV format AWS documents:
+# manifest.json, manifest.checksum and gzipped CSV data files) that lists every shard at its full size.
+PROD_LOCATION = "s3:ckpt-prod-us"
+PROD_BUCKET = "ckpt-prod-us"
+PROD_REGION = "us-east-1"
+REPORT_BUCKET = "ckpt-prod-inventory"
+REPORT_PREFIX = "ckpt-prod-us/daily/"
+REPORT_SCHEMA = ("Bucket", "Key", "Size", "LastModifiedDate", "ETag", "StorageClass")
+# Older steps sit in colder classes, as a lifecycle rule would have put them: (older than days, class).
+PROD_CLASSES = ((40, "DEEP_ARCHIVE"), (20, "GLACIER_IR"))  # younger: STANDARD
+
+
+@dataclass(frozen=True)
+class ReportedObject:
+    """One object of the production bucket as its inventory report lists it; ``body`` when it is real."""
+
+    key: str
+    size: int
+    saved: float  # epoch seconds: its LastModified
+    storage_class: str
+    body: bytes | None = None
+
+
+def prod_objects(newest: float) -> list[ReportedObject]:
+    """The production bucket's objects: each scale run's bucket steps, uploaded an hour after their save."""
+    out: list[ReportedObject] = []
+    for run in SCALE_RUNS:
+        manifest = (DEMO_SCALE / run.model / ".metadata").read_bytes()
+        facts = agent.file_facts(str(DEMO_SCALE / run.model / ".metadata")) or {}
+        for step in run.bucket:
+            uploaded = run.saved(step, newest) + 3600
+            age_days = (newest - uploaded) / DAY
+            storage_class = next((c for older, c in PROD_CLASSES if age_days > older), "STANDARD")
+            base = f"{run.path}/step-{step}/"
+            for name, size in facts["files"].items():
+                out.append(ReportedObject(base + name, size, uploaded, storage_class))
+            out.append(ReportedObject(base + ".metadata", len(manifest), uploaded + 30, storage_class, manifest))
+    return out
+
+
 def _flip(data: bytes) -> bytes:
     damaged = bytearray(data)
     damaged[len(damaged) // 2] ^= 0xFF
@@ -329,6 +459,62 @@ class DemoS3:
             started += 1
         return written, started
 
+    def fill_reported(self, objects: list[ReportedObject], created: float) -> tuple[int, str]:
+        """Put the real objects of the production bucket and write its inventory report; return (objects written,
+        the report's manifest key). The report is written again on every seeding, as S3 writes one a day."""
+        import hashlib
+
+        from botocore.exceptions import ClientError
+
+        client = self.client(PROD_REGION)
+        for bucket in (PROD_BUCKET, REPORT_BUCKET):
+            try:
+                client.head_bucket(Bucket=bucket)
+            except ClientError:
+                client.create_bucket(Bucket=bucket)
+        present = {}
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=PROD_BUCKET):
+            present.update({item["Key"]: item["ETag"].strip('"') for item in page.get("Contents", ())})
+        written = 0
+        for obj in objects:
+            if obj.body is not None and obj.key not in present:
+                put = client.put_object(Bucket=PROD_BUCKET, Key=obj.key, Body=obj.body, StorageClass=obj.storage_class)
+                present[obj.key] = put["ETag"].strip('"')
+                written += 1
+        rows = io.StringIO()
+        out = csv.writer(rows, quoting=csv.QUOTE_ALL, lineterminator="\n")
+        for obj in objects:
+            # A shard's ETag as a multipart upload in 64 MiB parts gives it; a real object's as the store gave it.
+            parts = -(-obj.size // (64 * MIB))
+            etag = present.get(obj.key) or f"{hashlib.md5(obj.key.encode(), usedforsecurity=False).hexdigest()}-{parts}"
+            modified = datetime.fromtimestamp(obj.saved, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+            out.writerow([PROD_BUCKET, quote_plus(obj.key, safe="/"), obj.size, modified, etag, obj.storage_class])
+        data = gzip.compress(rows.getvalue().encode(), mtime=0)
+        stamp = datetime.fromtimestamp(created, UTC)
+        data_key = f"{REPORT_PREFIX}data/{hashlib.sha256(data).hexdigest()[:32]}.csv.gz"
+        client.put_object(Bucket=REPORT_BUCKET, Key=data_key, Body=data)
+        manifest = {
+            "sourceBucket": PROD_BUCKET,
+            "destinationBucket": f"arn:aws:s3:::{REPORT_BUCKET}",
+            "version": "2016-11-30",
+            "creationTimestamp": str(int(created * 1000)),
+            "fileFormat": "CSV",
+            "fileSchema": ", ".join(REPORT_SCHEMA),
+            "files": [
+                {
+                    "key": data_key,
+                    "size": len(data),
+                    "MD5checksum": hashlib.md5(data, usedforsecurity=False).hexdigest(),
+                }
+            ],
+        }
+        body = json.dumps(manifest, indent=2).encode()
+        folder = f"{REPORT_PREFIX}{stamp:%Y-%m-%dT%H-%MZ}/"
+        client.put_object(Bucket=REPORT_BUCKET, Key=folder + "manifest.json", Body=body)
+        checksum = hashlib.md5(body, usedforsecurity=False).hexdigest().encode()
+        client.put_object(Bucket=REPORT_BUCKET, Key=folder + "manifest.checksum", Body=checksum)
+        return written, folder + "manifest.json"
+
 
 class Command(BaseCommand):
     help = "Create (or refresh) the demo fleet and a demo login."
@@ -362,26 +548,91 @@ class Command(BaseCommand):
                         shutil.copytree(DEMO_TREES / subtree, root / dest)
                     _break_things(host_name, root)
                     _age_tree(root, now - 3600 - hash(host_name) % 7 * 3600)
-                location = StorageLocation.objects.filter(host=host, root_path=str(root)).first()
-                if location is None:
-                    location = location_add(
-                        host=host,
-                        name=f"{host_name}:{root_name}",
-                        kind=kind,
-                        tier=tier,
-                        root_path=str(root),
-                        actor=actor,
-                    )
-                inventory = self._scan(host, root)
-                self.stdout.write(
-                    f"{host_name}:{root}: {inventory.files_count} files, {inventory.checkpoints_found} checkpoint "
-                    f"copies ({inventory.status}{': ' + inventory.error if inventory.error else ''})"
-                )
+                self._host_root(host, root_name, kind, tier, root, actor, checksums=True)
+        host_name, site, region, root_name = SCALE_HOST
+        host = Host.objects.filter(name=host_name).first() or host_register(
+            name=host_name,
+            site=site,
+            region=region,
+            description="demo host with production-sized runs (sparse shard files: no disk used)",
+            actor=actor,
+        )
+        root = base / host_name / root_name
+        if not root.exists():
+            _scale_tree(root, now - 2 * 3600)
+        self._host_root(host, root_name, "nvme", "nvme", root, actor, checksums=False)
+        # The newest save on the host, as it was made: a second seeding gives the bucket the same times.
+        first = SCALE_RUNS[0]
+        newest = (root / first.path / f"step-{max(first.nvme)}" / ".metadata").stat().st_mtime - 30
         if opts["s3_endpoint"]:
             self._buckets(opts["s3_endpoint"].rstrip("/"), actor)
+            self._prod_bucket(opts["s3_endpoint"].rstrip("/"), actor, newest)
+        self._backfill(actor)
         self._demo_login()
         self._demo_actions()
         self._anchor_audit()
+
+    def _host_root(
+        self, host: Host, root_name: str, kind: str, tier: str, root: Path, actor: Actor, *, checksums: bool
+    ) -> None:
+        """Register a host's root as a location (once) and scan it with the real agent code."""
+        location = StorageLocation.objects.filter(host=host, root_path=str(root)).first()
+        if location is None:
+            location_add(
+                host=host, name=f"{host.name}:{root_name}", kind=kind, tier=tier, root_path=str(root), actor=actor
+            )
+        inventory = self._scan(host, root, checksums=checksums)
+        self.stdout.write(
+            f"{host.name}:{root}: {inventory.files_count} files, {inventory.checkpoints_found} checkpoint "
+            f"copies ({inventory.status}{': ' + inventory.error if inventory.error else ''})"
+            + ("" if checksums else ", scanned without content checksums")
+        )
+
+    def _prod_bucket(self, endpoint: str, actor: Actor, newest: float) -> None:
+        """The production bucket: its manifests put, its inventory report written, and a scan that reads the
+        report (``ingest.scan``), as a worker would for a bucket too large to list."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            written, manifest = DemoS3(endpoint).fill_reported(prod_objects(newest), created=time.time())
+        except (BotoCoreError, ClientError) as exc:
+            raise CommandError(f"the demo S3 endpoint {endpoint} did not take s3://{PROD_BUCKET}: {exc}") from None
+        bucket = Bucket.objects.select_related("location").filter(location__name=PROD_LOCATION).first()
+        if bucket is None:
+            try:
+                bucket = bucket_add(
+                    name=PROD_LOCATION,
+                    bucket_name=PROD_BUCKET,
+                    endpoint_url=endpoint,
+                    region_name=PROD_REGION,
+                    addressing_style="path",
+                    credentials=f"file:{DEMO_S3_CREDENTIALS}",
+                    scan_every_minutes=0,
+                    # Its shards exist only in the report: a HEAD of one would find nothing.
+                    fetch_checksums=False,
+                    inventory_report_uri=f"s3://{REPORT_BUCKET}/{REPORT_PREFIX}",
+                    actor=actor,
+                )
+            except DomainError as exc:
+                raise CommandError(f"cannot register the demo bucket {PROD_BUCKET}: {exc.message}") from None
+        inventory = self._scan_bucket(bucket, actor)
+        outcome = inventory.status if inventory.status != InventoryStatus.FAILED else f"failed: {inventory.error}"
+        self.stdout.write(
+            f"{PROD_LOCATION} (s3://{PROD_BUCKET}, {PROD_REGION}, from the inventory report s3://{REPORT_BUCKET}/"
+            f"{manifest}; {written} manifest objects written): {inventory.files_count} objects, "
+            f"{inventory.checkpoints_found} checkpoint copies ({outcome})"
+        )
+
+    def _backfill(self, actor: Actor) -> None:
+        """Usage of the weeks before the first inventory, estimated from the files' times (``usage_backfill``)."""
+        since = utc_today() - timedelta(days=HISTORY_DAYS)
+        try:
+            result = usage_backfill(since=since, actor=actor)
+        except DomainError as exc:
+            raise CommandError(exc.message) from None
+        self.stdout.write(
+            f"usage since {since:%Y-%m-%d}: {result.days} location-days estimated from file modification times"
+        )
 
     def _anchor_audit(self) -> None:
         """Anchor the trail in a signed file (var/audit-anchors in development) and verify it against the anchor, so
@@ -397,15 +648,16 @@ class Command(BaseCommand):
             f"{check.events_checked:,} events and {check.anchors_checked:,} anchors checked"
         )
 
-    def _scan(self, host: Host, root: Path):
-        cache = agent.ChecksumCache(str(Path(settings.VAR_DIR) / "demo-checksums.sqlite3"))
+    def _scan(self, host: Host, root: Path, *, checksums: bool = True):
+        cache = agent.ChecksumCache(str(Path(settings.VAR_DIR) / "demo-checksums.sqlite3")) if checksums else None
         try:
             with tempfile.TemporaryFile() as body:
-                agent.write_inventory(body, root=str(root), host=host.name, checksums=True, cache=cache)
+                agent.write_inventory(body, root=str(root), host=host.name, checksums=checksums, cache=cache)
                 body.seek(0)
                 inventory = inventory_receive(host=host, stream=body, content_encoding="gzip")
         finally:
-            cache.close()
+            if cache is not None:
+                cache.close()
         # Apply it now, so the command's output is the outcome; a worker that got there first wins the claim.
         ingest.ingest(inventory.pk)
         inventory.refresh_from_db()
@@ -530,8 +782,10 @@ class Command(BaseCommand):
             .order_by("run_id", "-step")
         )
         by_run: dict[int, list] = {}
+        scale = {run.path.rsplit("/", 1)[-1] for run in SCALE_RUNS}
         for ckpt in checkpoints:
-            by_run.setdefault(ckpt.run_id, []).append(ckpt)
+            if ckpt.run.name not in scale:  # the demo's pin, hold and deletion stay on the small runs
+                by_run.setdefault(ckpt.run_id, []).append(ckpt)
         runs = sorted(by_run.values(), key=len, reverse=True)
         if not runs or len(runs[0]) < 2:
             return
