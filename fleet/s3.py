@@ -1275,6 +1275,20 @@ def delete_objects(client: Any, bucket: str, objects: list[tuple[str, str, str]]
     return outcomes
 
 
+def abort_upload(client: Any, bucket: str, key: str, upload_id: str) -> DeleteOutcome:
+    """AbortMultipartUpload of exactly this key and upload id: its parts are freed. The outcome says deleted when
+    the store confirmed it, else the store's code (NoSuchUpload: completed or aborted already). Raises S3Error
+    when the request failed as a whole in a way worth retrying (throttling, 5xx, the network)."""
+    try:
+        client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+    except (ClientError, BotoCoreError) as exc:
+        error = describe(exc, f"AbortMultipartUpload of s3://{bucket}/{key}")
+        if error.transient or not error.code:
+            raise error from None
+        return DeleteOutcome(key, "", code=error.code, message=error.message)
+    return DeleteOutcome(key, "", deleted=True)
+
+
 def is_transient_code(code: str) -> bool:
     """A per-key error that says "try again later" rather than "never"."""
     return code in _TRANSIENT_CODES or code in ("500", "503")
