@@ -11,6 +11,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
+from catalog.selectors import OrphanKind
+
 
 class Pin(models.Model):
     """A checkpoint an operator wants kept: it cannot be scheduled for deletion while pinned."""
@@ -278,11 +280,15 @@ class DeletionJob(models.Model):
         return self.scope == DeletionScope.ORPHANS
 
     @property
+    def orphan_kind_label(self) -> str:
+        return OrphanKind(self.orphan_kind).label if self.orphan_kind in OrphanKind.values else self.orphan_kind
+
+    @property
     def subject(self) -> str:
         """What the job deletes, in words: the checkpoint, or the orphan group."""
         if self.is_orphans:
             where = f"{self.orphan_prefix}/" if self.orphan_prefix else "the location root"
-            return f"orphans ({self.orphan_kind}) at {self.orphan_location} in {where}"
+            return f"{self.orphan_kind_label.lower()} at {self.orphan_location} in {where}"
         return str(self.checkpoint)
 
     @property

@@ -18,6 +18,7 @@ see files of no run (``access.scoping.visible_orphans``), so cannot clean them u
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -466,3 +467,52 @@ def mark_uploads_gone(items: list[DeletionItem], *, now: datetime) -> None:
         MultipartUpload.objects.filter(location_id__in=locations, upload_id__in=ids, gone_at__isnull=True).update(
             gone_at=now
         )
+
+
+# --- the suggested lifecycle rule -------------------------------------------------------------------
+
+ABORT_AFTER_DAYS = 7
+
+
+@dataclass(frozen=True)
+class LifecycleRule:
+    """A ready-to-paste AbortIncompleteMultipartUpload rule for one bucket, scoped to the location's prefix."""
+
+    location: StorageLocation
+    bucket_name: str
+    prefix: str
+    json: str
+
+    @property
+    def command(self) -> str:
+        return (
+            f"aws s3api put-bucket-lifecycle-configuration --bucket {self.bucket_name} "
+            "--lifecycle-configuration file://abort-incomplete-uploads.json"
+        )
+
+
+def lifecycle_rule(subject) -> LifecycleRule | None:
+    """The rule that has the store abort this bucket's incomplete uploads ``ABORT_AFTER_DAYS`` after they start
+    (so none needs cleaning up again), for a bucket location or a multipart clean-up; None for anything else.
+
+    ``put-bucket-lifecycle-configuration`` replaces the bucket's whole configuration: the page says to add the
+    rule to the bucket's existing rules, if it has any.
+    """
+    location = subject.location if isinstance(subject, OrphanCleanup) else subject
+    if isinstance(subject, OrphanCleanup) and subject.kind != OrphanKind.MULTIPART:
+        return None
+    bucket = getattr(location, "bucket", None) if location.kind == LocationKind.BUCKET else None
+    if bucket is None:
+        return None
+    rule: dict = {
+        "ID": f"ckptfleet-abort-incomplete-uploads-{ABORT_AFTER_DAYS}d",
+        "Filter": {"Prefix": bucket.prefix},
+        "Status": "Enabled",
+        "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": ABORT_AFTER_DAYS},
+    }
+    return LifecycleRule(
+        location=location,
+        bucket_name=bucket.bucket_name,
+        prefix=bucket.prefix,
+        json=json.dumps({"Rules": [rule]}, indent=2),
+    )
