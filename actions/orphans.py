@@ -452,7 +452,11 @@ def recheck(job: DeletionJob, items: list[DeletionItem]) -> dict[int, str]:
             skips[item.pk] = f"claimed by checkpoint {checkpoint} since scheduling; left in place"
         elif job.orphan_kind == OrphanKind.TEMPORARY and checkpoint is not None and not row["copy__temporary"]:
             skips[item.pk] = f"recognised as a copy of checkpoint {checkpoint} since scheduling; left in place"
-        elif job.orphan_kind == OrphanKind.DELETED_RUN and row["copy__checkpoint__run__status"] != RunStatus.DELETED:
+        elif (
+            job.orphan_kind == OrphanKind.DELETED_RUN
+            and checkpoint is not None
+            and row["copy__checkpoint__run__status"] != RunStatus.DELETED
+        ):
             skips[item.pk] = f"run of checkpoint {checkpoint} is no longer marked deleted; left in place"
         elif checkpoint is not None and protection.get(checkpoint.pk):
             skips[item.pk] = f"belongs to checkpoint {checkpoint}, which is {protection[checkpoint.pk]}; never deleted"
@@ -482,6 +486,7 @@ class LifecycleRule:
     bucket_name: str
     prefix: str
     json: str
+    days_in_place: int | None = None  # as the last scan read the bucket's lifecycle: 0 none, None unknown
 
     @property
     def command(self) -> str:
@@ -515,4 +520,5 @@ def lifecycle_rule(subject) -> LifecycleRule | None:
         bucket_name=bucket.bucket_name,
         prefix=bucket.prefix,
         json=json.dumps({"Rules": [rule]}, indent=2),
+        days_in_place=bucket.abort_uploads_days,
     )

@@ -4,43 +4,24 @@ executor. Only the grace period is shortened (``make_due``), as time passing wou
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from actions import execution, orphans, services
 from actions.models import DeletionItem, DeletionJob, DeletionScope, DeletionState, Hold, ItemKind, ItemState
-from audit.actor import Actor
 from audit.models import AuditEvent
 from catalog import selectors
 from catalog.choices import RunStatus
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet.models import MultipartUpload
-from tests.actions.conftest import as_ui, make_person
+from tests.actions.conftest import ORPHANED_SCRATCH, as_ui, make_person
 from tests.helpers.deletion import OPERATOR, make_due
 
 pytestmark = pytest.mark.django_db
 
-APPROVER = Actor.command(label="tests: an approver")
-SCRATCH = {"fleet/scratch/dump-1.bin": b"x" * 3000, "fleet/scratch/dump-2.bin": b"y" * 5000}
-
-
-@pytest.fixture
-def orphaned(s3, scan_now):
-    """A versioned bucket with checkpoints below fleet/, two stray objects in fleet/scratch/, a stray note beside a
-    run's checkpoints, and an upload of fleet/scratch/big.bin started (one part sent) and never completed."""
-    name = s3.bucket(versioned=True)
-    s3.upload_tree(name, "nvme-a", prefix="fleet/")
-    for key, body in SCRATCH.items():
-        s3.put(name, key, body)
-    s3.put(name, "fleet/llm/llama-tiny/notes.txt", b"what we tried")
-    upload = s3.client.create_multipart_upload(Bucket=name, Key="fleet/scratch/big.bin")
-    s3.client.upload_part(
-        Bucket=name, Key="fleet/scratch/big.bin", UploadId=upload["UploadId"], PartNumber=1, Body=b"p" * 1024
-    )
-    bucket = s3.register(name, prefix="fleet/")
-    inventory = scan_now(bucket)
-    assert inventory.status == "applied", inventory.error
-    return name, bucket, upload["UploadId"]
+SCRATCH = ORPHANED_SCRATCH
 
 
 def keys(s3, bucket: str) -> set[str]:
@@ -224,3 +205,16 @@ def test_the_same_orphans_are_not_frozen_twice_and_a_cancelled_job_frees_them(or
         kind="unclaimed", location=bucket.location_id, prefix="scratch", reason="tidy", actor=OPERATOR
     )
     assert again.items_total == 2
+
+
+def test_the_scan_reads_whether_a_rule_already_aborts_incomplete_uploads(s3, orphaned, scan_now):
+    name, bucket, _ = orphaned
+    bucket.refresh_from_db()
+    assert bucket.abort_uploads_days == 0  # no lifecycle configuration yet
+    rule = orphans.lifecycle_rule(bucket.location)
+    assert rule is not None and rule.days_in_place == 0
+    s3.client.put_bucket_lifecycle_configuration(Bucket=name, LifecycleConfiguration=json.loads(rule.json))
+    assert scan_now(bucket).status == "applied"
+    bucket.refresh_from_db()
+    assert bucket.abort_uploads_days == 7
+    assert orphans.lifecycle_rule(bucket.location).days_in_place == 7

@@ -8,7 +8,6 @@ import pytest
 from actions import execution
 from actions.models import DeletionJob, DeletionState
 from fleet.models import MultipartUpload
-from tests.actions.test_orphan_cleanup import orphaned  # noqa: F401  (a fixture)
 from tests.helpers.deletion import make_due
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,7 +26,7 @@ def test_an_operator_cleans_up_an_incomplete_upload_from_the_orphans_page(
     s3,
     orphaned,
     signed_in_as,
-    django_capture_on_commit_callbacks,  # noqa: F811
+    django_capture_on_commit_callbacks,
 ):
     name, bucket, upload_id = orphaned
     page = browser_page

@@ -160,6 +160,13 @@ def test_the_orphans_page_and_the_bucket_list_show_the_lifecycle_rule(strays, si
     assert rule["Rules"][0]["Filter"] == {"Prefix": "fleet/"}
     assert rule["Rules"][0]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 7}
     assert "put-bucket-lifecycle-configuration --bucket ckpt-west" in page
+    assert "lifecycle configuration could not be read" in page  # never scanned: not known
+    Bucket.objects.filter(pk=bucket.pk).update(abort_uploads_days=0)
+    assert (
+        "nothing aborts incomplete uploads below this prefix" in client.get(reverse("catalog:orphans")).content.decode()
+    )
+    fleet = client.get("/fleet/").content.decode()
+    assert f"location={bucket.pk}#lifecycle-rule-{bucket.pk}" in fleet
 
 
 def test_an_orphan_job_shows_in_the_approvals_inbox_and_deletion_list(strays, signed_in_as, settings):
