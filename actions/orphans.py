@@ -4,7 +4,7 @@ An orphan clean-up is a ``DeletionJob`` of scope ``orphans``: scheduling freezes
 the orphans page shows it (``catalog.selectors.orphan_group_files`` / ``orphan_group_uploads``: files of no
 checkpoint, the files of left-over copies of interrupted saves or of copies of a deleted run, and incomplete
 multipart uploads by key and upload id), never a prefix or a pattern. Then the grace period, the approvals
-(size, blast radius, copies of a deleted run), cancelling, and execution by the same executor
+(files of no recognised checkpoint, copies of a deleted run, size, blast radius), cancelling, and execution by the same executor
 (``actions.execution``) with the same audit events as any deletion, written on the location's history.
 
 At execution each item is asked again, under the locks, whether it is still an orphan (``recheck``): a file a
@@ -265,6 +265,11 @@ def _approval_reasons(result: OrphanCleanup) -> None:
     threshold = settings.DELETION_APPROVAL_BYTES
     if result.bytes > threshold:
         result.approval_reasons.append(f"it frees more than the approval threshold of {threshold:,} bytes")
+    if result.kind == OrphanKind.UNCLAIMED and result.files:
+        # Promise 12's spirit for people too: what the product cannot identify, a second person looks at first.
+        result.approval_reasons.append(
+            "these files belong to no checkpoint the product recognises, so a second person looks before they go"
+        )
     if result.kind == OrphanKind.DELETED_RUN:
         result.approval_reasons.append(f"it deletes copies of checkpoints of run {result.run}, marked deleted")
     result.blast_reasons = blast_radius(result.bytes, result.items, None)

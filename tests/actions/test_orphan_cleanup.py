@@ -83,7 +83,12 @@ def test_unclaimed_objects_and_an_incomplete_upload_are_cleaned_up_exactly(
         "orphans",
     )
 
-    assert run_due(django_capture_on_commit_callbacks)["started"] == []  # the grace period
+    assert files_job.state == DeletionState.AWAITING_APPROVAL  # files the product cannot identify
+    assert "no checkpoint the product recognises" in files_job.approval_reasons[0]
+    assert uploads_job.state == DeletionState.SCHEDULED
+    make_due(files_job)
+    assert run_due(django_capture_on_commit_callbacks)["started"] == []  # not approved yet (and the upload's grace)
+    services.approve(job=files_job, actor=as_ui(make_person("april", "approver")))
     make_due(files_job)
     make_due(uploads_job)
     assert sorted(run_due(django_capture_on_commit_callbacks)["started"]) == sorted([files_job.pk, uploads_job.pk])
@@ -110,6 +115,7 @@ def test_a_file_claimed_by_a_checkpoint_after_scheduling_is_left_and_named(
     # A rescan recognised dump-2.bin as part of a checkpoint since (as a sidecar manifest written later would).
     copy = CheckpointCopy.objects.filter(location=bucket.location).select_related("checkpoint").first()
     ShardFile.objects.filter(location=bucket.location, path="scratch/dump-2.bin").update(copy=copy)
+    services.approve(job=job, actor=as_ui(make_person("april", "approver")))
     make_due(job)
     run_due(django_capture_on_commit_callbacks)
 

@@ -7,10 +7,11 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from actions import execution, orphans
+from actions import execution, orphans, services
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
 from catalog import selectors
 from catalog.models import CheckpointCopy, ShardFile
+from tests.actions.conftest import as_ui, make_person
 from tests.actions.test_execution_agent import delete, host_tree, report  # noqa: F401  (a fixture)
 from tests.helpers.deletion import OPERATOR
 
@@ -36,6 +37,7 @@ def test_the_agent_deletes_the_stray_files_and_leaves_one_claimed_since(live_ser
     # A rescan gave core.3 to a checkpoint since scheduling.
     copy = CheckpointCopy.objects.filter(location_id=location_id).select_related("checkpoint").first()
     ShardFile.objects.filter(path="scratch/core.3").update(copy=copy)
+    services.approve(job=job, actor=as_ui(make_person("april", "approver")))  # files no checkpoint recognises
     started(job)
     job.refresh_from_db()
     assert job.state == DeletionState.RUNNING  # the worker left the host's files to the agent

@@ -59,7 +59,7 @@ def test_an_operator_previews_then_schedules_from_the_orphans_page(strays, signe
     assert answer.redirect_chain[-1][0] == reverse("actions:deletion-detail", args=[job.pk])
     detail = answer.content.decode()
     assert "orphan clean-up" in detail and "scratch/dump-2.bin" in detail
-    assert (job.scope, job.checkpoint_id, job.state, job.items_total) == ("orphans", None, "scheduled", 2)
+    assert (job.scope, job.checkpoint_id, job.state, job.items_total) == ("orphans", None, "awaiting_approval", 2)
     event = AuditEvent.objects.get(action="deletion.schedule")
     assert (event.target_type, event.target_id, event.after["scope"], event.source) == (
         "location",
@@ -145,7 +145,7 @@ def test_the_command_previews_and_schedules_as_a_named_person(strays, signed_in_
         "crash dumps",
     )
     job = DeletionJob.objects.get()
-    assert job.requested_label and job.state == DeletionState.SCHEDULED
+    assert "olga" in job.requested_label and job.state == DeletionState.AWAITING_APPROVAL
     assert AuditEvent.objects.get(action="deletion.schedule").source == "command"
 
 
@@ -169,9 +169,8 @@ def test_the_orphans_page_and_the_bucket_list_show_the_lifecycle_rule(strays, si
     assert f"location={bucket.pk}#lifecycle-rule-{bucket.pk}" in fleet
 
 
-def test_an_orphan_job_shows_in_the_approvals_inbox_and_deletion_list(strays, signed_in_as, settings):
+def test_an_orphan_job_shows_in_the_approvals_inbox_and_deletion_list(strays, signed_in_as):
     nvme, _ = strays
-    settings.DELETION_APPROVAL_BYTES = 100
     operator = signed_in_as("operator")
     operator.post(reverse("actions:orphan-cleanup"), {**GROUP, "location": nvme.pk, "reason": "crash dumps"})
     job = DeletionJob.objects.get()
