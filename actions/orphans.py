@@ -4,8 +4,8 @@ An orphan clean-up is a ``DeletionJob`` of scope ``orphans``: scheduling freezes
 the orphans page shows it (``catalog.selectors.orphan_group_files`` / ``orphan_group_uploads``: files of no
 checkpoint, the files of left-over copies of interrupted saves or of copies of a deleted run, and incomplete
 multipart uploads by key and upload id), never a prefix or a pattern. Then the grace period, the approvals
-(files of no recognised checkpoint, copies of a deleted run, size, blast radius), cancelling, and execution by the same executor
-(``actions.execution``) with the same audit events as any deletion, written on the location's history.
+(files of no recognised checkpoint, copies of a deleted run, size, blast radius), cancelling, and execution by
+the same executor (``actions.execution``) with the same audit events as any deletion, written on the location's history.
 
 At execution each item is asked again, under the locks, whether it is still an orphan (``recheck``): a file a
 rescan has since recognised as part of a checkpoint is left, and the item says which checkpoint claimed it; a
