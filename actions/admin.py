@@ -43,11 +43,22 @@ class HoldAdmin(ReadOnlyAdmin):
 
 @admin.register(DeletionJob)
 class DeletionJobAdmin(ReadOnlyAdmin):
-    list_display = ["id", "checkpoint", "copy", "state", "origin", "requested_label", "execute_after", "items_total"]
-    list_filter = ["state", "needs_approval"]
-    search_fields = ["reason", "requested_label", "origin"]
-    raw_id_fields = ["checkpoint", "copy"]
-    list_select_related = ["checkpoint__run__team", "copy__location"]
+    list_display = [
+        "id",
+        "scope",
+        "checkpoint",
+        "copy",
+        "orphan_location",
+        "state",
+        "origin",
+        "requested_label",
+        "execute_after",
+        "items_total",
+    ]
+    list_filter = ["state", "scope", "needs_approval"]
+    search_fields = ["reason", "requested_label", "origin", "orphan_prefix"]
+    raw_id_fields = ["checkpoint", "copy", "orphan_location", "orphan_run"]
+    list_select_related = ["checkpoint__run__team", "copy__location", "orphan_location"]
 
 
 @admin.register(DeletionItem)

@@ -12,6 +12,9 @@
     POST deletions/                 {"checkpoint", "copy"?, "reason"}
     GET  deletions/preview/         ?checkpoint=&copy=: what would go, cost and remain, and any refusal
     POST deletions/{id}/approve/    POST deletions/{id}/cancel/ {"reason"}
+    POST /api/v1/orphans/cleanup/preview/  {"kind", "location", "prefix", "run"?}: what cleaning up one orphan group
+                                    (as /api/v1/orphans/ groups them) would remove and free, and any refusal
+    POST /api/v1/orphans/cleanup/          the same and {"reason"}: schedule it (a deletion of scope "orphans")
 
 Reads need any role; writes the operator role (approve: approver), checked by the services,
 which also refuse what the promises forbid, for admins too. Errors answer {"error", "detail"}.
@@ -23,10 +26,11 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from access.middleware import request_id_of
 from access.scoping import restrict
-from actions import services, softdelete
+from actions import orphans, services, softdelete
 from actions.models import DeletionItem, DeletionJob, Hold, HoldMode, Pin
 from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run
@@ -92,8 +96,13 @@ class DeletionJobSerializer(serializers.ModelSerializer):
         model = DeletionJob
         fields = [
             "id",
+            "scope",
             "checkpoint",
             "copy",
+            "orphan_kind",
+            "orphan_location",
+            "orphan_prefix",
+            "orphan_run",
             "state",
             "reason",
             "origin",
@@ -120,7 +129,21 @@ class DeletionJobSerializer(serializers.ModelSerializer):
 class DeletionItemSerializer(serializers.ModelSerializer):
     class Meta:
         model = DeletionItem
-        fields = ["id", "copy", "location", "path", "version_id", "etag", "size", "mtime", "state", "detail", "done_at"]
+        fields = [
+            "id",
+            "kind",
+            "copy",
+            "location",
+            "path",
+            "version_id",
+            "upload_id",
+            "etag",
+            "size",
+            "mtime",
+            "state",
+            "detail",
+            "done_at",
+        ]
 
 
 class PinInput(serializers.Serializer):
@@ -369,3 +392,87 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             request_id=request_id_of(request),
         )
         return Response(DeletionJobSerializer(job).data)
+
+
+# --- orphan clean-up -------------------------------------------------------------------------------
+
+
+class OrphanGroupInput(serializers.Serializer):
+    kind = serializers.CharField(help_text="unclaimed, temporary, multipart or deleted_run (as /api/v1/orphans/).")
+    location = serializers.IntegerField(help_text="The location id of the group.")
+    prefix = serializers.CharField(
+        allow_blank=True, required=False, default="", help_text="The group's run directory; empty: the root."
+    )
+    run = serializers.IntegerField(required=False, allow_null=True, default=None, help_text="deleted_run only.")
+
+
+class OrphanCleanupInput(OrphanGroupInput):
+    reason = serializers.CharField(allow_blank=True, required=False, default="")
+
+
+def _cleanup_answer(p: orphans.OrphanCleanup) -> dict:
+    return {
+        "kind": p.kind,
+        "location": p.location.pk,
+        "prefix": p.prefix,
+        "run": p.run.pk if p.run else None,
+        "allowed": p.allowed,
+        "refusal": p.refusal,
+        "refusal_code": p.refusal_code or None,
+        "files": p.files,
+        "uploads": p.uploads,
+        "items": p.items,
+        "bytes": p.bytes,
+        "uploads_of_unknown_size": p.uploads_unknown_size,
+        "monthly_cost": str(p.monthly_cost) if p.monthly_cost is not None else None,
+        "currency": p.currency,
+        "needs_approval": p.needs_approval,
+        "approvals_required": p.approvals_required,
+        "approval_reasons": p.approval_reasons,
+        "left_out": p.left_out,
+        "grace_days": p.grace_days,
+        "trash_days": p.trash_days,
+        "sample": p.sample,
+    }
+
+
+class OrphanCleanupPreviewView(APIView):
+    @extend_schema(
+        summary="Preview the clean-up of one orphan group",
+        request=OrphanGroupInput,
+        responses={200: dict},
+    )
+    def post(self, request):
+        """Exactly what cleaning up one group of /api/v1/orphans/ would remove (files, uploads, bytes, money a
+        month, the first paths) and whether it may be scheduled; changes nothing."""
+        data = _valid(OrphanGroupInput, request)
+        p = orphans.preview(
+            kind=data["kind"],
+            location=data["location"],
+            prefix=data["prefix"],
+            run=data["run"],
+            actor=Actor.for_request(request),
+        )
+        return Response(_cleanup_answer(p))
+
+
+class OrphanCleanupView(APIView):
+    @extend_schema(
+        summary="Schedule the clean-up of one orphan group",
+        request=OrphanCleanupInput,
+        responses={201: DeletionJobSerializer},
+    )
+    def post(self, request):
+        """Freeze the group's exact files and uploads into a deletion of scope "orphans" (grace period, approvals,
+        cancel and execution as any deletion). The operator role, and a person who sees the whole fleet."""
+        data = _valid(OrphanCleanupInput, request)
+        job = orphans.schedule_cleanup(
+            kind=data["kind"],
+            location=data["location"],
+            prefix=data["prefix"],
+            run=data["run"],
+            reason=data["reason"],
+            actor=Actor.for_request(request),
+            request_id=request_id_of(request),
+        )
+        return Response(DeletionJobSerializer(job).data, status=status.HTTP_201_CREATED)

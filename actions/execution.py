@@ -46,13 +46,12 @@ from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from actions import promises, trash
-from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
+from actions import orphans, promises, trash
+from actions.models import DeletionItem, DeletionJob, DeletionState, ItemKind, ItemState
 from actions.protection import OPEN_DELETION_STATES
-from actions.services import lock_checkpoint
+from actions.services import audit_job_event, lock_checkpoint
 from audit.actor import Actor
 from audit.choices import EventSource
-from audit.services import audit
 from catalog import hooks
 from catalog.models import CheckpointCopy, ShardFile
 from catalog.recovery import newest_restorable
@@ -84,17 +83,16 @@ _CHANGED_CODES = frozenset({"PreconditionFailed", "412"})
 def audit_job(
     job: DeletionJob, actor: Actor, action: str, *, after: dict, reason: str = "", before=None, request_id: str = ""
 ) -> None:
-    """One event on the checkpoint's history, naming the deletion, as the scheduling services write them."""
-    audit(
+    """One event on the checkpoint's history (the location's, for an orphan clean-up), naming the deletion, as the
+    scheduling services write them."""
+    audit_job_event(
+        job,
         actor,
         action,
-        target_type="checkpoint",
-        target_id=job.checkpoint_id,
-        target_label=str(job.checkpoint),
         reason=reason,
         before={"deletion": job.pk, **before} if before else None,
         after={"deletion": job.pk, **after},
-        request_id=(request_id or "")[:64],
+        request_id=request_id,
     )
 
 
@@ -112,6 +110,8 @@ def blocker(job: DeletionJob) -> str:
     another verified copy that is not itself being deleted remains; a disputed copy is never deleted alone; a
     policy never deletes the run's newest restorable checkpoint, nor a checkpoint with a disputed copy.
     """
+    if job.is_orphans:
+        return ""  # no checkpoint to protect as a whole: every item is asked again (``orphans.recheck``)
     checkpoint, copy = job.checkpoint, job.copy
     refusal = promises.held(checkpoint) or promises.pinned(checkpoint) or promises.disputed_copy(copy)
     if refusal is None and copy is not None:
@@ -134,11 +134,20 @@ def blocker(job: DeletionJob) -> str:
 
 
 def lock(job_id: int) -> DeletionJob | None:
-    """Lock the run, the checkpoint, then the job (the services' order); None when there is no such job."""
+    """Lock the run, the checkpoint, then the job (the services' order); None when there is no such job.
 
-    checkpoint_id = DeletionJob.objects.filter(pk=job_id).values_list("checkpoint_id", flat=True).first()
-    if checkpoint_id is None:
+    An orphan clean-up locks the checkpoints its pending files belong to now (run, then checkpoint, as holds do),
+    then its location (the lock a scan's apply takes, so no rescan claims a file mid-batch), then the job.
+    """
+
+    row = DeletionJob.objects.filter(pk=job_id).values_list("checkpoint_id", "orphan_location_id").first()
+    if row is None:
         return None
+    checkpoint_id, location_id = row
+    if checkpoint_id is None:
+        orphans.lock_checkpoints(job_id)
+        StorageLocation.objects.select_for_update().filter(pk=location_id).first()
+        return DeletionJob.objects.select_for_update(of=("self",)).select_related("orphan_location").get(pk=job_id)
     checkpoint = lock_checkpoint(checkpoint_id)
     job = DeletionJob.objects.select_for_update(of=("self",)).select_related("copy").get(pk=job_id)
     job.checkpoint = checkpoint
@@ -328,9 +337,12 @@ def run_batch(
             versioning[first] = s3.bucket_versioning(client, bucket.bucket_name)
         now = timezone.now()
         done: dict[str, list[DeletionItem]] = defaultdict(list)
-        checked = _check_before_delete(client, bucket.bucket_name, items, versioned=versioning[first])
+        files = items
+        if job.is_orphans:
+            files = _orphan_pass(job, items, client, bucket.bucket_name, done, now=now)
+        checked = _check_before_delete(client, bucket.bucket_name, files, versioned=versioning[first])
         resolved = 0
-        for item in items:
+        for item in files:
             verdict = checked[item.pk]
             if verdict.skip:
                 item.state, item.detail, item.done_at = ItemState.SKIPPED, verdict.skip, now
@@ -339,7 +351,7 @@ def run_batch(
                 item.version_id = verdict.version_id
                 DeletionItem.objects.filter(pk=item.pk).update(version_id=item.version_id)
                 resolved += 1
-        sending = [i for i in items if i.state == ItemState.PENDING]
+        sending = [i for i in files if i.state == ItemState.PENDING]
         days = bucket.location.trash_days
         moved = trash.move(client, bucket.bucket_name, job.pk, sending, versioning=versioning[first]) if days else []
         for item, move in zip(sending if days else (), moved, strict=True):
@@ -414,6 +426,33 @@ def run_batch(
             )
             log.warning("deletion %s: %s objects refused by %s", job.pk, len(refused), bucket.location.name)
     return BatchResult("more", deleted=counts["deleted"], retry=tuple(retry))
+
+
+def _orphan_pass(
+    job: DeletionJob, items: list[DeletionItem], client, bucket: str, done: dict, *, now: datetime
+) -> list[DeletionItem]:
+    """An orphan clean-up's batch: leave what is no longer an orphan (``orphans.recheck``), abort its uploads by
+    exact key and upload id, and return the files still to delete. Runs with the batch's locks held."""
+    skips = orphans.recheck(job, items)
+    files = []
+    for item in items:
+        if item.pk in skips:
+            item.state, item.detail, item.done_at = ItemState.SKIPPED, skips[item.pk], now
+            done[item.state].append(item)
+        elif item.kind == ItemKind.UPLOAD:
+            outcome = s3.abort_upload(client, bucket, item.path, item.upload_id)
+            if outcome.deleted:
+                item.state, item.detail = ItemState.DELETED, "multipart upload aborted: its parts are freed"
+            elif outcome.code in ("NoSuchUpload", *_GONE_CODES):
+                item.state, item.detail = ItemState.SKIPPED, "missing: the upload was completed or aborted already"
+            else:
+                item.state, item.detail = ItemState.BLOCKED, f"refused by the store: {outcome.code}: {outcome.message}"
+            item.done_at = now
+            done[item.state].append(item)
+        else:
+            files.append(item)
+    orphans.mark_uploads_gone(done.get(ItemState.DELETED, []) + done.get(ItemState.SKIPPED, []), now=now)
+    return files
 
 
 @dataclass(frozen=True)
@@ -694,6 +733,8 @@ def agent_pending(*, host: Host, root: str = "", limit: int = BATCH, soft: bool 
                 actor = Actor.system("deletion check", EventSource.AGENT)
                 _finish(job, DeletionState.BLOCKED, _stopped(job, why), actor=actor)
                 continue
+            if job.is_orphans and not _orphans_for_agent(job, items.filter(job_id=job_id)[:limit]):
+                continue
         allowed.append(job_id)
     rows = (
         items.filter(job_id__in=allowed)
@@ -715,6 +756,24 @@ def agent_pending(*, host: Host, root: str = "", limit: int = BATCH, soft: bool 
             entry.update(action="trash", trash_path=trash.trash_key(r["job_id"], r["path"]))
         listed.append(entry)
     return listed
+
+
+def _orphans_for_agent(job: DeletionJob, pending) -> bool:
+    """Before an agent is handed an orphan clean-up's files: leave (as skipped, with the reason) those that are no
+    longer orphans, under the job's locks. False when the job has nothing left for agents (ended if so)."""
+    items = list(pending)
+    skips = orphans.recheck(job, items)
+    if skips:
+        now = timezone.now()
+        left = [i for i in items if i.pk in skips]
+        for item in left:
+            item.state, item.detail, item.done_at = ItemState.SKIPPED, skips[item.pk], now
+        counts = _record(job, {ItemState.SKIPPED: left}, now=now)
+        _audit(job, Actor.system("deletion check", EventSource.AGENT), "deletion.batch", after=counts)
+    if not DeletionItem.objects.filter(job=job, state=ItemState.PENDING).exists():
+        _finish(job, *_verdict(job), actor=Actor.system("deletion check", EventSource.AGENT))
+        return False
+    return len(skips) < len(items)
 
 
 AGENT_RESULTS = ("deleted", "trashed", "skipped", "failed")

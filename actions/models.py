@@ -11,6 +11,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
+from catalog.selectors import OrphanKind
+
 
 class Pin(models.Model):
     """A checkpoint an operator wants kept: it cannot be scheduled for deletion while pinned."""
@@ -158,14 +160,37 @@ class DeletionState(models.TextChoices):
     RESTORED = "restored", "Restored from the trash"
 
 
-class DeletionJob(models.Model):
-    """One scheduled deletion of a whole checkpoint or of one copy, with its frozen item list.
+class DeletionScope(models.TextChoices):
+    CHECKPOINT = "checkpoint", "Every copy of a checkpoint"
+    COPY = "copy", "One copy of a checkpoint"
+    ORPHANS = "orphans", "Orphans at one location"
 
+
+class DeletionJob(models.Model):
+    """One scheduled deletion of a whole checkpoint, of one copy, or of one group of orphans, with its frozen items.
+
+    An orphan clean-up (``scope`` orphans) has no checkpoint: it names the orphans page's group (kind,
+    location, run directory, and the run for copies of a deleted run) and freezes the exact files and
+    uploads of that group when it is scheduled (``actions.orphans``).
     The job's state and its items live in the database, never in the broker: a worker that dies
     is replaced by one that reads where the job stands and carries on.
     """
 
-    checkpoint = models.ForeignKey("catalog.Checkpoint", on_delete=models.PROTECT, related_name="deletions")
+    scope = models.CharField(max_length=12, choices=DeletionScope.choices, default=DeletionScope.CHECKPOINT)
+    checkpoint = models.ForeignKey(
+        "catalog.Checkpoint",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="deletions",
+        help_text="Empty for an orphan clean-up.",
+    )
+    orphan_kind = models.CharField(max_length=16, blank=True, help_text="Orphan clean-ups: the kind of orphan.")
+    orphan_location = models.ForeignKey(
+        "fleet.StorageLocation", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    orphan_prefix = models.TextField(blank=True, help_text="Orphan clean-ups: the run directory of the group.")
+    orphan_run = models.ForeignKey("catalog.Run", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     copy = models.ForeignKey(
         "catalog.CheckpointCopy",
         on_delete=models.PROTECT,
@@ -234,11 +259,37 @@ class DeletionJob(models.Model):
                 | (~Q(second_approved_label=F("requested_label")) & ~Q(second_approved_label=F("approved_label"))),
                 name="deletionjob_second_approver_is_a_third_person",
             ),
+            models.CheckConstraint(
+                condition=(
+                    Q(scope=DeletionScope.ORPHANS, checkpoint__isnull=True, orphan_location__isnull=False)
+                    & ~Q(orphan_kind="")
+                )
+                | (~Q(scope=DeletionScope.ORPHANS) & Q(checkpoint__isnull=False, orphan_location__isnull=True)),
+                name="deletionjob_checkpoint_or_orphans",
+            ),
         ]
         indexes = [models.Index(fields=["state", "execute_after"], name="deletionjob_due")]
 
     def __str__(self) -> str:
+        if self.is_orphans:
+            return f"orphan clean-up {self.pk} at location {self.orphan_location_id} ({self.state})"
         return f"deletion {self.pk} of checkpoint {self.checkpoint_id} ({self.state})"
+
+    @property
+    def is_orphans(self) -> bool:
+        return self.scope == DeletionScope.ORPHANS
+
+    @property
+    def orphan_kind_label(self) -> str:
+        return OrphanKind(self.orphan_kind).label if self.orphan_kind in OrphanKind.values else self.orphan_kind
+
+    @property
+    def subject(self) -> str:
+        """What the job deletes, in words: the checkpoint, or the orphan group."""
+        if self.is_orphans:
+            where = f"{self.orphan_prefix}/" if self.orphan_prefix else "the location root"
+            return f"{self.orphan_kind_label.lower()} at {self.orphan_location} in {where}"
+        return str(self.checkpoint)
 
     @property
     def approvals_given(self) -> int:
@@ -255,11 +306,28 @@ class ItemState(models.TextChoices):
     RESTORED = "restored", "Restored"
 
 
+class ItemKind(models.TextChoices):
+    FILE = "file", "Object or file"
+    UPLOAD = "upload", "Incomplete multipart upload"
+
+
 class DeletionItem(models.Model):
-    """One frozen object version or host file of a deletion job: exactly what will be deleted."""
+    """One frozen object version or host file of a deletion job: exactly what will be deleted.
+
+    An orphan clean-up's items are files of no copy (``copy`` empty) or of a left-over or deleted-run
+    copy, and incomplete multipart uploads (``kind`` upload: ``path`` is the key, ``upload_id`` the
+    upload's id, and the item is carried out by aborting that upload).
+    """
 
     job = models.ForeignKey(DeletionJob, on_delete=models.PROTECT, related_name="items")
-    copy = models.ForeignKey("catalog.CheckpointCopy", on_delete=models.PROTECT, related_name="+")
+    kind = models.CharField(max_length=8, choices=ItemKind.choices, default=ItemKind.FILE)
+    copy = models.ForeignKey(
+        "catalog.CheckpointCopy", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    multipart_upload = models.ForeignKey(
+        "fleet.MultipartUpload", on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    upload_id = models.CharField(max_length=1024, blank=True)
     location = models.ForeignKey("fleet.StorageLocation", on_delete=models.PROTECT, related_name="+")
     shard_file = models.ForeignKey("catalog.ShardFile", on_delete=models.SET_NULL, null=True, related_name="+")
     path = models.TextField(help_text="The key in the bucket, or the path under the host's root.")
@@ -281,7 +349,7 @@ class DeletionItem(models.Model):
         ordering = ["job", "location", "path"]
         constraints = [
             models.UniqueConstraint(
-                fields=["job", "location", "path", "version_id"], name="deletionitem_unique_per_job"
+                fields=["job", "location", "path", "version_id", "upload_id"], name="deletionitem_unique_per_job"
             ),
         ]
         indexes = [

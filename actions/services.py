@@ -39,7 +39,17 @@ from access.refusals import Refusal as AccessRefusal
 from access.refusals import note_refusal
 from access.roles import Role, has_role, require_role
 from actions import promises
-from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, HoldMode, ItemState, MirrorState, Pin
+from actions.models import (
+    DeletionItem,
+    DeletionJob,
+    DeletionScope,
+    DeletionState,
+    Hold,
+    HoldMode,
+    ItemState,
+    MirrorState,
+    Pin,
+)
 from actions.objectlock import mirror_hold_task
 from actions.promises import Refusal
 from actions.protection import OPEN_DELETION_STATES, active_holds
@@ -56,7 +66,7 @@ from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, Shard
 from catalog.recovery import newest_restorable, newest_restorable_ids
 from ckptfleet.errors import DomainError, PermissionRefused
 from ckptfleet.units import bytes_iec
-from fleet.models import Bucket
+from fleet.models import Bucket, StorageLocation
 from fleet.pricebook import GIB, PriceBook, utc_today
 
 MAX_REASON = 2000
@@ -98,12 +108,27 @@ def _person_role(actor: Actor, role: str, *, doing: str, target=None) -> None:
         require_role(actor.user, role, doing=doing, source=actor.source, **_target(target))
 
 
+def require_reason(value) -> str:
+    """A reason, stripped and within its limit, or ``DomainError``: the check every action with a reason makes."""
+    return _text(value, "a reason")
+
+
+def require_person_role(actor: Actor, role: str, *, doing: str) -> None:
+    """A person needs ``role`` for ``doing`` (workers and beat are trusted to); an action on no run or checkpoint."""
+    _person_role(actor, role, doing=doing)
+
+
 def _refuse(actor: Actor, doing: str, why: str, target) -> None:
     """Separation of duties, a compliance hold's date: audit the refusal (outside the transaction, like a missing
     role) and raise."""
     note_refusal(
         AccessRefusal(
-            user=actor.user, doing=doing, why=why, source=actor.source, **_target(target), target_label=str(target)
+            user=actor.user,
+            doing=doing,
+            why=why,
+            source=actor.source,
+            **_target(target),
+            target_label=str(target) if target is not None else "",
         )
     )
     raise PermissionRefused(why)
@@ -784,17 +809,20 @@ def _approval_reasons(
         )
 
 
-def blast_radius(nbytes: int, files: int, run_id: int) -> list[str]:
+def blast_radius(nbytes: int, files: int, run_id: int | None) -> list[str]:
     """Why one deletion job is larger than a single approver may let through, in words; [] when it is not.
 
     The limits are per job: its bytes, its objects and files, and its share of the bytes the run's present
-    copies hold (``CKPTFLEET_BLAST_MAX_BYTES``, ``_MAX_OBJECTS``, ``_MAX_RUN_PERCENT``).
+    copies hold (``CKPTFLEET_BLAST_MAX_BYTES``, ``_MAX_OBJECTS``, ``_MAX_RUN_PERCENT``); with no run (orphans
+    that belong to none), the share is not asked.
     """
     reasons = []
     if nbytes > settings.BLAST_MAX_BYTES:
         reasons.append(f"{bytes_iec(nbytes)} is more than the limit of {bytes_iec(settings.BLAST_MAX_BYTES)}")
     if files > settings.BLAST_MAX_OBJECTS:
         reasons.append(f"{files:,} objects and files is more than the limit of {settings.BLAST_MAX_OBJECTS:,}")
+    if run_id is None:
+        return reasons
     run_bytes = (
         CheckpointCopy.objects.filter(checkpoint__run_id=run_id, gone_at__isnull=True).aggregate(n=Sum("bytes"))["n"]
         or 0
@@ -813,7 +841,7 @@ def preview(*, checkpoint: Checkpoint, copy: CheckpointCopy | None = None, origi
     origin = _check_origin(origin)
     checkpoint = Checkpoint.objects.select_related("run__team").get(pk=checkpoint.pk)
     result = _assess(checkpoint, copy, origin, with_money=True)
-    prefixes = _bucket_prefixes([p.copy.location_id for p in result.parts])
+    prefixes = bucket_prefixes([p.copy.location_id for p in result.parts])
     sample = (
         ShardFile.objects.filter(copy_id__in=[p.copy.pk for p in result.parts], gone_at__isnull=True)
         .select_related("location")
@@ -831,7 +859,7 @@ def preview(*, checkpoint: Checkpoint, copy: CheckpointCopy | None = None, origi
     return result
 
 
-def _bucket_prefixes(location_ids) -> dict[int, str]:
+def bucket_prefixes(location_ids) -> dict[int, str]:
     """{location id: key prefix} of the bucket locations among ``location_ids`` (a key = prefix + path)."""
     prefixes = {}
     for location_id, prefix in Bucket.objects.filter(location_id__in=list(location_ids)).values_list(
@@ -875,6 +903,7 @@ def schedule_deletion(
             raise DomainError(assessed.refusal, code=assessed.refusal_code)
         now = timezone.now()
         job = DeletionJob.objects.create(
+            scope=DeletionScope.COPY if copy is not None else DeletionScope.CHECKPOINT,
             checkpoint=checkpoint,
             copy=copy,
             state=DeletionState.AWAITING_APPROVAL if assessed.needs_approval else DeletionState.SCHEDULED,
@@ -917,12 +946,16 @@ def schedule_deletion(
 
 def _freeze_items(job: DeletionJob, copies: list[CheckpointCopy]) -> tuple[int, int]:
     """Copy the present files of ``copies`` into the job's items: full bucket keys with version and ETag."""
-    prefixes = _bucket_prefixes({c.location_id for c in copies})
-    copy_location = {c.pk: c.location_id for c in copies}
-    rows = (
-        ShardFile.objects.filter(copy_id__in=list(copy_location), gone_at__isnull=True)
-        .order_by("location_id", "path")
-        .values_list("pk", "copy_id", "location_id", "path", "version_id", "etag", "size", "mtime")
+    files = ShardFile.objects.filter(copy_id__in=[c.pk for c in copies], gone_at__isnull=True)
+    return freeze_files(job, files, location_ids={c.location_id for c in copies})
+
+
+def freeze_files(job: DeletionJob, files, *, location_ids) -> tuple[int, int]:
+    """Copy the rows of ``files`` (a ShardFile queryset at ``location_ids``) into the job's items, exactly: full
+    bucket keys with version id, ETag, size and mtime. Returns (items, bytes)."""
+    prefixes = bucket_prefixes(location_ids)
+    rows = files.order_by("location_id", "path").values_list(
+        "pk", "copy_id", "location_id", "path", "version_id", "etag", "size", "mtime"
     )
     count = total = 0
     batch: list[DeletionItem] = []
@@ -951,8 +984,44 @@ def _freeze_items(job: DeletionJob, copies: list[CheckpointCopy]) -> tuple[int, 
 
 
 def _lock_job(job: DeletionJob) -> DeletionJob:
-    lock_checkpoint(job.checkpoint_id)
-    return DeletionJob.objects.select_for_update(of=("self",)).select_related("checkpoint__run__team").get(pk=job.pk)
+    """Lock the checkpoint (or, for an orphan clean-up, the location) and then the job."""
+    if job.checkpoint_id is not None:
+        lock_checkpoint(job.checkpoint_id)
+    else:
+        StorageLocation.objects.select_for_update().filter(pk=cast(int, job.orphan_location_id)).first()
+    return (
+        DeletionJob.objects.select_for_update(of=("self",))
+        .select_related("checkpoint__run__team", "orphan_location")
+        .get(pk=job.pk)
+    )
+
+
+def audit_job_event(
+    job: DeletionJob, actor: Actor, action: str, *, reason: str = "", before=None, after=None, request_id: str = ""
+) -> None:
+    """One event about a deletion job: on its checkpoint's history, or on its location's for an orphan clean-up."""
+    target_id: int | None
+    if job.checkpoint_id is not None:
+        target_type, target_id, label = "checkpoint", job.checkpoint_id, str(job.checkpoint)
+    else:
+        target_type, target_id, label = "location", job.orphan_location_id, str(job.orphan_location)
+    audit(
+        actor,
+        action,
+        target_type=target_type,
+        target_id=target_id,
+        target_label=label,
+        reason=reason,
+        before=before,
+        after=after,
+        request_id=(request_id or "")[:64],
+    )
+
+
+def _job_target(job: DeletionJob) -> dict:
+    if job.checkpoint_id is not None:
+        return {"target_type": "checkpoint", "target_id": job.checkpoint_id}
+    return {"target_type": "location", "target_id": job.orphan_location_id}
 
 
 def _own_job(actor: Actor, job: DeletionJob) -> str:
@@ -968,8 +1037,7 @@ def approve(*, job: DeletionJob, actor: Actor, request_id: str = "") -> Deletion
         Role.APPROVER,
         doing="approving a deletion",
         source=actor.source,
-        target_type="checkpoint",
-        target_id=job.checkpoint_id,
+        **_job_target(job),
     )
     if job.state == DeletionState.AWAITING_APPROVAL and _same_person(actor, job.requested_by_id, job.requested_label):
         _refuse(actor, "approving a deletion", _own_job(actor, job), job.checkpoint)
@@ -989,9 +1057,9 @@ def approve(*, job: DeletionJob, actor: Actor, request_id: str = "") -> Deletion
                 "approver"
             )
         checkpoint = current.checkpoint
-        if active_holds(checkpoint).exists():
+        if checkpoint is not None and active_holds(checkpoint).exists():
             raise DomainError(f"{checkpoint} is under a legal hold; a held checkpoint's deletion is not approved")
-        if Pin.objects.filter(checkpoint=checkpoint, unpinned_at__isnull=True).exists():
+        if checkpoint is not None and Pin.objects.filter(checkpoint=checkpoint, unpinned_at__isnull=True).exists():
             raise DomainError(f"{checkpoint} was pinned since the deletion was scheduled; cancel it or unpin first")
         now = timezone.now()
         if second:
@@ -1007,10 +1075,10 @@ def approve(*, job: DeletionJob, actor: Actor, request_id: str = "") -> Deletion
         if current.approvals_given >= max(current.approvals_required, 1):
             current.state = DeletionState.SCHEDULED
         current.save(update_fields=["state", *fields])
-        _audit(
+        audit_job_event(
+            current,
             actor,
             "deletion.approve",
-            target=checkpoint,
             reason="; ".join(current.approval_reasons),
             before={"deletion": current.pk, "state": DeletionState.AWAITING_APPROVAL},
             after={
@@ -1037,8 +1105,7 @@ def cancel(*, job: DeletionJob, reason: str, actor: Actor, request_id: str = "")
                 Role.OPERATOR,
                 doing="cancelling a deletion",
                 source=actor.source,
-                target_type="checkpoint",
-                target_id=job.checkpoint_id,
+                **_job_target(job),
             )
     with transaction.atomic():
         current = _lock_job(job)
@@ -1056,10 +1123,10 @@ def cancel(*, job: DeletionJob, reason: str, actor: Actor, request_id: str = "")
         current.finished_at = now
         current.outcome = f"Cancelled by {actor.label}: {reason}"
         current.save(update_fields=["state", "cancelled_label", "cancelled_at", "finished_at", "outcome"])
-        _audit(
+        audit_job_event(
+            current,
             actor,
             "deletion.cancel",
-            target=current.checkpoint,
             reason=reason,
             before={"deletion": current.pk, "state": before},
             after={"deletion": current.pk, "state": current.state},

@@ -71,8 +71,8 @@ def restore(*, job: DeletionJob, reason: str, actor: Actor, request_id: str = ""
             Role.OPERATOR,
             doing="restoring a deletion",
             source=actor.source,
-            target_type="checkpoint",
-            target_id=job.checkpoint_id,
+            target_type="checkpoint" if job.checkpoint_id else "location",
+            target_id=job.checkpoint_id or job.orphan_location_id,
         )
     now = timezone.now()
     with transaction.atomic():
@@ -234,7 +234,7 @@ def _purge_job(job_id: int, *, now: datetime) -> int:
     total = 0
     with transaction.atomic():
         job = execution.lock(job_id)
-        if job is None or promises.held(job.checkpoint) is not None:
+        if job is None or _job_held(job):
             return 0
         items = DeletionItem.objects.filter(
             job=job, state=ItemState.TRASHED, reclaim_after__lte=now, location__kind=LocationKind.BUCKET
@@ -313,8 +313,13 @@ def agent_pending(*, host: Host, root: str = "", soft: bool = False, limit: int 
 
 
 def _held(job_id: int) -> bool:
-    job = DeletionJob.objects.select_related("checkpoint__run").get(pk=job_id)
-    return promises.held(job.checkpoint) is not None
+    return _job_held(DeletionJob.objects.select_related("checkpoint__run").get(pk=job_id))
+
+
+def _job_held(job: DeletionJob) -> bool:
+    """A held checkpoint keeps its trash; an orphan clean-up has no checkpoint (its items were re-checked one by
+    one before they went to the trash)."""
+    return job.checkpoint_id is not None and promises.held(job.checkpoint) is not None
 
 
 TRASH_RESULTS = {"purged", "restored"}

@@ -19,8 +19,8 @@ from django.views.decorators.http import require_POST
 
 from access.middleware import request_id_of
 from access.roles import Role, has_role
-from access.scoping import restrict
-from actions import services, softdelete
+from access.scoping import restrict, scoped_team_names
+from actions import orphans, services, softdelete
 from actions.execution import last_progress
 from actions.models import DeletionJob, DeletionState, Hold, HoldMode, Pin
 from actions.protection import OPEN_DELETION_STATES
@@ -242,7 +242,12 @@ def schedule(request, pk: int):
 @login_required
 def deletion_list(request):
     show = request.GET.get("show", "open")
-    jobs = restrict(DeletionJob.objects.select_related("checkpoint__run__team", "copy__location"), request.user)
+    jobs = restrict(
+        DeletionJob.objects.select_related(
+            "checkpoint__run__team", "copy__location", "orphan_location", "orphan_run__team"
+        ),
+        request.user,
+    )
     jobs = jobs.order_by("-requested_at", "-pk")
     if show != "all":
         show = "open"
@@ -257,9 +262,12 @@ def deletion_list(request):
 @login_required
 def deletion_detail(request, pk: int):
     try:
-        job = restrict(DeletionJob.objects.select_related("checkpoint__run__team", "copy__location"), request.user).get(
-            pk=pk
-        )
+        job = restrict(
+            DeletionJob.objects.select_related(
+                "checkpoint__run__team", "copy__location", "orphan_location", "orphan_run__team"
+            ),
+            request.user,
+        ).get(pk=pk)
     except DeletionJob.DoesNotExist:
         raise Http404("no such deletion") from None
     items = job.items.select_related("location").order_by("location__name", "path", "pk")
@@ -271,7 +279,7 @@ def deletion_detail(request, pk: int):
         {
             "job": job,
             "checkpoint": job.checkpoint,
-            "run": job.checkpoint.run,
+            "run": job.checkpoint.run if job.checkpoint is not None else job.orphan_run,
             "page_obj": page,
             "items": page.object_list,
             "cancellable": job.state in (DeletionState.AWAITING_APPROVAL, DeletionState.SCHEDULED)
@@ -343,3 +351,60 @@ def restore(request, pk: int):
     else:
         messages.success(request, f"Deletion {job.pk} is being restored: its items go back from the trash.")
     return _back(request, _deletion_url(pk))
+
+
+def may_clean_up_orphans(user) -> bool:
+    """Whether the orphans page offers "Clean up" to ``user``: an operator who sees the whole fleet."""
+    return has_role(user, Role.OPERATOR) and scoped_team_names(user) is None
+
+
+def _orphan_group(params) -> dict:
+    """The group's key from a form or a query: kind, location, run directory and (deleted runs) the run."""
+    raw_run = (params.get("run") or "").strip()
+    return {
+        "kind": params.get("kind", ""),
+        "location": parse_id(params.get("location"), "location"),
+        "prefix": params.get("prefix", ""),
+        "run": parse_id(raw_run, "run") if raw_run else None,
+    }
+
+
+@login_required
+def orphan_cleanup(request):
+    """Preview the clean-up of one orphan group (GET), and schedule it with a reason (POST)."""
+    params = request.POST if request.method == "POST" else request.GET
+    back = reverse("catalog:orphans")
+    if not may_clean_up_orphans(request.user):
+        messages.error(request, "Cleaning up orphans needs the operator role and a view of the whole fleet.")
+        return redirect(back)
+    try:
+        group = _orphan_group(params)
+        if request.method == "POST":
+            job = orphans.schedule_cleanup(
+                **group,
+                reason=request.POST.get("reason", ""),
+                actor=Actor.for_request(request),
+                request_id=request_id_of(request),
+            )
+            waits = "awaits approval" if job.state == DeletionState.AWAITING_APPROVAL else "is scheduled"
+            messages.success(
+                request,
+                f"Deletion {job.pk} {waits}: {count(job.items_total, 'item')} ({bytes_iec(job.bytes_total)}) frozen, "
+                f"to go no sooner than {job.execute_after:%Y-%m-%d %H:%M} UTC.",
+            )
+            return redirect(_deletion_url(job.pk))
+        preview = orphans.preview(**group, actor=Actor.for_request(request))
+    except DomainError as exc:
+        messages.error(request, f"Not scheduled: {exc.message}" if request.method == "POST" else exc.message)
+        if request.method == "POST":
+            try:
+                preview = orphans.preview(**_orphan_group(params))
+            except DomainError:
+                return redirect(back)
+        else:
+            return redirect(back)
+    return render(
+        request,
+        "actions/orphan_cleanup.html",
+        {"preview": preview, "reason": request.POST.get("reason", ""), "lifecycle": orphans.lifecycle_rule(preview)},
+    )

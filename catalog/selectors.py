@@ -443,3 +443,49 @@ def orphan_totals(groups: Iterable[OrphanGroup]) -> list[OrphanTotal]:
         s[1] += g.items
         s[2] += g.bytes or 0
     return [OrphanTotal(k, *v) for k, v in sums.items()]
+
+
+# --- the exact rows of one orphan group (what an orphan clean-up freezes) -------------------------
+
+CLEANABLE_KINDS = (OrphanKind.UNCLAIMED, OrphanKind.TEMPORARY, OrphanKind.MULTIPART, OrphanKind.DELETED_RUN)
+
+
+def _group_depths(location_id: int) -> tuple[dict[int, list[int]], dict[str, list[int]]]:
+    locations = {
+        loc["pk"]: loc
+        for loc in StorageLocation.objects.filter(pk=location_id).values(
+            "pk", "name", "host_id", "path_template", "bucket__prefix"
+        )
+    }
+    return _run_depths(locations)
+
+
+def orphan_group_files(*, kind: str, location_id: int, prefix: str, run_id: int | None = None) -> QuerySet[ShardFile]:
+    """The present files of one orphan group as the orphans page groups them (``orphans``): files of no checkpoint,
+    or the files of the group's left-over copies or deleted-run copies. Exactly those rows, never a pattern."""
+    depths, _ = _group_depths(location_id)
+    if kind == OrphanKind.UNCLAIMED:
+        return (
+            ShardFile.objects.filter(copy__isnull=True, gone_at__isnull=True, location_id=location_id)
+            .annotate(group_prefix=_prefix(F("path"), depths))
+            .filter(group_prefix=prefix)
+        )
+    copies = present_copies().filter(location_id=location_id).annotate(group_prefix=_prefix(F("path"), depths))
+    if kind == OrphanKind.TEMPORARY:
+        copies = copies.filter(temporary=True)
+    elif kind == OrphanKind.DELETED_RUN and run_id is not None:
+        copies = copies.filter(temporary=False, checkpoint__run__status=RunStatus.DELETED, checkpoint__run_id=run_id)
+    else:
+        raise ValueError(f"orphans of kind {kind!r} (run {run_id}) are not files of one group")
+    ids = copies.filter(group_prefix=prefix).values("pk")
+    return ShardFile.objects.filter(copy_id__in=ids, gone_at__isnull=True, location_id=location_id)
+
+
+def orphan_group_uploads(*, location_id: int, prefix: str) -> QuerySet[MultipartUpload]:
+    """The incomplete multipart uploads of one orphan group (``orphans``' grouping of uploads), by exact row."""
+    depths, bucket_prefixes = _group_depths(location_id)
+    return (
+        MultipartUpload.objects.filter(gone_at__isnull=True, location_id=location_id)
+        .annotate(group_prefix=_prefix(_below_bucket_prefix(bucket_prefixes), depths))
+        .filter(group_prefix=prefix)
+    )

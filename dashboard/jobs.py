@@ -119,12 +119,17 @@ def _checkpoint_job(
     job: PromotionJob | DeletionJob, *, kind: str, verb: str, what: str, url: str, active: tuple, **progress
 ) -> Job:
     """A promotion or a deletion: a job on one checkpoint, requested by someone; ``progress`` is its own
-    (done, total, unit, outcome). Its title is "<verb> <team>/<run> <checkpoint> <what>"."""
-    run = job.checkpoint.run
+    (done, total, unit, outcome). Its title is "<verb> <team>/<run> <checkpoint> <what>"; an orphan clean-up (no
+    checkpoint) says what it cleans up instead."""
+    if job.checkpoint is None:
+        title = f"Clean up {what}"
+    else:
+        run = job.checkpoint.run
+        title = f"{verb} {run.team.name}/{run.name} {job.checkpoint.label} {what}"
     return Job(
         kind=kind,
         pk=job.pk,
-        title=f"{verb} {run.team.name}/{run.name} {job.checkpoint.label} {what}",
+        title=title,
         url=reverse(url, args=[job.pk]),
         state=job.state,
         state_label=job.get_state_display(),
@@ -159,7 +164,7 @@ def _deletion(job: DeletionJob) -> Job:
         job,
         kind="deletion",
         verb="Delete",
-        what=f"({scope})",
+        what=job.subject if job.is_orphans else f"({scope})",
         url="actions:deletion-detail",
         active=DELETION_ACTIVE,
         done=job.items_deleted + job.items_blocked,
@@ -183,7 +188,7 @@ def _promotions():
 
 def _deletions():
     return DeletionJob.objects.select_related(
-        "checkpoint", "checkpoint__run", "checkpoint__run__team", "copy", "copy__location"
+        "checkpoint", "checkpoint__run", "checkpoint__run__team", "copy", "copy__location", "orphan_location"
     )
 
 

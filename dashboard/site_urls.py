@@ -5,6 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from actions.api import OrphanCleanupPreviewView, OrphanCleanupView
 from ckptfleet.health import healthz
 from ckptfleet.metrics import metrics
 from ckptfleet.middleware import not_found
@@ -36,6 +37,8 @@ api = [
     path("agent/deletions/", AgentDeletionsView.as_view(), name="agent-deletions"),
     path("agent/promotions/", AgentPromotionsView.as_view(), name="agent-promotions"),
     path("orphans/", OrphanListView.as_view(), name="orphan-list"),
+    path("orphans/cleanup/preview/", OrphanCleanupPreviewView.as_view(), name="orphan-cleanup-preview"),
+    path("orphans/cleanup/", OrphanCleanupView.as_view(), name="orphan-cleanup"),
     path("overview/", dashboard_api.OverviewView.as_view(), name="api-overview"),
     path("recovery/<int:pk>/", dashboard_api.RecoveryView.as_view(), name="api-recovery"),
     path("jobs/", dashboard_api.JobListView.as_view(), name="api-jobs"),

@@ -16,8 +16,10 @@ from django.shortcuts import get_object_or_404, render
 
 from access.roles import Role, has_role
 from access.scoping import may_see_run, restrict_runs, restrict_teams, scoped_team_names, visible_orphans
+from actions import orphans as orphan_cleanup
 from actions.models import DeletionJob, Hold, HoldMode, Pin
 from actions.protection import OPEN_DELETION_STATES
+from actions.views import may_clean_up_orphans
 from catalog import recovery, selectors
 from catalog.choices import CopyState, RunStatus, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
@@ -27,6 +29,7 @@ from catalog.verification import VerificationSummary, failure_domain, summarize
 from ckptfleet.params import positive_int_param, whole_number
 from dashboard.run_filters import SORTS, BadCursor, RunFilters
 from fleet.choices import Tier
+from fleet.models import StorageLocation
 from spend import placement
 
 RUNS_PER_PAGE = 50
@@ -300,8 +303,25 @@ def orphans(request):
             "location_id": location_id,
             "filtered": bool(kind or location_id),
             "scoped": scoped_team_names(request.user) is not None,
+            "can_clean_up": may_clean_up_orphans(request.user),
+            "cleanable": selectors.CLEANABLE_KINDS,
+            "lifecycle_rules": _lifecycle_rules(groups),
         },
     )
+
+
+def _lifecycle_rules(groups: list) -> list:
+    """The suggested AbortIncompleteMultipartUpload rule of each listed bucket that has incomplete uploads: one
+    query, made whatever the groups, so the page's query count does not depend on the data."""
+    ids = {g.location_id for g in groups if g.kind == selectors.OrphanKind.MULTIPART}
+    with_uploads = (
+        StorageLocation.objects.filter(multipart_uploads__gone_at__isnull=True)
+        .distinct()
+        .select_related("bucket")
+        .order_by("name")
+    )
+    rules = (orphan_cleanup.lifecycle_rule(loc) for loc in with_uploads if loc.pk in ids)
+    return [rule for rule in rules if rule is not None]
 
 
 @login_required

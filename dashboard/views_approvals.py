@@ -23,7 +23,9 @@ SHOWN = 200  # of each kind; the counts are of all of them
 def inbox(request):
     user = request.user
     deletions = restrict(
-        DeletionJob.objects.filter(state=DeletionState.AWAITING_APPROVAL).select_related("checkpoint__run__team"),
+        DeletionJob.objects.filter(state=DeletionState.AWAITING_APPROVAL).select_related(
+            "checkpoint__run__team", "orphan_location"
+        ),
         user,
     ).order_by("requested_at", "pk")
     changes = awaiting(user)

@@ -168,6 +168,12 @@ class Bucket(models.Model):
     rechecked_at = models.DateTimeField(
         null=True, blank=True, help_text="When the scan that HEADed every object (the last full pass) was applied."
     )
+    abort_uploads_days = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="An AbortIncompleteMultipartUpload lifecycle rule covering the prefix aborts uploads after this "
+        "many days, as the last scan read it; 0: no such rule; empty: not known (not read, or refused).",
+    )
 
     class Meta:
         ordering = ["location__name"]

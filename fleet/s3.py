@@ -941,6 +941,31 @@ def bucket_object_lock(client: Any, bucket: str) -> bool | None:
     return (answer.get("ObjectLockConfiguration") or {}).get("ObjectLockEnabled") == "Enabled"
 
 
+def abort_uploads_days(client: Any, bucket: str, prefix: str) -> int | None:
+    """The DaysAfterInitiation of an enabled AbortIncompleteMultipartUpload lifecycle rule that covers every key
+    below ``prefix`` (its filter's prefix is a prefix of ``prefix``), the smallest if several; 0 when the bucket has
+    no such rule (or no lifecycle configuration); None when it could not be read. One request; advisory, so a
+    failure never fails the scan that asks."""
+    try:
+        answer = client.get_bucket_lifecycle_configuration(Bucket=bucket)
+    except (ClientError, BotoCoreError) as exc:
+        error = describe(exc, f"GetBucketLifecycleConfiguration of {bucket}")
+        if error.code == "NoSuchLifecycleConfiguration":
+            return 0
+        log.info("the lifecycle configuration of %s is unknown: %s", bucket, error.message)
+        return None
+    days = []
+    for rule in answer.get("Rules", ()):
+        abort = (rule.get("AbortIncompleteMultipartUpload") or {}).get("DaysAfterInitiation")
+        if rule.get("Status") != "Enabled" or not isinstance(abort, int):
+            continue
+        where = rule.get("Filter") or {}
+        scope = where.get("Prefix", (where.get("And") or {}).get("Prefix", rule.get("Prefix", "")))
+        if prefix.startswith(scope or ""):
+            days.append(abort)
+    return min(days) if days else 0
+
+
 # --- Object Lock legal holds (the one write here besides deletions) ---------------------------------
 
 
@@ -1273,6 +1298,20 @@ def delete_objects(client: Any, bucket: str, objects: list[tuple[str, str, str]]
         else:
             outcomes.append(DeleteOutcome(key, version_id))
     return outcomes
+
+
+def abort_upload(client: Any, bucket: str, key: str, upload_id: str) -> DeleteOutcome:
+    """AbortMultipartUpload of exactly this key and upload id: its parts are freed. The outcome says deleted when
+    the store confirmed it, else the store's code (NoSuchUpload: completed or aborted already). Raises S3Error
+    when the request failed as a whole in a way worth retrying (throttling, 5xx, the network)."""
+    try:
+        client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+    except (ClientError, BotoCoreError) as exc:
+        error = describe(exc, f"AbortMultipartUpload of s3://{bucket}/{key}")
+        if error.transient or not error.code:
+            raise error from None
+        return DeleteOutcome(key, "", code=error.code, message=error.message)
+    return DeleteOutcome(key, "", deleted=True)
 
 
 def is_transient_code(code: str) -> bool:

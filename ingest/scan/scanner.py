@@ -59,6 +59,7 @@ class Scanner:
         self.client: Any = None
         self.versioning: str | None = None
         self.object_lock: bool | None = None
+        self.abort_days: int | None = None  # the bucket's AbortIncompleteMultipartUpload rule, as read now
         self.uploads: list[s3.UploadInfo] | None = None
         self.lock_enabled = False
         self.versioned = False
@@ -76,6 +77,7 @@ class Scanner:
         name = self.bucket.bucket_name
         self.versioning = s3.bucket_versioning(self.client, name)
         self.object_lock = s3.bucket_object_lock(self.client, name)
+        self.abort_days = s3.abort_uploads_days(self.client, name, self.prefix)
         if self.versioning is None or self.object_lock is None:
             self.notes.other.append(
                 "the bucket's versioning or Object Lock configuration could not be read; the last known is kept"
@@ -209,6 +211,8 @@ class Scanner:
                     state["versioning"] = self.versioning
                 if self.object_lock is not None:
                     state["object_lock"] = self.object_lock
+                if self.abort_days is not None:
+                    state["abort_uploads_days"] = self.abort_days
                 if self.recheck:
                     state["rechecked_at"] = now
                 if state:

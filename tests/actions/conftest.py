@@ -132,3 +132,25 @@ def scanned(s3, scan_now):
     inventory = scan_now(bucket)
     assert inventory.status == "applied", inventory.error
     return name, bucket
+
+
+ORPHANED_SCRATCH = {"fleet/scratch/dump-1.bin": b"x" * 3000, "fleet/scratch/dump-2.bin": b"y" * 5000}
+
+
+@pytest.fixture
+def orphaned(s3, scan_now):
+    """A versioned bucket with checkpoints below fleet/, two stray objects in fleet/scratch/, a stray note beside a
+    run's checkpoints, and an upload of fleet/scratch/big.bin started (one part sent) and never completed."""
+    name = s3.bucket(versioned=True)
+    s3.upload_tree(name, "nvme-a", prefix="fleet/")
+    for key, body in ORPHANED_SCRATCH.items():
+        s3.put(name, key, body)
+    s3.put(name, "fleet/llm/llama-tiny/notes.txt", b"what we tried")
+    upload = s3.client.create_multipart_upload(Bucket=name, Key="fleet/scratch/big.bin")
+    s3.client.upload_part(
+        Bucket=name, Key="fleet/scratch/big.bin", UploadId=upload["UploadId"], PartNumber=1, Body=b"p" * 1024
+    )
+    bucket = s3.register(name, prefix="fleet/")
+    inventory = scan_now(bucket)
+    assert inventory.status == "applied", inventory.error
+    return name, bucket, upload["UploadId"]
