@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0009_storagelocation_soft_delete_days'),
+        ('fleet', '0010_bucket_abort_uploads_days'),
     ]
 
     operations = [
