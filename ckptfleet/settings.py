@@ -352,6 +352,9 @@ if PROMOTION_PRESIGN_SECONDS > 7 * 24 * 3600:
     )
 # Placement: a finished run's checkpoints still on NVMe this many days after its last checkpoint are flagged.
 NVME_FINISHED_DAYS = env_int("CKPTFLEET_NVME_FINISHED_DAYS", 14, minimum=0)
+# Run lifecycle: an active run with no new checkpoint for this many days is marked finished, "inferred" (beat,
+# daily; catalog.lifecycle). What the job or a person said is never overridden by it.
+RUN_IDLE_DAYS = env_int("CKPTFLEET_RUN_IDLE_DAYS", 14, minimum=1, maximum=3660)
 # Verification: a verified copy whose checksums were taken more than this many days ago is flagged "not
 # verified for N days" (checksums go stale: bit rot, a rewrite the store did not show); at least 1.
 VERIFY_STALE_DAYS = env_int("CKPTFLEET_VERIFY_STALE_DAYS", 30, minimum=1)

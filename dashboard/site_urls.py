@@ -20,6 +20,7 @@ from dashboard.api.fleet import (
     InventoryViewSet,
     StorageLocationViewSet,
 )
+from dashboard.api.lifecycle import RunStatusByNameView, RunStatusView
 from dashboard.api.views import CheckpointViewSet, OrphanListView, RunViewSet
 
 router = IdDefaultRouter()
@@ -36,6 +37,8 @@ api = [
     path("agent/deletions/", AgentDeletionsView.as_view(), name="agent-deletions"),
     path("agent/promotions/", AgentPromotionsView.as_view(), name="agent-promotions"),
     path("orphans/", OrphanListView.as_view(), name="orphan-list"),
+    path("runs/status/", RunStatusByNameView.as_view(), name="run-status-by-name"),
+    path("runs/<int:pk>/status/", RunStatusView.as_view(), name="run-status"),
     path("overview/", dashboard_api.OverviewView.as_view(), name="api-overview"),
     path("recovery/<int:pk>/", dashboard_api.RecoveryView.as_view(), name="api-recovery"),
     path("jobs/", dashboard_api.JobListView.as_view(), name="api-jobs"),
