@@ -306,6 +306,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # A run's status and an inventory's are both "status": each its own named enum.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "catalog.choices.RunStatus",
+        "RunStatusSourceEnum": "catalog.choices.RunStatusSource",
+    },
 }
 
 # Inventory uploads: a compressed body over this is refused with 413 before it is stored.

@@ -104,6 +104,7 @@ _RESPONSES = {
 class RunStatusView(_RunStatusView):
     @extend_schema(
         summary="Set a run's status (finished, failed, abandoned, active)",
+        operation_id="runs_status_set",
         request=RunStatusSerializer,
         responses=_RESPONSES,
     )
@@ -118,6 +119,7 @@ class RunStatusView(_RunStatusView):
 class RunStatusByNameView(_RunStatusView):
     @extend_schema(
         summary="Set a run's status by team and run name",
+        operation_id="runs_status_set_by_name",
         request=RunStatusByNameSerializer,
         responses=_RESPONSES,
     )
