@@ -48,6 +48,13 @@ def test_an_operator_marks_a_run_failed_from_its_page(live_server, browser_page,
     page.goto(f"{live_server.url}/runs/?status=failed")
     row = page.get_by_role("row", name="llama-7b")
     assert "Failed" in row.inner_text() and "operator" in row.inner_text()
+
+    # On a phone the form wraps inside the page: nothing scrolls sideways.
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(url)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    assert page.get_by_role("button", name="Set status").is_visible()
+    shot(page, "run-status-phone")
     assert not page.console_errors, page.console_errors
 
 
