@@ -37,6 +37,30 @@ class Importance(models.TextChoices):
 
 
 class RunStatus(models.TextChoices):
+    """Where a run is in its life (``catalog.lifecycle`` sets it; nothing else writes it)."""
+
     ACTIVE = "active", "Active"
     FINISHED = "finished", "Finished"
+    FAILED = "failed", "Failed"
+    ABANDONED = "abandoned", "Abandoned"
     DELETED = "deleted", "Finished and deleted"
+
+
+# Runs that write no more checkpoints, however they ended: what "a finished run still on NVMe", its waste line
+# and the tiering what-if's "ended runs" scope look at. A failed or abandoned run's checkpoints are as idle as
+# a finished one's.
+ENDED_STATUSES = (RunStatus.FINISHED, RunStatus.FAILED, RunStatus.ABANDONED, RunStatus.DELETED)
+
+
+class RunStatusSource(models.TextChoices):
+    """Who said what a run's status is. Blank: nobody yet (a run the ingest just found is active)."""
+
+    SIDECAR = "sidecar", "Sidecar"
+    API = "api", "API"
+    OPERATOR = "operator", "Operator"
+    INFERRED = "inferred", "Inferred"
+    NONE = "", "Not set"
+
+
+# Said by the job or a person: inference never overrides these (catalog.lifecycle).
+EXPLICIT_SOURCES = (RunStatusSource.SIDECAR, RunStatusSource.API, RunStatusSource.OPERATOR)

@@ -12,6 +12,7 @@ from typing import Any
 
 _copies_restated: list[Callable[[list[int]], Any]] = []
 _location_rejudged: list[Callable[[Any, datetime], Any]] = []
+_run_status_changed: list[Callable[[int, str], Any]] = []
 
 
 def on_copies_restated(fn: Callable[[list[int]], Any]) -> Callable[[list[int]], Any]:
@@ -29,6 +30,13 @@ def on_location_rejudged(fn: Callable[[Any, datetime], Any]) -> Callable[[Any, d
     return fn
 
 
+def on_run_status_changed(fn: Callable[[int, str], Any]) -> Callable[[int, str], Any]:
+    """Register ``fn(run_id, status)``: called when a run's status changed (``catalog.lifecycle``)."""
+    if fn not in _run_status_changed:
+        _run_status_changed.append(fn)
+    return fn
+
+
 def copies_restated(copy_ids: Iterable[int]) -> None:
     ids = list(copy_ids)
     for fn in _copies_restated:
@@ -38,3 +46,8 @@ def copies_restated(copy_ids: Iterable[int]) -> None:
 def location_rejudged(location: Any, now: datetime) -> None:
     for fn in _location_rejudged:
         fn(location, now)
+
+
+def run_status_changed(run_id: int, status: str) -> None:
+    for fn in _run_status_changed:
+        fn(run_id, status)

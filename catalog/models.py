@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from catalog.choices import CopyState, Importance, RunStatus, Verification, VerificationBasis
+from catalog.choices import CopyState, Importance, RunStatus, RunStatusSource, Verification, VerificationBasis
 
 
 class Team(models.Model):
@@ -22,16 +22,31 @@ class Team(models.Model):
 
 
 class Run(models.Model):
-    """One training run of one team. Its checkpoints may live at many locations."""
+    """One training run of one team. Its checkpoints may live at many locations.
+
+    Its status, and who set it when and why, change only through ``catalog.lifecycle.run_status_set``, which
+    audits every change."""
 
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="runs")
     name = models.CharField(max_length=200)
     status = models.CharField(max_length=12, choices=RunStatus.choices, default=RunStatus.ACTIVE)
+    status_source = models.CharField(max_length=12, choices=RunStatusSource.choices, blank=True, default="")
+    status_changed_at = models.DateTimeField(null=True, blank=True)
+    status_reason = models.CharField(max_length=500, blank=True, default="")
+    status_by_label = models.CharField(
+        max_length=150, blank=True, default="", help_text="Who set the status: a person, a host or the product."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["team__name", "name"]
-        constraints = [models.UniqueConstraint(fields=["team", "name"], name="run_team_name_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="run_team_name_unique"),
+            models.CheckConstraint(condition=Q(status__in=RunStatus.values), name="run_status_valid"),
+            models.CheckConstraint(
+                condition=Q(status_source__in=RunStatusSource.values), name="run_status_source_valid"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.team.name}/{self.name}"

@@ -10,9 +10,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from audit.actor import Actor
 from catalog.choices import Importance
 from catalog.formats.base import FileEntry, Found
 from catalog.layout import PathTemplate, group_files, subtree
+from catalog.lifecycle import runs_reactivate, sidecar_statuses_apply
 from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
 from catalog.recognition import recognize
 from catalog.verification import FileFacts, carried_over, checkpoints_verify, relative_checksums
@@ -89,6 +91,7 @@ class Judge:
         self._judged: dict[int, tuple[str, list[str]]] = {}  # the formats' verdict on each copy
         self._touched: set[int] = set()  # checkpoints whose copies were judged, to verify
         self._known: dict[int, dict[str, tuple[str, FileFacts]]] = {}  # member files of copies judged here
+        self._new_checkpoint_runs: set[int] = set()  # runs a checkpoint was created for since the last groups()
 
     def _existing(self, group: str) -> dict[str, CheckpointCopy]:
         if not self.has_copies:
@@ -113,6 +116,7 @@ class Judge:
         wanted = set(keys)
         known = self._load_checkpoints(wanted)
         missing = [k for k in dict.fromkeys(keys) if k not in known]
+        self._new_checkpoint_runs.update(run_id for run_id, _, _ in missing)
         if missing:
             fresh = [Checkpoint(run_id=run_id, step=step, tag=tag) for run_id, step, tag in missing]
             try:
@@ -201,6 +205,7 @@ class Judge:
         checkpoints = iter(self._checkpoints(every) if every else [])
         pending: list[tuple[dict[str, CheckpointCopy], list, list, set[str]]] = []
         created_all: list[CheckpointCopy] = []
+        statuses: list[tuple[int, Found]] = []  # (run id, a copy whose sidecar says the run's status)
         for group, entries, found in prepared:
             by_path = {e.path: e for e in entries}
             existing = self._existing(group)
@@ -209,6 +214,8 @@ class Judge:
             seen_paths: set[str] = set()
             for f in found:
                 checkpoint = next(checkpoints)
+                if f.status is not None:
+                    statuses.append((checkpoint.run_id, f))
                 if f.importance in Importance.values and checkpoint.importance != f.importance:
                     checkpoint.importance = f.importance
                     checkpoint.save(update_fields=["importance"])
@@ -248,6 +255,7 @@ class Judge:
             self.pending_files += len(entries)
         if created_all:
             CheckpointCopy.objects.bulk_create(created_all, batch_size=500)
+        self._lifecycle(statuses)
         out: list[dict[str, int | None]] = []
         for existing, kept, created, seen_paths in pending:
             targets: dict[str, int | None] = {}
@@ -273,6 +281,33 @@ class Judge:
                 self._touched.update(c.checkpoint_id for c in vanished)
             out.append(targets)
         return out
+
+    def _actor(self) -> Actor:
+        """Who speaks when the ingest sets a run's status: the host's agent, or the scan of a bucket."""
+        host = self.location.host if self.location.host_id else None
+        return Actor.agent(host.name) if host is not None else Actor.system(f"scan of {self.location.name}")
+
+    def _lifecycle(self, statuses: list[tuple[int, Found]]) -> None:
+        """Runs' statuses from what this batch found: what the newest sidecar of each run says (``status``),
+        and an inferred end taken back for runs that have a new checkpoint (``catalog.lifecycle``)."""
+        said: dict[int, tuple[tuple[int, float], str, str, float | None]] = {}
+        for run_id, f in statuses:
+            rank = (f.step if f.step is not None else -1, f.status_at or 0.0)
+            if run_id not in said or rank > said[run_id][0]:
+                said[run_id] = (rank, f.status or "", f.status_reason, f.status_at)
+        new_runs, self._new_checkpoint_runs = self._new_checkpoint_runs, set()
+        if not said and not new_runs:
+            return
+        actor = self._actor()
+        if said:
+            sidecar_statuses_apply(
+                {
+                    run_id: (status, reason, datetime.fromtimestamp(at, UTC) if at else None)
+                    for run_id, (_, status, reason, at) in said.items()
+                },
+                actor=actor,
+            )
+        runs_reactivate(new_runs - set(said), actor=actor)
 
     def verify(self) -> int:
         """Verify the checkpoints judged since the last call (their links must be written by now)."""

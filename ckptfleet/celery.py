@@ -36,6 +36,8 @@ app.conf.beat_schedule = {
         "task": "audit.tasks.verify_audit_scheduled",
         "schedule": 60.0 * settings.AUDIT_VERIFY_MINUTES,
     },
+    # Runs with no new checkpoint for CKPTFLEET_RUN_IDLE_DAYS are marked finished ("inferred").
+    "infer-ended-runs": {"task": "catalog.tasks.infer_ended_runs", "schedule": 86400.0},
     # Governance holds' Object Lock retention is a rolling date: moved on daily once half of it is left.
     "renew-governance-holds": {"task": "actions.objectlock.renew_governance_task", "schedule": 86400.0},
 }

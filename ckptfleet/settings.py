@@ -306,6 +306,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # A run's status and an inventory's are both "status": each its own named enum.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "catalog.choices.RunStatus",
+        "RunStatusSourceEnum": "catalog.choices.RunStatusSource",
+    },
 }
 
 # Inventory uploads: a compressed body over this is refused with 413 before it is stored.
@@ -355,6 +360,9 @@ if PROMOTION_PRESIGN_SECONDS > 7 * 24 * 3600:
     )
 # Placement: a finished run's checkpoints still on NVMe this many days after its last checkpoint are flagged.
 NVME_FINISHED_DAYS = env_int("CKPTFLEET_NVME_FINISHED_DAYS", 14, minimum=0)
+# Run lifecycle: an active run with no new checkpoint for this many days is marked finished, "inferred" (beat,
+# daily; catalog.lifecycle). What the job or a person said is never overridden by it.
+RUN_IDLE_DAYS = env_int("CKPTFLEET_RUN_IDLE_DAYS", 14, minimum=1, maximum=3660)
 # Verification: a verified copy whose checksums were taken more than this many days ago is flagged "not
 # verified for N days" (checksums go stale: bit rot, a rewrite the store did not show); at least 1.
 VERIFY_STALE_DAYS = env_int("CKPTFLEET_VERIFY_STALE_DAYS", 30, minimum=1)

@@ -21,6 +21,7 @@ from dashboard.api.fleet import (
     InventoryViewSet,
     StorageLocationViewSet,
 )
+from dashboard.api.lifecycle import RunStatusByNameView, RunStatusView
 from dashboard.api.views import CheckpointViewSet, OrphanListView, RunViewSet
 
 router = IdDefaultRouter()
@@ -39,6 +40,8 @@ api = [
     path("orphans/", OrphanListView.as_view(), name="orphan-list"),
     path("orphans/cleanup/preview/", OrphanCleanupPreviewView.as_view(), name="orphan-cleanup-preview"),
     path("orphans/cleanup/", OrphanCleanupView.as_view(), name="orphan-cleanup"),
+    path("runs/status/", RunStatusByNameView.as_view(), name="run-status-by-name"),
+    path("runs/<int:pk>/status/", RunStatusView.as_view(), name="run-status"),
     path("overview/", dashboard_api.OverviewView.as_view(), name="api-overview"),
     path("recovery/<int:pk>/", dashboard_api.RecoveryView.as_view(), name="api-recovery"),
     path("jobs/", dashboard_api.JobListView.as_view(), name="api-jobs"),

@@ -8,24 +8,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Min
 from django.http import Http404
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
+from access.middleware import request_id_of
 from access.roles import Role, has_role
 from access.scoping import may_see_run, restrict_runs, restrict_teams, scoped_team_names, visible_orphans
 from actions import orphans as orphan_cleanup
 from actions.models import DeletionJob, Hold, HoldMode, Pin
 from actions.protection import OPEN_DELETION_STATES
 from actions.views import may_clean_up_orphans
-from catalog import recovery, selectors
-from catalog.choices import CopyState, RunStatus, Verification
+from audit.actor import Actor
+from catalog import lifecycle, recovery, selectors
+from catalog.choices import CopyState, RunStatus, RunStatusSource, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from catalog.pointers import pointers_for_run
 from catalog.reshard import layout_of
 from catalog.verification import VerificationSummary, failure_domain, summarize
+from ckptfleet.errors import DomainError
 from ckptfleet.params import positive_int_param, whole_number
 from dashboard.run_filters import SORTS, BadCursor, RunFilters
 from fleet.choices import Tier
@@ -122,8 +127,36 @@ def run_detail(request, pk: int):
             "placement": run_placement,
             "timeline": _timeline(run, run_placement, newest),
             "pointers": pointers,
+            "can_set_status": has_role(request.user, Role.OPERATOR),
+            "run_statuses": RunStatus.choices,
+            "status_reason_max": lifecycle.MAX_STATUS_REASON,
+            "idle_days": lifecycle.idle_days(),
         },
     )
+
+
+@login_required
+@require_POST
+def run_status(request, pk: int):
+    """The run page's status form: an operator says the run finished, failed, was abandoned, or is active."""
+    run = get_object_or_404(restrict_runs(Run.objects.select_related("team"), request.user), pk=pk)
+    try:
+        change = lifecycle.run_status_set(
+            run=run,
+            status=request.POST.get("status", ""),
+            reason=request.POST.get("reason", ""),
+            actor=Actor.for_request(request),
+            source=RunStatusSource.OPERATOR,
+            request_id=request_id_of(request),
+        )
+    except DomainError as exc:
+        messages.error(request, f"Status not changed: {exc.message}")
+    else:
+        if change.changed:
+            messages.success(request, f"{run} is now {change.run.get_status_display().lower()}.")
+        else:
+            messages.info(request, f"{run} is already {change.run.get_status_display().lower()}: nothing changed.")
+    return redirect("catalog:run-detail", pk=pk)
 
 
 @dataclass

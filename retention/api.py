@@ -189,7 +189,9 @@ class TieringView(APIView):
             OpenApiParameter("to_class", str, enum=list(TARGET_CLASSES)),
             OpenApiParameter("from_tier", str, enum=Tier.values, description="Default nvme."),
             OpenApiParameter("from_class", str, description="Only bytes in this storage class."),
-            OpenApiParameter("finished_only", bool, description="Only finished runs (default true)."),
+            OpenApiParameter(
+                "finished_only", bool, description="Only runs that ended: finished, failed, abandoned (default true)."
+            ),
             OpenApiParameter("to_location", int, description="A bucket location whose prices apply."),
         ],
         responses=dict,

@@ -100,7 +100,9 @@ class MoveForm(_TeamChoices):
         required=False,
         empty_label="Any bucket (the price book's bucket prices)",
     )
-    finished_only = forms.BooleanField(label="Finished runs only", required=False, initial=True)
+    finished_only = forms.BooleanField(
+        label="Ended runs only (finished, failed or abandoned)", required=False, initial=True
+    )
 
     @classmethod
     def from_request(cls, request) -> MoveForm:

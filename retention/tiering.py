@@ -1,4 +1,5 @@
-"""The tiering what-if: move checkpoints of finished runs (or a team's, or a run's) off a tier to a storage class.
+"""The tiering what-if: move checkpoints of ended runs (finished, failed or abandoned; or a team's, or a run's)
+off a tier to a storage class.
 
 It answers, before anything changes: what a month costs now and after the move, the monthly
 saving, the one-off charges, and how many months the saving takes to pay them back.
@@ -41,7 +42,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
 
-from catalog.choices import RunStatus
+from catalog.choices import ENDED_STATUSES
 from catalog.models import Run
 from ckptfleet.errors import DomainError
 from fleet.choices import DEFAULT_STORAGE_CLASS_TIERS, LocationKind, Tier
@@ -229,7 +230,7 @@ def tiering_whatif(*, move: Move, day: date | None = None, pricer: Pricer | None
         raise DomainError(f"the price book has no price for {to_class} ({Tier(to_tier).label}); add one first")
     runs = move.scope.runs().select_related("team").order_by("team__name", "name", "pk")
     if move.finished_only:
-        runs = runs.filter(status__in=[RunStatus.FINISHED, RunStatus.DELETED])
+        runs = runs.filter(status__in=ENDED_STATUSES)  # finished, failed, abandoned or deleted
     runs = list(runs)
     facts, _ = load_facts([r.pk for r in runs], day=day)
     result = WhatIf(move, day, pricer.currency, to_tier, min_days.get(to_class, 0), request_price, [], Sums())

@@ -36,7 +36,7 @@ from approvals.registry import Applied
 from audit.actor import Actor
 from audit.choices import ActorKind
 from audit.services import audit
-from catalog.choices import CopyState, Importance, RunStatus, Verification
+from catalog.choices import ENDED_STATUSES, CopyState, Importance, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from catalog.recovery import disputed_checkpoints
 from ckptfleet.errors import DomainError
@@ -48,8 +48,6 @@ from retention.tiering import TARGET_CLASSES
 log = logging.getLogger(__name__)
 
 HOST_KINDS = (LocationKind.NVME, LocationKind.PFS)
-# Runs that write no more checkpoints: a tiering rule "for runs ended N days ago" reads these.
-ENDED_STATUSES = tuple(s for s in ("finished", "failed", "abandoned", "deleted") if s in RunStatus.values)
 RULE_FIELDS = (
     "action",
     "source_tier",
@@ -366,10 +364,11 @@ def _runs(policy: TieringPolicy, now: datetime):
         runs = runs.filter(team_id=policy.team_id)
     if policy.run_ended_days is not None:
         cutoff = now - timedelta(days=policy.run_ended_days)
-        ended = Q(status__in=ENDED_STATUSES)
-        if hasattr(Run, "status_changed_at"):
-            ended &= Q(status_changed_at__lte=cutoff) | Q(status_changed_at__isnull=True)
-        runs = runs.filter(ended)
+        # Ended at least N days ago: by when its status last changed (a run ended before statuses had a time
+        # counts as ended long ago).
+        runs = runs.filter(
+            Q(status__in=ENDED_STATUSES), Q(status_changed_at__lte=cutoff) | Q(status_changed_at__isnull=True)
+        )
     return list(runs)
 
 

@@ -16,3 +16,4 @@ class SpendConfig(AppConfig):
 
         hooks.on_copies_restated(usage.copies_restated)
         hooks.on_location_rejudged(usage.location_rejudged)
+        hooks.on_run_status_changed(usage.run_status_changed)

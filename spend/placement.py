@@ -47,7 +47,7 @@ from django.db.models.functions import Coalesce, Concat
 from django.utils import timezone
 
 from actions.models import Hold
-from catalog.choices import Importance, RunStatus, Verification
+from catalog.choices import ENDED_STATUSES, Importance, RunStatus, Verification
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run
 from catalog.recovery import is_restorable, restorable_copies
 from catalog.verification import (
@@ -62,7 +62,8 @@ from fleet.models import StorageLocation
 
 ARCHIVE_TIERS = (Tier.ARCHIVE, Tier.DEEP_ARCHIVE)
 """Classes a restore takes hours from (S3 Glacier Flexible Retrieval, Deep Archive, GCS Archive)."""
-FINISHED = (RunStatus.FINISHED, RunStatus.DELETED)
+# Runs that write no more checkpoints: finished, failed, abandoned or deleted (catalog.choices).
+FINISHED = ENDED_STATUSES
 TIER_ORDER = {value: i for i, value in enumerate(Tier.values)}
 FLAGGED_SHOWN = 10  # flagged checkpoints listed per flag on a run page; the placement page has them all
 
@@ -96,7 +97,8 @@ def flag_help(flag: str) -> str:
             "another host or region and verify the copy."
         ),
         Flag.FINISHED_ON_NVME: (
-            f"The run is finished, its newest checkpoint was first seen more than {days} days ago, and this "
+            f"The run has ended (finished, failed or abandoned), its newest checkpoint was first seen more than "
+            f"{days} days ago, and this "
             "checkpoint still has a copy on GPU-host NVMe, the most expensive tier, which training jobs need. "
             "Move it to object storage or delete that copy."
         ),

@@ -30,7 +30,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from django.db.models import Aggregate, Count, F, Max, Q, Sum, Value
 from django.db.models.functions import Coalesce
 
-from catalog.choices import RunStatus
+from catalog.choices import ENDED_STATUSES, RunStatus
 from catalog.models import CopyTierUsage, Run
 from fleet.choices import LocationKind, Tier
 from fleet.models import PricePoint, StorageLocation
@@ -924,7 +924,8 @@ class WasteKind:
     q: Q
 
 
-FINISHED = [RunStatus.FINISHED, RunStatus.DELETED]
+# Finished, failed, abandoned or deleted: a run that writes no more checkpoints (catalog.choices).
+FINISHED = list(ENDED_STATUSES)
 WASTE_KINDS = [
     WasteKind(
         "unclaimed",
@@ -957,7 +958,8 @@ WASTE_KINDS = [
     WasteKind(
         "finished_on_nvme",
         "Finished runs still on NVMe",
-        "complete copies of finished or deleted runs on GPU-host NVMe, the most expensive tier",
+        "complete copies of runs that ended (finished, failed, abandoned or deleted) on GPU-host NVMe, the most "
+        "expensive tier",
         Q(state=UsageState.COMPLETE, tier=Tier.NVME, run_status__in=FINISHED),
     ),
     WasteKind(

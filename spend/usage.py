@@ -44,7 +44,7 @@ from decimal import Decimal
 from django.db import connection, transaction
 from django.utils import timezone
 
-from catalog.models import CheckpointCopy, CopyTierUsage
+from catalog.models import CheckpointCopy, CopyTierUsage, Run
 from fleet.choices import DEFAULT_STORAGE_CLASS_TIERS, LocationKind
 from fleet.models import Bucket, StorageLocation
 from fleet.pricebook import GIB, PriceBook, Rule, month_days, utc_today
@@ -56,6 +56,7 @@ CENT = Decimal("0.01")
 USAGE = UsageDaily._meta.db_table
 COPY_USAGE = CopyTierUsage._meta.db_table
 MONTHLY = UsageMonthly._meta.db_table
+RUN = Run._meta.db_table
 _GROUP = "location_id, team_id, run_id, run_status, tier, storage_class, state"
 _MONTH_SUMS = "days, byte_days, file_days, cost_nanos, estimated_days"
 _MONTH_SUMS_SQL = "COUNT(*), SUM(bytes), SUM(files), SUM(cost_nanos), SUM(CASE WHEN estimated THEN 1 ELSE 0 END)"
@@ -240,8 +241,9 @@ def _carry(location: StorageLocation, base: date, days: list[date], book: PriceB
             cursor.execute(
                 f"""
                 INSERT INTO {USAGE} ({_COLUMNS})
-                SELECT %s, location_id, team_id, run_id, run_status, tier, storage_class, state, bytes, files,
-                       {cost}, %s
+                SELECT %s, location_id, team_id, run_id,
+                       COALESCE((SELECT r.status FROM {RUN} r WHERE r.id = run_id), run_status),
+                       tier, storage_class, state, bytes, files, {cost}, %s
                 FROM {USAGE} WHERE location_id = %s AND day = %s
                 """,
                 [_adapt(day), *cost_params, True, location.pk, _adapt(base)],
@@ -433,6 +435,24 @@ def _restate_rows(location: StorageLocation, day: date, rules: tuple[Rule, ...],
             [_adapt(day), location.pk, *cost_params, carried, location.pk, *runs],
         )
         return cursor.rowcount
+
+
+def run_status_changed(run_id: int, status: str, *, today: date | None = None) -> int:
+    """The run's rows of today (UTC) and later carry its new status; returns the rows changed.
+
+    Called in the transaction of the change (``catalog.lifecycle``, through ``catalog.hooks``). Earlier days keep
+    the status the run had then, so ending a run today does not turn last month's NVMe spend into waste. A
+    location not yet rolled up to today takes the new status when it is carried forward (``_carry`` reads the
+    run's status as it is then)."""
+    today = today or utc_today()
+    rows = UsageDaily.objects.filter(run_id=run_id, day__gte=today).exclude(run_status=status)
+    touched = sorted(set(rows.values_list("location_id", flat=True)))
+    if not touched:
+        return 0
+    changed = rows.update(run_status=status)
+    last = UsageDaily.objects.filter(run_id=run_id, day__gte=today).order_by("-day").values_list("day", flat=True)[0]
+    rollup_months(touched, today, last, run_ids=[run_id])
+    return changed
 
 
 def usage_carry_forward(*, location_id: int, through: date) -> int:

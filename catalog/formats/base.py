@@ -92,6 +92,11 @@ class Found:
     run: str | None = None
     team: str | None = None
     importance: str | None = None
+    # The run's status as the job said it in its sidecar (catalog.lifecycle.JOB_STATUSES), why, and when the
+    # sidecar was written (its mtime, seconds since the epoch): a later word of an operator wins over it.
+    status: str | None = None
+    status_reason: str = ""
+    status_at: float | None = None
     # Checksums a writer recorded for member files: {relative path below the root: (algo, hexdigest)}.
     reference_checksums: dict[str, tuple[str, str]] = field(default_factory=dict)
 

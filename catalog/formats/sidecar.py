@@ -13,6 +13,8 @@ Schema ``ckptfleet/1`` (a JSON object, UTF-8, at most 1 MiB)::
       "team": "llm",                        # optional str: the owning team
       "step": 2000,                         # optional int >= 0: the training step
       "importance": "milestone",            # optional: critical | milestone | routine | transient
+      "status": "finished",                 # optional: the run's status, active | finished | failed | abandoned
+      "status_reason": "reached 2000 steps",  # optional str (at most 500 characters): why
       "format": "pytorch_dcp",              # optional str: informational only
       "files": [                            # required: every file of the checkpoint except this one
         {"path": "__0_0.distcp",            #   '/'-separated, relative to the sidecar's directory,
@@ -29,6 +31,11 @@ checkpoint, so such a file wants a directory of its own.
 Judgement: a listed file missing -> partial; a size differing -> corrupt; a sha256 differing from the
 checksum the inventory carries -> corrupt (when the inventory has sha256s); an unreadable or malformed
 sidecar -> corrupt. The listed sha256s become ``Found.reference_checksums`` for later verification.
+
+Status: the ingest sets the run's status from the sidecar of its newest step that has one
+(``catalog.lifecycle``, source "sidecar"), unless the status changed after the sidecar was written. An
+unknown ``status``, or a ``status_reason`` that is not text of at most 500 characters, is refused: the
+status is not applied and the copy's reasons say why; the copy itself is judged as usual.
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ from catalog.formats.common import json_content, lookup, size_words, step_from_n
 SIDECAR = "ckptfleet.json"
 SCHEMA = "ckptfleet/1"
 IMPORTANCE = ("critical", "milestone", "routine", "transient")
+# What a job may say of its run (catalog.lifecycle.JOB_STATUSES; formats sit below the catalog's services).
+STATUSES = ("active", "finished", "failed", "abandoned")
+MAX_STATUS_REASON = 500
 
 
 class SidecarFormat(CheckpointFormat):
@@ -151,6 +161,28 @@ class SidecarFormat(CheckpointFormat):
         return good
 
     @staticmethod
+    def _apply_status(target: Found, content: dict[str, Any], sidecar) -> None:
+        status, reason = content.get("status"), content.get("status_reason")
+        if status is None:
+            if reason is not None:
+                target.reasons.append(f'{SIDECAR}: "status_reason" without "status" ignored')
+            return
+        if not isinstance(status, str) or status.strip().lower() not in STATUSES:
+            target.reasons.append(
+                f"{SIDECAR}: status {status!r} refused (one of {', '.join(STATUSES)}); the run's status is unchanged"
+            )
+            return
+        if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_STATUS_REASON):
+            target.reasons.append(
+                f"{SIDECAR}: status_reason must be text of at most {MAX_STATUS_REASON} characters; "
+                "the run's status is unchanged"
+            )
+            return
+        target.status = status.strip().lower()
+        target.status_reason = " ".join((reason or "").split())
+        target.status_at = sidecar.mtime or None
+
+    @staticmethod
     def _apply(target: Found, content: dict[str, Any], listed: list[dict[str, Any]], directory: DirView) -> None:
         schema = content.get("schema")
         if schema is not None and schema != SCHEMA:
@@ -164,6 +196,7 @@ class SidecarFormat(CheckpointFormat):
             target.importance = importance
         elif importance is not None:
             target.reasons.append(f"{SIDECAR}: unknown importance {importance!r} ignored")
+        SidecarFormat._apply_status(target, content, directory.files[SIDECAR])
         step = content.get("step")
         if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
             if target.step is not None and target.step != step:

@@ -129,6 +129,7 @@ _BADGES = {
     "active": ("info", "●", "Active"),
     "finished": ("neutral", "■", "Finished"),
     "deleted": ("neutral", "○", "Finished and deleted"),
+    "abandoned": ("neutral", "◌", "Abandoned"),
     "temporary": ("warn", "!", "Left-over of an interrupted save"),
     "gone": ("neutral", "○", "Gone"),
 }
@@ -146,6 +147,20 @@ def state_badge(value):
         symbol,
         label,
     )
+
+
+@register.filter
+def run_status(run):
+    """A run's status badge, then who said it and when: "Finished · inferred 3 d ago", "Failed · api 2 h ago"."""
+    badge = state_badge(run.status)
+    source = getattr(run, "status_source", "")
+    if not source:
+        return badge
+    when = run.status_changed_at
+    label = run.get_status_source_display().lower()
+    if not isinstance(when, datetime):
+        return format_html('{} <span class="muted small">· {}</span>', badge, label)
+    return format_html('{} <span class="muted small">· {} {}</span>', badge, label, relative_time(when))
 
 
 @register.filter
