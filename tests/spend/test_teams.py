@@ -278,7 +278,7 @@ def test_the_csv_and_the_api_of_last_month_keep_the_old_cost_center(usage, fiona
 def test_the_teams_page_lists_teams_and_finance_edits_from_it(usage, signed_in_as):
     client = signed_in_as(Role.FINANCE)
     html = client.get("/spend/teams/").content.decode()
-    assert "CC-OLD" in html and "Create a team" in html and 'href="/spend/teams/"' in html
+    assert "CC-OLD" in html and "Create a team" in html
     vision = usage["vision"]
     response = client.post(
         f"/spend/teams/{vision.pk}/",
