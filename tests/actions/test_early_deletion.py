@@ -106,3 +106,12 @@ def test_a_checkpoint_factory_copy_in_standard_is_never_charged(fleet):
     ck = CheckpointFactory(run=fleet.run, step=400)
     add_copy(ck, StorageLocationFactory(bucket=True))
     assert services.preview(checkpoint=ck).early_deletion.objects == 0
+
+
+def test_a_bulk_deletion_preview_sums_the_early_deletion_charge(fleet, signed_in):
+    copy = glacier_copy(fleet)
+    body = {"action": "delete", "items": [{"checkpoint": fleet.checkpoints[300].pk, "copy": copy.pk}], "reason": "x"}
+    data = signed_in.post("/api/v1/actions/bulk/", body, content_type="application/json").json()
+    assert data["early_deletion"] == {"charge": "2.40", "objects": 3, "bytes": 3 * GIB, "unpriced_objects": 0}
+    pins = {"action": "pin", "items": [{"checkpoint": fleet.checkpoints[300].pk}], "reason": "x"}
+    assert "early_deletion" not in signed_in.post("/api/v1/actions/bulk/", pins, content_type="application/json").json()
