@@ -395,3 +395,9 @@ def test_the_command_sets_a_cost_center_and_says_what_it_did(fiona):
         call_command("fleet_team", "cost-center", "--team", "nobody", "--cost-center", "X")
     with pytest.raises(CommandError, match="a team needs a name"):
         call_command("fleet_team", "create", "--name", " ")
+
+
+def test_the_audit_trail_links_a_team_event_to_the_team(fiona, signed_in):
+    team = teams.team_create(actor=as_ui(fiona), name="robotics", cost_center="CC-9")
+    html = signed_in.get("/audit/?action=team.create").content.decode()
+    assert f'href="/spend/teams/{team.pk}/"' in html
