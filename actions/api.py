@@ -343,6 +343,13 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                 "bytes": p.bytes,
                 "monthly_cost": str(p.monthly_cost) if p.monthly_cost is not None else None,
                 "currency": p.currency,
+                "early_deletion": {
+                    "charge": str(p.early_deletion.rounded),
+                    "objects": p.early_deletion.objects,
+                    "bytes": p.early_deletion.bytes,
+                    "unpriced_objects": p.early_deletion.unpriced_objects,
+                    "text": f"early-deletion charge: {p.early_deletion.describe(p.currency)}",
+                },
                 "newest_restorable_before": p.newest_before.pk if p.newest_before else None,
                 "newest_restorable_after": p.newest_after.pk if p.newest_after else None,
                 "newest_restorable_after_verified": p.newest_after_verified,

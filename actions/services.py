@@ -32,6 +32,7 @@ from typing import cast
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Sum
+from django.db.models.functions import TruncDate
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
@@ -66,6 +67,8 @@ from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, Shard
 from catalog.recovery import newest_restorable, newest_restorable_ids
 from ckptfleet.errors import DomainError, PermissionRefused
 from ckptfleet.units import bytes_iec
+from fleet.choices import LocationKind
+from fleet.early_deletion import EarlyDeletion, min_storage_days
 from fleet.models import Bucket, StorageLocation
 from fleet.pricebook import GIB, PriceBook, utc_today
 
@@ -608,6 +611,8 @@ class DeletionPreview:
     blast_reasons: list[str] = field(default_factory=list)  # above a blast-radius limit: two approvers
     grace_days: int = 7
     sample: list[dict] = field(default_factory=list)
+    # What deleting objects younger than their storage class's minimum duration is billed (``fleet.early_deletion``).
+    early_deletion: EarlyDeletion = field(default_factory=EarlyDeletion)
 
     @property
     def allowed(self) -> bool:
@@ -675,6 +680,41 @@ def _monthly_costs(copies: list[CheckpointCopy]) -> tuple[dict[int, Decimal | No
     return costs, book.currency
 
 
+def _early_deletion(copies: list[CheckpointCopy]) -> EarlyDeletion:
+    """The early-deletion charge of deleting ``copies`` today: each bucket object younger than its storage class's
+    minimum duration is billed for the days left (``fleet.early_deletion``, as the tiering what-if and the retention
+    simulator price it). Its age counts from its modification time. One query, grouped by copy, class and day."""
+    result = EarlyDeletion()
+    in_buckets = {c.pk: c for c in copies if c.location.kind == LocationKind.BUCKET}
+    minimums = min_storage_days()
+    classes = [name for name, days in minimums.items() if days > 0]
+    if not in_buckets or not classes:
+        return result
+    today = utc_today()
+    since = datetime.combine(today - timedelta(days=max(minimums.values())), datetime.min.time(), tzinfo=UTC)
+    rows = (
+        ShardFile.objects.filter(
+            copy_id__in=list(in_buckets), gone_at__isnull=True, storage_class__in=classes, mtime__gte=since
+        )
+        .annotate(day=TruncDate("mtime", tzinfo=UTC))
+        .values("copy_id", "tier", "storage_class", "day")
+        .annotate(n_objects=Count("pk"), size=Sum("size"))
+        .order_by()
+    )
+    book = PriceBook.load(until=today)
+    for row in rows:
+        location = in_buckets[row["copy_id"]].location
+        result.add(
+            nbytes=row["size"] or 0,
+            objects=row["n_objects"],
+            price_per_gib_month=book.price(location, row["tier"] or location.tier, row["storage_class"], today),
+            storage_class=row["storage_class"],
+            days_stored=(today - row["day"]).days,
+            minimums=minimums,
+        )
+    return result
+
+
 def _check_origin(origin: str) -> str:
     origin = (origin or "").strip()
     if origin != "manual" and not _POLICY_ORIGIN.match(origin):
@@ -736,6 +776,8 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
         surviving_copies=surviving,
         grace_days=max(settings.DELETION_GRACE_DAYS, 0),
     )
+    if with_money:
+        preview.early_deletion = _early_deletion(going)
 
     overlapping = [j for j in open_jobs if copy is None or j.copy_id in (None, copy.pk)]
     refusal = (

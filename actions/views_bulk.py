@@ -38,6 +38,7 @@ from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from catalog.templatetags.fleet_format import ckpt_label
 from ckptfleet.errors import DomainError, PermissionRefused
+from fleet.early_deletion import EarlyDeletion
 
 MAX_ITEMS = 200
 KEEP_RESULTS = 5
@@ -314,6 +315,15 @@ class Preview:
         return sum(i.bytes for i in self.allowed)
 
     @property
+    def early_deletion(self) -> EarlyDeletion:
+        """Deletions: the early-deletion charge of everything that would go (``fleet.early_deletion``)."""
+        total = EarlyDeletion()
+        for i in self.allowed:
+            if i.preview is not None:
+                total += i.preview.early_deletion
+        return total
+
+    @property
     def monthly_cost(self) -> Decimal | None:
         costs = [i.preview.monthly_cost for i in self.allowed if i.preview is not None]
         if not costs or any(c is None for c in costs):
@@ -580,6 +590,11 @@ class BulkOutput(serializers.Serializer):
     files = serializers.IntegerField(required=False)
     bytes = serializers.IntegerField(required=False)
     monthly_cost = serializers.CharField(allow_null=True, required=False)
+    early_deletion = serializers.DictField(
+        required=False,
+        help_text="Deletions: {charge, objects, bytes, unpriced_objects}: what removing objects younger than their "
+        "storage class's minimum duration is billed.",
+    )
     currency = serializers.CharField(required=False)
     grace_days = serializers.IntegerField(required=False, help_text="Deletions: days before they may run.")
     execute_after = serializers.DateTimeField(
@@ -591,6 +606,15 @@ class BulkOutput(serializers.Serializer):
 
 def _money(value: Decimal | None) -> str | None:
     return str(value) if value is not None else None
+
+
+def _early_data(early: EarlyDeletion) -> dict:
+    return {
+        "charge": str(early.rounded),
+        "objects": early.objects,
+        "bytes": early.bytes,
+        "unpriced_objects": early.unpriced_objects,
+    }
 
 
 def preview_data(result: Preview) -> dict:
@@ -637,6 +661,7 @@ def preview_data(result: Preview) -> dict:
         "files": result.files,
         "bytes": result.bytes,
         "monthly_cost": _money(result.monthly_cost),
+        **({"early_deletion": _early_data(result.early_deletion)} if result.selection.action == DELETE else {}),
         "currency": result.currency,
         **(
             {"grace_days": result.grace_days, "execute_after": result.execute_after.isoformat()}

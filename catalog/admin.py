@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from catalog.models import Checkpoint, CheckpointCopy, IngestRow, Run, ShardFile, Team
+from catalog.models import Checkpoint, CheckpointCopy, IngestRow, Run, ShardFile, Team, TeamCostCenter
 from ckptfleet.admin_base import EstimatedCountPaginator, ReadOnlyAdmin
 from ckptfleet.units import bytes_iec
 
@@ -18,6 +18,15 @@ from ckptfleet.units import bytes_iec
 class TeamAdmin(ReadOnlyAdmin):
     list_display = ["name", "cost_center"]
     search_fields = ["name", "cost_center"]
+
+
+@admin.register(TeamCostCenter)
+class TeamCostCenterAdmin(ReadOnlyAdmin):
+    """The history, to read; it is set on the Teams page, the API or ``manage.py fleet_team`` (``catalog.teams``)."""
+
+    list_display = ["team", "cost_center", "effective_from", "set_by_label", "set_at"]
+    list_select_related = ["team"]
+    search_fields = ["team__name", "cost_center"]
 
 
 @admin.register(Run)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -9,16 +10,46 @@ from catalog.choices import CopyState, Importance, RunStatus, RunStatusSource, V
 
 
 class Team(models.Model):
-    """A group that owns runs and pays for their storage through a cost center."""
+    """A group that owns runs and pays for their storage through a cost center.
+
+    ``cost_center`` is the one in force today, kept in step with the newest ``TeamCostCenter`` by
+    ``catalog.teams``; spend reads the history, so that past days keep the cost center they had.
+    """
 
     name = models.CharField(max_length=100, unique=True)
-    cost_center = models.CharField(max_length=100, blank=True)
+    cost_center = models.CharField(max_length=100, blank=True, help_text="In force today (catalog.teams).")
 
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
+
+
+class TeamCostCenter(models.Model):
+    """A team's cost center from a UTC day on, until the next one: the history spend reports bill by.
+
+    Appended by ``catalog.teams.team_set_cost_center`` and never edited: of two set for the same day the one set
+    later wins. An empty ``cost_center`` means none from that day. Days before a team's first row keep
+    ``Team.cost_center`` as it was before history was kept (``catalog.teams.CostCenters``).
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="cost_centers")
+    cost_center = models.CharField(max_length=100, blank=True)
+    effective_from = models.DateField(help_text="The first UTC day it applies to.")
+    set_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    set_by_label = models.CharField(max_length=200)
+    set_at = models.DateTimeField()
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["team", "effective_from", "set_at", "pk"]
+        indexes = [models.Index(fields=["team", "effective_from"], name="teamcostcenter_team_from")]
+
+    def __str__(self) -> str:
+        return f"{self.team.name}: {self.cost_center or 'no cost center'} from {self.effective_from:%Y-%m-%d}"
 
 
 class Run(models.Model):

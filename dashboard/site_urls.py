@@ -46,6 +46,7 @@ api = [
     path("recovery/<int:pk>/", dashboard_api.RecoveryView.as_view(), name="api-recovery"),
     path("jobs/", dashboard_api.JobListView.as_view(), name="api-jobs"),
     path("spend/", include("spend.api_urls")),
+    path("teams/", include("spend.api_urls_teams")),
     path("actions/", include("actions.urls_api")),
     path("retention/", include("retention.api_urls")),
     path("approvals/", include("approvals.api_urls")),

@@ -80,7 +80,19 @@ def _scope(data: dict, user) -> Scope:
 
 
 def _money_data(m: Money) -> dict:
-    return {"checkpoints": m.checkpoints, "bytes": m.bytes, "monthly": _money(m.monthly), "unpriced_bytes": m.unpriced}
+    return {
+        "checkpoints": m.checkpoints,
+        "bytes": m.bytes,
+        "monthly": _money(m.monthly),
+        "unpriced_bytes": m.unpriced,
+        # Only removing bytes is charged: the freed totals carry it, kept ones show 0.
+        "early_deletion": {
+            "charge": _money(m.early_deletion.charge),
+            "objects": m.early_deletion.objects,
+            "bytes": m.early_deletion.bytes,
+            "unpriced_objects": m.early_deletion.unpriced_objects,
+        },
+    }
 
 
 def simulation_data(sim: Simulation, *, detail: bool = True) -> dict:
@@ -116,7 +128,7 @@ def simulation_data(sim: Simulation, *, detail: bool = True) -> dict:
                     "already_scheduled": d.checkpoint.scheduled,
                     "bytes": d.checkpoint.bytes,
                 }
-                for d in r.plan.decisions
+                for d in r.plan.in_offer_order  # dropped first, transient ones leading (retention.rules)
             ]
         runs.append(row)
     return {

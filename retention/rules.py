@@ -19,6 +19,14 @@ Rules, each optional except the promises:
 - **keep step-less**: checkpoints saved under a name instead of a step (a final export,
   ``last.ckpt``), which "last N" and "every Mth" cannot rank.
 
+**Transient** checkpoints (the training job's word for a save it does not mean to keep, such as a
+preemption save between its routine ones) are kept by the promises alone: held, pinned, the run's
+newest restorable one, disputed, not positively identified. No keep rule keeps them: "last N" counts
+the N highest steps among the run's other stepped checkpoints (so transient saves never push a routine
+one out of the last N), and neither "every Mth step" nor "step-less" keeps a transient one. They are
+the first a policy offers to remove: ``Plan.dropped`` lists them before the other dropped checkpoints
+(each group newest first), and the simulator and a policy's proposals follow that order.
+
 A checkpoint no rule keeps is dropped, with the reason in words.
 """
 
@@ -108,6 +116,10 @@ class CheckpointFacts:
     def bytes(self) -> int:
         return sum(c.bytes for c in self.copies)
 
+    @property
+    def transient(self) -> bool:
+        return self.importance == Importance.TRANSIENT
+
 
 @dataclass(frozen=True)
 class KeepRules:
@@ -138,6 +150,7 @@ class KeepRules:
         if self.keep_stepless:
             parts.append("step-less exports")
         parts.append("pinned, held and disputed checkpoints and the newest restorable one (always)")
+        parts.append("transient checkpoints only where one of those promises requires it")
         return "Keep " + ", ".join(parts)
 
 
@@ -170,7 +183,13 @@ class Plan:
 
     @property
     def dropped(self) -> tuple[Decision, ...]:
-        return tuple(d for d in self.decisions if not d.kept)
+        """Dropped checkpoints in the order a policy offers them: transient ones first, then the rest, newest first."""
+        return tuple(sorted((d for d in self.decisions if not d.kept), key=lambda d: not d.checkpoint.transient))
+
+    @property
+    def in_offer_order(self) -> tuple[Decision, ...]:
+        """Every decision for a list: the dropped ones in the order a policy offers them, then the kept ones."""
+        return (*self.dropped, *self.kept)
 
     @property
     def kept_ids(self) -> frozenset[int]:
@@ -187,6 +206,8 @@ def newest_first(checkpoints: Iterable[CheckpointFacts]) -> list[CheckpointFacts
 
 
 def _why_dropped(c: CheckpointFacts, rules: KeepRules) -> str:
+    if c.transient:
+        return "transient: kept only where a promise requires it (held, pinned, the newest restorable, disputed)"
     why = []
     if c.step is None:
         why.append("step-less exports are not kept")
@@ -210,7 +231,8 @@ def apply_rules(checkpoints: Iterable[CheckpointFacts], rules: KeepRules) -> Pla
     ids = [c.id for c in ordered]
     if len(set(ids)) != len(ids):
         raise ValueError("a checkpoint appears twice")
-    last_n = {c.id for c in [c for c in ordered if c.step is not None][: rules.keep_last]}
+    # Transient saves are kept by the promises alone, so they neither take nor count towards a place in the last N.
+    last_n = {c.id for c in [c for c in ordered if c.step is not None and not c.transient][: rules.keep_last]}
     decisions = []
     for c in ordered:
         reasons = []
@@ -230,9 +252,9 @@ def apply_rules(checkpoints: Iterable[CheckpointFacts], rules: KeepRules) -> Pla
             reasons.append(Reason.MILESTONE)
         if c.id in last_n:
             reasons.append(Reason.LAST_N)
-        if rules.keep_every and c.step is not None and c.step % rules.keep_every == 0:
+        if rules.keep_every and c.step is not None and c.step % rules.keep_every == 0 and not c.transient:
             reasons.append(Reason.EVERY_MTH)
-        if rules.keep_stepless and c.step is None:
+        if rules.keep_stepless and c.step is None and not c.transient:
             reasons.append(Reason.STEPLESS)
         decisions.append(Decision(c, tuple(reasons), "" if reasons else _why_dropped(c, rules)))
     return Plan(tuple(decisions))

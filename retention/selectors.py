@@ -22,6 +22,8 @@ from actions.promises import unidentified_ids
 from actions.protection import OPEN_DELETION_STATES, protected_ids
 from catalog.models import Checkpoint, CopyTierUsage, Run
 from catalog.recovery import disputed_checkpoints, newest_restorable_ids
+from fleet.choices import LocationKind
+from fleet.early_deletion import EarlyDeletion, min_storage_days
 from fleet.models import StorageLocation
 from fleet.pricebook import GIB, PriceBook, book_currency, utc_today
 from retention.rules import CheckpointFacts, CopyFacts, Decision, KeepRules, Plan, apply_rules
@@ -64,6 +66,7 @@ class Pricer:
         self.currency = book_currency() if book is None else book.currency
         self._locations: dict[int, StorageLocation] | None = None
         self._cache: dict[tuple, Decimal | None] = {}
+        self._minimums: dict[str, int] | None = None
 
     def location(self, pk: int) -> StorageLocation | None:
         if self._locations is None:
@@ -77,6 +80,26 @@ class Pricer:
         if key not in self._cache:
             self._cache[key] = self.book.price(location, tier, storage_class, self.day)
         return self._cache[key]
+
+    def add_early_deletion(self, into: EarlyDeletion, copy: CopyFacts) -> None:
+        """Count ``copy``'s bytes into ``into`` if removing them now ends them before their class's minimum duration.
+
+        As the tiering what-if counts them (``retention.tiering``): per copy and storage class, its days stored from
+        the copy's newest file (so an upper bound), objects in buckets only; one file is one object.
+        """
+        location = self.location(copy.location_id)
+        if location is None or location.kind != LocationKind.BUCKET:
+            return
+        if self._minimums is None:
+            self._minimums = min_storage_days()
+        into.add(
+            nbytes=copy.bytes,
+            objects=copy.files,
+            price_per_gib_month=self.price(location, copy.tier, copy.storage_class),
+            storage_class=copy.storage_class,
+            days_stored=copy.days_stored,
+            minimums=self._minimums,
+        )
 
     def monthly(self, copy: CopyFacts) -> Decimal | None:
         """What ``copy``'s bytes cost a month; None when no price applies."""
@@ -93,7 +116,10 @@ class Money:
     unpriced: int = 0
     checkpoints: int = 0
 
-    def add_checkpoint(self, checkpoint: CheckpointFacts, pricer: Pricer) -> None:
+    # Removing the bytes: what deleting objects younger than their class's minimum storage duration is billed.
+    early_deletion: EarlyDeletion = field(default_factory=EarlyDeletion)
+
+    def add_checkpoint(self, checkpoint: CheckpointFacts, pricer: Pricer, *, removing: bool = False) -> None:
         self.checkpoints += 1
         for copy in checkpoint.copies:
             self.bytes += copy.bytes
@@ -102,12 +128,15 @@ class Money:
                 self.unpriced += copy.bytes
             else:
                 self.monthly += cost
+            if removing:
+                pricer.add_early_deletion(self.early_deletion, copy)
 
     def __iadd__(self, other: Money) -> Money:
         self.bytes += other.bytes
         self.monthly += other.monthly
         self.unpriced += other.unpriced
         self.checkpoints += other.checkpoints
+        self.early_deletion += other.early_deletion
         return self
 
 
@@ -250,7 +279,7 @@ def simulate(
             elif d.checkpoint.scheduled:
                 scheduled.add_checkpoint(d.checkpoint, pricer)
             else:
-                freed.add_checkpoint(d.checkpoint, pricer)
+                freed.add_checkpoint(d.checkpoint, pricer, removing=True)
         verified = restorable.get(run.pk, (None, False))[1]
         sim.runs.append(RunResult(run, plan, kept, freed, scheduled, newest, verified))
         sim.kept += kept

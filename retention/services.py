@@ -475,7 +475,10 @@ def policy_propose(*, policy_id: int, actor: Actor | None = None) -> Proposal:
         return proposal
     actor = actor or policy_actor(policy)
     sim = policy_dry_run(policy)
-    candidates = [(r, d) for r in sim.runs for d in r.plan.dropped]
+    # Transient checkpoints first, fleet-wide (``retention.rules``): the first a policy offers to remove.
+    candidates = sorted(
+        ((r, d) for r in sim.runs for d in r.plan.dropped), key=lambda pair: not pair[1].checkpoint.transient
+    )
     if candidates:
         # Fresh, right before scheduling: a checkpoint that became the newest restorable since the
         # simulation started is not proposed.

@@ -7,7 +7,8 @@ saving, the one-off charges, and how many months the saving takes to pay them ba
 One-off charges modelled:
 
 - **early deletion** of the source: bytes leaving a storage class before its minimum storage
-  duration are billed for the rest of it (``MIN_STORAGE_DAYS``), pro-rated per day of a 30-day
+  duration are billed for the rest of it (``fleet.early_deletion``, shared with the deletion preview and
+  the retention simulator), pro-rated per day of a 30-day
   month, at the source's price. How long bytes have been stored is counted from the copy's newest
   file time, so the charge is an upper bound;
 - **requests**: one PUT (for bytes leaving a host or file system) or lifecycle transition (between
@@ -46,26 +47,10 @@ from catalog.choices import ENDED_STATUSES
 from catalog.models import Run
 from ckptfleet.errors import DomainError
 from fleet.choices import DEFAULT_STORAGE_CLASS_TIERS, LocationKind, Tier
+from fleet.early_deletion import DAYS_PER_BILLING_MONTH, early_deletion_charge, min_storage_days
 from fleet.models import StorageLocation
 from fleet.pricebook import GIB, utc_today
 from retention.selectors import Pricer, Scope, load_facts
-
-DAYS_PER_BILLING_MONTH = 30  # how AWS pro-rates a minimum storage duration
-
-MIN_STORAGE_DAYS: dict[str, int] = {
-    "STANDARD": 0,
-    "INTELLIGENT_TIERING": 0,
-    "STANDARD_IA": 30,
-    "ONEZONE_IA": 30,
-    "GLACIER_IR": 90,
-    "GLACIER": 90,
-    "DEEP_ARCHIVE": 180,
-    "NEARLINE": 30,
-    "COLDLINE": 90,
-    "ARCHIVE": 365,
-    "COOL": 30,
-    "COLD": 90,
-}
 
 # USD per 1,000 PUT or lifecycle-transition requests into the class.
 REQUEST_PRICE_PER_1000: dict[str, Decimal] = {
@@ -82,10 +67,6 @@ REQUEST_PRICE_PER_1000: dict[str, Decimal] = {
 }
 
 TARGET_CLASSES = ("STANDARD", "STANDARD_IA", "ONEZONE_IA", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE")
-
-
-def min_storage_days() -> dict[str, int]:
-    return {**MIN_STORAGE_DAYS, **settings.RETENTION_MIN_STORAGE_DAYS}
 
 
 def request_prices() -> dict[str, Decimal]:
@@ -267,9 +248,13 @@ def tiering_whatif(*, move: Move, day: date | None = None, pricer: Pricer | None
                 sums.current += gib * price
                 sums.after += gib * to_price
                 if source is not None and source.kind == LocationKind.BUCKET:
-                    left = min_days.get((copy.storage_class or "STANDARD").upper(), 0) - copy.days_stored
-                    if left > 0:
-                        sums.early_deletion += gib * price * left / DAYS_PER_BILLING_MONTH
+                    sums.early_deletion += early_deletion_charge(
+                        nbytes=copy.bytes,
+                        price_per_gib_month=price,
+                        storage_class=copy.storage_class,
+                        days_stored=copy.days_stored,
+                        minimums=min_days,
+                    )
         if sums.bytes or sums.held_bytes or sums.disputed_bytes:
             result.runs.append(RunMove(run, sums))
             result.total += sums

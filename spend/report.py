@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
-from django.db.models import Aggregate, Count, F, Max, Q, Sum, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Aggregate, Count, Max, Q, Sum
 
 from catalog.choices import ENDED_STATUSES, RunStatus
 from catalog.models import CopyTierUsage, Run
+from catalog.teams import CostCenters
 from fleet.choices import LocationKind, Tier
 from fleet.models import PricePoint, StorageLocation
 from fleet.pricebook import GIB, PriceBook, book_currency, month_days, utc_today
@@ -192,6 +192,7 @@ class Basis:
     _rates: dict[tuple, tuple[Decimal, Decimal]] = field(default_factory=dict)
     _as_of_rows: list[dict] | None = None
     _price_scopes: dict[int, tuple] | None = None
+    _centers: CostCenters | None = None
 
     @property
     def is_current(self) -> bool:
@@ -228,6 +229,12 @@ class Basis:
             for loc in StorageLocation.objects.only("pk", "kind", "host_id", "tier", "name"):
                 self._locations[loc.pk] = loc
         return self._locations
+
+    def centers(self) -> CostCenters:
+        """Every team's cost center on every day (``catalog.teams``), loaded once per request (two queries)."""
+        if self._centers is None:
+            self._centers = CostCenters.load()
+        return self._centers
 
     def price_scopes(self) -> dict[int, tuple]:
         """{location id: what its prices depend on}: its kind, and its host or itself only when a price point
@@ -293,16 +300,16 @@ def _sums(basis: Basis) -> _Sums:
 
 
 def _as_of_rows(basis: Basis) -> list[dict]:
-    """The newest day's usage, summed by everything a table groups it by (team, cost center, run, location,
-    tier, storage class): read once per request and shared by the summary and every grouped table."""
+    """The newest day's usage, summed by everything a table groups it by (team, run, location, tier, storage
+    class; a team's cost center that day follows from its team): read once per request and shared by the summary
+    and every grouped table."""
     if basis.as_of is None:
         return []
     if basis._as_of_rows is None:
         basis._as_of_rows = list(
             _usage(basis)
             .filter(day=basis.as_of)
-            .annotate(cost_center=DIMENSIONS["cost_center"].annotate["cost_center"])
-            .values("team_id", "cost_center", "run_id", "location_id", "tier", "storage_class")
+            .values("team_id", "run_id", "location_id", "tier", "storage_class")
             .annotate(
                 # Named before ``bytes``: after it, "bytes" would mean the sum, not the column.
                 unpriced=Sum("bytes", filter=Q(cost_nanos__isnull=True)),
@@ -471,7 +478,10 @@ class Dimension:
     describe: Callable[[dict], dict]
     note: str = ""
     key: str = ""  # the field that identifies a group (for the forecast's breakdown); the first field if empty
-    annotate: dict = field(default_factory=dict)
+    # The period's sums by group, when the rollup rows cannot simply be grouped by ``fields`` (cost centers).
+    sums: Callable[[Basis, _Sums], list[dict]] | None = None
+    # The group of a row of the newest day (``_as_of_rows``), when it is not one of its fields.
+    as_of_key: Callable[[Basis, dict], object] | None = None
 
     @property
     def key_field(self) -> str:
@@ -484,6 +494,62 @@ def _team_row(r: dict) -> dict:
         "cost_center": (r["team__cost_center"] or NO_COST_CENTER) if r["team__name"] else "",
         "team_id": r["team_id"],
     }
+
+
+def _period_sums(rows, sums: _Sums, group_by: list[str]) -> list[dict]:
+    return list(
+        rows.values(*group_by)
+        .annotate(
+            cost=Sum("cost_nanos", filter=sums.in_period),
+            prev=Sum("cost_nanos", filter=sums.in_previous),
+            period_byte_days=Sum(sums.byte_days, filter=sums.in_period),
+        )
+        .order_by()
+    )
+
+
+def _cost_center_sums(basis: Basis, sums: _Sums) -> list[dict]:
+    """The period's (and the period before's) sums by the cost center in force on each day (``catalog.teams``).
+
+    A month's rollup row is billed to the cost center in force on the month's first day; a team whose cost center
+    changed on another day of these months is summed from its daily rows instead, day by day.
+    """
+    centers = basis.centers()
+    period, previous = basis.period, basis.period.previous
+    if not period.is_month:
+        return _period_sums(sums.rows.annotate(cost_center=centers.expression("day")), sums, ["cost_center"])
+    split = sorted(centers.changed_within(previous.first, period.last))
+    monthly = sums.rows.exclude(team_id__in=split) if split else sums.rows
+    rows = _period_sums(monthly.annotate(cost_center=centers.expression("month")), sums, ["cost_center"])
+    if not split:
+        return rows
+    daily = _Sums(
+        _usage(basis).filter(team_id__in=split, day__gte=previous.first, day__lte=period.last),
+        Q(day__gte=period.first, day__lte=period.last),
+        Q(day__gte=previous.first, day__lte=previous.last),
+        "bytes",
+    )
+    rows += _period_sums(daily.rows.annotate(cost_center=centers.expression("day")), daily, ["cost_center"])
+    merged: dict[str, dict] = {}
+    for r in rows:
+        into = merged.setdefault(r["cost_center"], {"cost_center": r["cost_center"]})
+        for name in ("cost", "prev", "period_byte_days"):
+            if r[name] is not None:
+                into[name] = (into.get(name) or 0) + r[name]
+            else:
+                into.setdefault(name, None)
+    return list(merged.values())
+
+
+def _cost_center_of(basis: Basis, r: dict) -> str:
+    """The cost center of a row of the newest day (``_as_of_rows``)."""
+    return basis.centers().on(r["team_id"], basis.as_of or basis.today)
+
+
+def _cost_center_label(spans: list[tuple[date, str]]) -> str:
+    """A team's cost center over a period: "CC-2", or "CC-1, then CC-2 from 2026-11-14" when it changed."""
+    first = spans[0][1] or NO_COST_CENTER
+    return ", then ".join([first, *(f"{cc or NO_COST_CENTER} from {since:%Y-%m-%d}" for since, cc in spans[1:])])
 
 
 def _run_row(r: dict) -> dict:
@@ -526,8 +592,10 @@ DIMENSIONS = {
         ("cost_center",),
         (Column("cost_center", "Cost center"),),
         lambda r: {"cost_center": r["cost_center"] or NO_COST_CENTER},
-        "A team's current cost center; teams without one, and files of no run, are grouped as no cost center.",
-        annotate={"cost_center": Coalesce(F("team__cost_center"), Value(""))},
+        "Each day's spend goes to the cost center its team had that day (a team's history is on the Teams page); "
+        "teams without one, and files of no run, are grouped as no cost center.",
+        sums=_cost_center_sums,
+        as_of_key=_cost_center_of,
     ),
     "run": Dimension(
         "by-run",
@@ -555,21 +623,17 @@ def _grouped(basis: Basis, dim: Dimension, *, limit: int | None = None) -> Table
     # Grouped by the key alone, names joined afterwards: grouping by the names too made PostgreSQL sort
     # the period's rows on disk (its estimate of the groups was the row count), 3-4x slower at 10M files.
     group_by = [f for f in dim.fields if f == key_field or "__" not in f]
-    rows = list(
-        sums.rows.annotate(**dim.annotate)
-        .values(*group_by)
-        .annotate(
-            cost=Sum("cost_nanos", filter=sums.in_period),
-            prev=Sum("cost_nanos", filter=sums.in_previous),
-            period_byte_days=Sum(sums.byte_days, filter=sums.in_period),
-        )
-        .order_by()
-    )
+    rows = dim.sums(basis, sums) if dim.sums is not None else _period_sums(sums.rows, sums, group_by)
+    as_of_key = dim.as_of_key
+
+    def key_of(r: dict) -> object:
+        return as_of_key(basis, r) if as_of_key is not None else r[key_field]
+
     # What each group stores on the newest day, by location, tier and class (the forecast prices these).
     on_as_of = _as_of_rows(basis) if rows else []
     stored: dict = defaultdict(lambda: [0, 0])
     for r in on_as_of:
-        group = stored[r[key_field]]
+        group = stored[key_of(r)]
         group[0] += r["bytes"] or 0
         group[1] += r["files"] or 0
     rows.sort(key=lambda r: (-_int(r["cost"]), -_int(r["prev"]), str(r[dim.fields[0]])))
@@ -581,8 +645,8 @@ def _grouped(basis: Basis, dim: Dimension, *, limit: int | None = None) -> Table
     projections: dict = {}
     if basis.forecasts and rows:
         shown = {r[key_field] for r in rows}
-        breakdown = [r for r in on_as_of if r[key_field] in shown]
-        projections = _project(basis, breakdown, key=lambda r: r[key_field])
+        breakdown = [r for r in on_as_of if key_of(r) in shown]
+        projections = _project(basis, breakdown, key=key_of)
     totals = defaultdict(Decimal)
     total_bytes = total_files = total_byte_days = 0
     for r in rows:
@@ -638,7 +702,15 @@ def _add_labels(rows: list[dict], dim: Dimension, fields: list[str]) -> None:
 
 
 def by_team(basis: Basis) -> Table:
-    return _grouped(basis, DIMENSIONS["team"])
+    """Spend by team, each with the cost center it had over the period (both, and from when, if it changed)."""
+    table = _grouped(basis, DIMENSIONS["team"])
+    centers = basis.centers() if table.rows else None
+    period = basis.period
+    last = max(min(period.last, basis.today), period.first)
+    for row in table.rows:
+        if centers is not None and row["team_id"] in centers.timelines:
+            row["cost_center"] = _cost_center_label(centers.spans(row["team_id"], period.first, last))
+    return table
 
 
 def by_cost_center(basis: Basis) -> Table:

@@ -44,6 +44,7 @@ def audit_target_href(event: AuditEvent) -> str:
         "run": ("catalog:run-detail", [event.target_id]),
         "checkpoint": ("catalog:checkpoint-detail", [event.target_id]),
         "inventory": ("fleet:inventory-detail", [event.target_id]),
+        "team": ("spend:team", [event.target_id]),
     }
     try:
         if event.target_type in names:

@@ -52,12 +52,18 @@ rule_sets = st.builds(
 
 
 def expected_keep(checkpoints: list[CheckpointFacts], rules: KeepRules) -> set[int]:
-    """The kept set, worked out rule by rule without the engine."""
-    stepped = sorted((c for c in checkpoints if c.step is not None), key=lambda c: c.step, reverse=True)
+    """The kept set, worked out rule by rule without the engine. Transient checkpoints: by the promises alone."""
+    stepped = sorted(
+        (c for c in checkpoints if c.step is not None and c.importance != "transient"),
+        key=lambda c: c.step,
+        reverse=True,
+    )
     keep = {c.id for c in stepped[: rules.keep_last]}
     for c in checkpoints:
         if c.held or c.pinned or c.newest_restorable:
             keep.add(c.id)
+        if c.importance == "transient":
+            continue
         if rules.keep_critical and c.importance == "critical":
             keep.add(c.id)
         if rules.keep_milestones and c.importance == "milestone":
@@ -98,7 +104,7 @@ def test_the_promises_are_never_dropped(checkpoints, rules):
 def test_exactly_the_last_n_are_kept_as_last_n(checkpoints, rules):
     plan = apply_rules(checkpoints, rules)
     as_last = [d.checkpoint for d in plan.kept if Reason.LAST_N in d.reasons]
-    stepped = [c for c in checkpoints if c.step is not None]
+    stepped = [c for c in checkpoints if c.step is not None and c.importance != "transient"]
     assert len(as_last) == min(rules.keep_last, len(stepped))
     if as_last:
         lowest_kept = min(c.step for c in as_last)
@@ -110,12 +116,26 @@ def test_exactly_the_last_n_are_kept_as_last_n(checkpoints, rules):
 def test_every_mth_step_and_the_importance_rules(checkpoints, rules):
     plan = apply_rules(checkpoints, rules)
     for c in checkpoints:
-        if rules.keep_every and c.step is not None and c.step % rules.keep_every == 0:
+        if rules.keep_every and c.step is not None and c.step % rules.keep_every == 0 and c.importance != "transient":
             assert c.id in plan.kept_ids
         if rules.keep_critical and c.importance == "critical":
             assert c.id in plan.kept_ids
         if rules.keep_milestones and c.importance == "milestone":
             assert c.id in plan.kept_ids
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs(), rule_sets)
+def test_transient_checkpoints_are_kept_by_promises_alone_and_offered_first(checkpoints, rules):
+    plan = apply_rules(checkpoints, rules)
+    for d in plan.kept:
+        if d.checkpoint.importance == "transient":
+            assert all(r.is_promise for r in d.reasons), d.reasons
+    offered = [d.checkpoint.importance == "transient" for d in plan.dropped]
+    assert offered == sorted(offered, reverse=True)  # every transient one before any other
+    assert [d.checkpoint.id for d in plan.in_offer_order][: len(plan.dropped)] == [
+        d.checkpoint.id for d in plan.dropped
+    ]
 
 
 @settings(max_examples=200, deadline=None)

@@ -109,7 +109,15 @@ def test_the_api_gives_the_same_numbers(fleet, signed_in):
     response = signed_in.get(f"/api/v1/retention/simulate/?run={run.pk}&keep_last=1&keep_critical=false")
     assert response.status_code == 200
     body = response.json()
-    assert body["freed"] == {"checkpoints": 2, "bytes": 24 * GIB, "monthly": "2.08", "unpriced_bytes": 0}
+    # Step 400's 4 GiB in STANDARD_IA, written today: 30 days of its 30-day minimum left, at 0.02 USD per GiB-month.
+    early = {"charge": "0.08", "objects": 2, "bytes": 4 * GIB, "unpriced_objects": 0}
+    assert body["freed"] == {
+        "checkpoints": 2,
+        "bytes": 24 * GIB,
+        "monthly": "2.08",
+        "unpriced_bytes": 0,
+        "early_deletion": early,
+    }
     [r] = body["runs"]
     assert r["newest_restorable"] == {"checkpoint": steps[500].pk, "label": "step 500", "verified": True}
     decisions = {c["step"]: c for c in r["checkpoints"]}
