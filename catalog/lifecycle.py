@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Max, Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from access.roles import Role, require_role
@@ -37,6 +38,13 @@ MAX_STATUS_REASON = 500
 # What a training job may say about itself (sidecar, API): "deleted" is the product's word, not a job's.
 JOB_STATUSES = (RunStatus.ACTIVE, RunStatus.FINISHED, RunStatus.FAILED, RunStatus.ABANDONED)
 INFER_CHUNK = 500
+
+
+def last_saved():
+    """When a run last saved a checkpoint, as an annotation on runs: its checkpoints' newest file time (the save
+    itself, as the host or the store recorded it), else when the catalog first saw them. First-seen alone would
+    make every run look freshly saved on a new install, or after a location is added."""
+    return Max(Coalesce("checkpoints__copies__newest_mtime", "checkpoints__first_seen_at"))
 
 
 @dataclass(frozen=True)
@@ -186,7 +194,7 @@ def _idle(runs, cutoff: datetime):
     """Active runs with no checkpoint first seen since ``cutoff``, and no explicit word since then either."""
     return (
         runs.filter(status=RunStatus.ACTIVE)
-        .annotate(last_checkpoint_at=Max("checkpoints__first_seen_at"))
+        .annotate(last_checkpoint_at=last_saved())
         .filter(Q(last_checkpoint_at__lt=cutoff) | Q(last_checkpoint_at__isnull=True, created_at__lt=cutoff))
         .exclude(status_source__in=EXPLICIT_SOURCES, status_changed_at__gte=cutoff)
     )

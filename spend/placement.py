@@ -34,7 +34,6 @@ from django.db.models import (
     Exists,
     F,
     IntegerField,
-    Max,
     OuterRef,
     Prefetch,
     Q,
@@ -48,6 +47,7 @@ from django.utils import timezone
 
 from actions.models import Hold
 from catalog.choices import ENDED_STATUSES, Importance, RunStatus, Verification
+from catalog.lifecycle import last_saved
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run
 from catalog.recovery import is_restorable, restorable_copies
 from catalog.verification import (
@@ -169,14 +169,14 @@ def under_replicated(run_id: int | None = None) -> QuerySet[Checkpoint]:
 
 
 def stale_finished_runs(now: datetime | None = None) -> QuerySet[Run]:
-    """Finished runs whose newest checkpoint was first seen more than ``NVME_FINISHED_DAYS`` ago.
+    """Finished runs whose newest checkpoint was saved more than ``NVME_FINISHED_DAYS`` ago.
 
-    A run records no end time; the last checkpoint it wrote is when it stopped training.
+    The last checkpoint a run wrote is when it stopped training (``catalog.lifecycle.last_saved``).
     """
     cutoff = (now or timezone.now()) - timedelta(days=nvme_days())
     return (
         Run.objects.filter(status__in=FINISHED)
-        .annotate(last_checkpoint_at=Max("checkpoints__first_seen_at"))
+        .annotate(last_checkpoint_at=last_saved())
         .filter(last_checkpoint_at__lt=cutoff)
     )
 

@@ -528,6 +528,7 @@ def _cost_center_sums(basis: Basis, sums: _Sums) -> list[dict]:
         Q(day__gte=period.first, day__lte=period.last),
         Q(day__gte=previous.first, day__lte=previous.last),
         "bytes",
+        Count("day", distinct=True, filter=Q(day__gte=period.first, day__lte=period.last, estimated=True)),
     )
     rows += _period_sums(daily.rows.annotate(cost_center=centers.expression("day")), daily, ["cost_center"])
     merged: dict[str, dict] = {}

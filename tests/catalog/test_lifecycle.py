@@ -31,8 +31,10 @@ def status_events(run: Run) -> list[AuditEvent]:
 
 
 def age(run: Run, days: int) -> None:
-    """As if the run's checkpoints were first seen ``days`` ago."""
-    Checkpoint.objects.filter(run=run).update(first_seen_at=timezone.now() - timedelta(days=days))
+    """As if the run's checkpoints were saved (their newest files written) and first seen ``days`` ago."""
+    when = timezone.now() - timedelta(days=days)
+    Checkpoint.objects.filter(run=run).update(first_seen_at=when)
+    CheckpointCopy.objects.filter(checkpoint__run=run).update(newest_mtime=when)
 
 
 def sidecar(step: int, files: list[dict], *, run: str = "llama-7b", mtime: float, **fields) -> dict:
