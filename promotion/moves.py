@@ -860,6 +860,9 @@ def _rescan(job_id: int) -> None:
         scan_start(location=job.target_location, actor=WORKER, audit=False)
     except DomainError as exc:
         log.info("no rescan after move %s: %s", job_id, exc.message)
+    # Where the scan ran at once (tasks in-process) the source can be freed now; elsewhere beat tries again
+    # (``due_verifying``) until a scan shows the new copy.
+    transaction.on_commit(lambda: free_source(job_id))
 
 
 def requester(job: PromotionJob) -> Actor:
@@ -878,6 +881,10 @@ def free_source(job_id: int) -> str:
         return job.state
     if job.in_place:
         return _complete(job, FREED_IN_PLACE)
+    holds = list(active_holds(job.checkpoint).only("case_ref"))
+    if holds:  # a hold placed after the request: the copy stands, the source stays (schedule_deletion agrees)
+        cases = ", ".join(sorted({h.case_ref for h in holds}))
+        return _complete(job, f"source kept: held (case {cases})")
     new_copy = CheckpointCopy.objects.filter(
         checkpoint=job.checkpoint, location=job.target_location, gone_at__isnull=True, state=CopyState.COMPLETE
     ).first()
@@ -886,10 +893,6 @@ def free_source(job_id: int) -> str:
         if waited_too_long:
             return _complete(job, "source kept: no scan has shown the new copy complete in the catalog")
         return JobState.VERIFYING  # beat asks again after the next scan
-    holds = list(active_holds(job.checkpoint).only("case_ref"))
-    if holds:
-        cases = ", ".join(sorted({h.case_ref for h in holds}))
-        return _complete(job, f"source kept: held (case {cases})")
     try:
         deletion = schedule_deletion(
             checkpoint=job.checkpoint,
