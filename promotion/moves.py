@@ -355,6 +355,11 @@ def move_plan(
     _stays_hot(plan)
     if any(line.saving_per_month is None for line in plan.lines):
         plan.notes.append("The price book lacks a price for a source or the target: the saving is unknown.")
+    if target_bucket.versioning == "Enabled" and any(line.in_place for line in plan.lines):
+        plan.notes.append(
+            f"{target_location.name} keeps versions: a class change in place adds a new current version and the "
+            "old one stays, billed in its class, until a deletion removes it."
+        )
     if target_storage_class in ARCHIVE_CLASSES:
         plan.notes.append(
             f"{target_storage_class} is an archive class: reading the moved checkpoints back needs a restore "
