@@ -500,3 +500,37 @@ def test_copied_verifies_an_offload_and_waits_for_the_catalog_before_freeing(kit
     assert job.verified_at is not None and not DeletionJob.objects.exists()
     assert moves.copied(job.pk) == JobState.VERIFYING  # a second call changes nothing
     assert len(events("move.verified")) == 1
+
+
+def test_a_policy_may_ask_for_a_move_and_frees_the_source_as_itself(kit, scanned, django_capture_on_commit_callbacks):
+    cold = kit.bucket(prefix="fleet/")
+    policy = Actor.system("tiering policy 3")
+    jobs = request(
+        kit,
+        django_capture_on_commit_callbacks,
+        [step(200), step(100)],
+        cold,
+        "GLACIER_IR",
+        actor=policy,
+        origin="policy:3",
+    )
+    # A policy moves verified copies only (fail closed): step 100's copy has no checksum written at save time.
+    assert [j.checkpoint for j in jobs] == [step(200)]
+    (job,) = jobs
+    assert (job.requested_by, job.requested_label, job.origin) == (None, "tiering policy 3", "policy:3")
+    assert events("move.request")[0].after["excluded"][0]["code"] == "unverified"
+    with django_capture_on_commit_callbacks(execute=True):
+        advance_promotions()
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED, (job.error, job.source_outcome)
+    deletion = DeletionJob.objects.get()
+    assert (deletion.requested_label, deletion.origin) == ("tiering policy 3", f"move:{job.pk}")
+    with pytest.raises(DomainError):
+        moves.request_move(
+            checkpoints=[step(100)],
+            target_location=cold.location,
+            target_storage_class="GLACIER_IR",
+            actor=policy,
+            reason="x",
+            origin="cron",
+        )
