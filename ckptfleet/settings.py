@@ -389,6 +389,8 @@ PROMOTION_MULTIPART_THRESHOLD = env_int(
 PROMOTION_MULTIPART_PART_SIZE = env_int(
     "CKPTFLEET_PROMOTION_MULTIPART_PART_SIZE", 512 * 1024**2, minimum=5 * 1024**2, maximum=5 * 1024**3
 )
+# Server-side copies of one promotion or move in flight at once (the store does the work; threads wait on it).
+PROMOTION_COPY_CONCURRENCY = env_int("CKPTFLEET_PROMOTION_COPY_CONCURRENCY", 8, minimum=1, maximum=64)
 # Tiering what-if: minimum storage durations (days) and request prices (USD per 1,000 PUTs or transitions) by
 # storage class, merged over the published defaults in retention/tiering.py.
 RETENTION_MIN_STORAGE_DAYS = _by_storage_class(

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from promotion.choices import OPEN_STATES, ItemState, JobState, Method, RestoreTier
+from promotion.choices import OPEN_STATES, Direction, ItemState, JobState, Method, RestoreTier
 
 
 class PromotionJob(models.Model):
@@ -27,6 +27,8 @@ class PromotionJob(models.Model):
     target_location = models.ForeignKey("fleet.StorageLocation", on_delete=models.PROTECT, related_name="promotions_in")
     target_storage_class = models.CharField(max_length=32, blank=True)
     target_tier = models.CharField(max_length=32)
+    direction = models.CharField(max_length=8, choices=Direction.choices, default=Direction.PROMOTE)
+    origin = models.CharField(max_length=40, default="manual", help_text="manual, or policy:<id>.")
     method = models.CharField(max_length=12, choices=Method.choices)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.REQUESTED)
     in_place = models.BooleanField(default=False, help_text="The target is the source's own location and keys.")
@@ -50,6 +52,18 @@ class PromotionJob(models.Model):
     claimed_by = models.CharField(max_length=64, blank=True, help_text="The task delivery working on it.")
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
+    # Moves (demote, offload) only: what the plan said, when the new copy verified, and how the source went.
+    plan = models.JSONField(default=dict, blank=True, help_text="A move's plan figures when it was requested.")
+    verified_at = models.DateTimeField(null=True, blank=True, help_text="When every new object of a move verified.")
+    source_deletion = models.ForeignKey(
+        "actions.DeletionJob",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The two-phase deletion that frees a move's source copy.",
+    )
+    source_outcome = models.TextField(blank=True, help_text="What became of a move's source copy, in words.")
 
     class Meta:
         ordering = ["-requested_at", "-id"]
@@ -75,7 +89,11 @@ class PromotionJob(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"promotion {self.pk} of checkpoint {self.checkpoint_id} ({self.state})"
+        return f"{self.get_direction_display().lower()} {self.pk} of checkpoint {self.checkpoint_id} ({self.state})"
+
+    @property
+    def is_move(self) -> bool:
+        return self.direction != Direction.PROMOTE
 
     @property
     def open(self) -> bool:
@@ -99,11 +117,13 @@ class PromotionItem(models.Model):
     size = models.BigIntegerField()
     etag = models.CharField(max_length=200, blank=True)
     version_id = models.CharField(max_length=1024, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True, help_text="The catalog's sha256 of the file, when known.")
     source_storage_class = models.CharField(max_length=32, blank=True)
     state = models.CharField(max_length=10, choices=ItemState.choices, default=ItemState.PENDING)
     detail = models.TextField(blank=True)
     restore_requested_at = models.DateTimeField(null=True, blank=True)
     done_at = models.DateTimeField(null=True, blank=True)
+    verified_at = models.DateTimeField(null=True, blank=True, help_text="A move's new object checked out.")
 
     class Meta:
         ordering = ["job", "path"]

@@ -187,9 +187,7 @@ def preview_data(preview: policies.Preview) -> dict:
         "skipped": [{"checkpoint": c.pk, "reason": why} for c, why in sel.skipped],
     }
     if preview.plan is not None:
-        from promotion import moves
-
-        data["plan"] = moves.plan_data(preview.plan)
+        data["plan"] = preview.plan.as_dict()
     if sel.policy.action == "free_host":
         data["frees"] = [
             {

@@ -570,6 +570,7 @@ class Command(BaseCommand):
         self._backfill(actor)
         self._demo_login()
         self._demo_actions()
+        self._demo_acting()
         self._anchor_audit()
 
     def _host_root(
@@ -808,3 +809,95 @@ class Command(BaseCommand):
             f"demo actions: pinned {newest}, held {held} (case DEMO-LEGAL-1), deletion {job.pk} of {oldest}: "
             f"{job.get_state_display().lower()}"
         )
+
+    def _demo_acting(self) -> None:
+        """What acting on the waste looks like, through the services and by the demo's people, once each: runs
+        that ended (one said by an operator, the idle ones inferred as beat does daily), a cost centre that
+        changed this month, an orphan clean-up awaiting approval, and two tiering policies."""
+        from actions.models import DeletionScope
+        from actions.orphans import schedule_cleanup
+        from catalog.lifecycle import run_status_set, runs_infer_ended
+        from catalog.models import Run
+        from catalog.selectors import orphans
+        from catalog.teams import team_set_cost_center
+        from fleet.pricebook import utc_today
+        from retention import tiering_policies
+        from retention.models import TieringPolicy
+
+        users = {u.username: u for u in get_user_model().objects.filter(username__startswith="demo-")}
+        if not {"demo-operator", "demo-finance", "demo-approver"} <= set(users):
+            return
+        operator = Actor.person(users["demo-operator"], EventSource.COMMAND)
+        finance = Actor.person(users["demo-finance"], EventSource.COMMAND)
+        approver = Actor.person(users["demo-approver"], EventSource.COMMAND)
+        lines = []
+        resnet = Run.objects.filter(team__name="vision", name="resnet-tiny").first()
+        if resnet is not None and resnet.status == "active":
+            run_status_set(
+                run=resnet, status="finished", actor=operator, source="operator", reason="demo: training done"
+            )
+            lines.append("vision/resnet-tiny marked finished by demo-operator")
+        ended = runs_infer_ended()
+        if ended:
+            names = ", ".join(str(r) for r in Run.objects.filter(pk__in=ended).select_related("team"))
+            lines.append(f"inferred finished (no new checkpoint for weeks): {names}")
+        nlp = Team.objects.filter(name="nlp").first()
+        first = utc_today().replace(day=1)
+        if nlp is not None and nlp.cost_center == COST_CENTERS["nlp"]:
+            try:
+                team_set_cost_center(
+                    actor=finance,
+                    team_id=nlp.pk,
+                    cost_center="CC-4310 Language (after the reorg)",
+                    effective_from=first,
+                    reason="demo: the language team moved under applied research",
+                )
+                lines.append(f"team nlp billed to CC-4310 from {first}; earlier months keep CC-4300")
+            except DomainError as exc:
+                lines.append(f"cost centre not changed: {exc.message}")
+        if not DeletionJob.objects.filter(scope=DeletionScope.ORPHANS).exists():
+            group = next((g for g in orphans(kind="unclaimed") if g.host_id is None), None)
+            if group is not None:
+                try:
+                    job = schedule_cleanup(
+                        kind="unclaimed",
+                        location=group.location_id,
+                        prefix=group.prefix,
+                        reason="demo: files of an export nobody claims",
+                        actor=operator,
+                    )
+                    lines.append(
+                        f"orphan clean-up {job.pk} at {group.location_name}: {job.get_state_display().lower()}"
+                    )
+                except DomainError as exc:
+                    lines.append(f"orphan clean-up not scheduled: {exc.message}")
+        if not TieringPolicy.objects.exists():
+            free = tiering_policies.policy_create(
+                actor=operator,
+                name="Free NVMe once a verified object copy exists",
+                action="free_host",
+                source_tier="nvme",
+                min_age_hours=24,
+                every_hours=24,
+                enabled=True,
+                reason="demo: NVMe on the GPU hosts is the priciest tier",
+            )
+            from approvals.models import ChangeRequest
+            from approvals.services import approve_change
+
+            for change in ChangeRequest.objects.filter(target_type="tiering_policy", target_id=free.pk):
+                approve_change(change=change, actor=approver)
+            target = StorageLocation.objects.filter(name="s3:ckpt-demo-us").first()
+            if target is not None:
+                tiering_policies.policy_create(
+                    actor=operator,
+                    name="Ended runs to Glacier Instant Retrieval",
+                    action="move",
+                    target_location=target,
+                    target_storage_class="GLACIER_IR",
+                    run_ended_days=7,
+                    reason="demo: ended runs are read only in a disaster",
+                )
+            lines.append("tiering policies: 'Free NVMe once a verified object copy exists' (enabled by demo-approver)")
+        for line in lines:
+            self.stdout.write(f"demo: {line}")
