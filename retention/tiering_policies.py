@@ -482,8 +482,14 @@ def select(policy: TieringPolicy, *, now: datetime | None = None) -> Selection:
         ]
         if already:
             continue  # already where the policy wants it
-        checkpoint.present_bytes = max(c.bytes for c in sources)  # type: ignore[attr-defined]
-        selection.selected.append(Selected(checkpoint, copy=_hottest(sources, target)))
+        verified = [c for c in sources if c.verification == Verification.VERIFIED]
+        if not verified:
+            selection.skipped.append(
+                (checkpoint, "no verified copy to move from: a policy moves only verified copies (promise 12)")
+            )
+            continue
+        checkpoint.present_bytes = max(c.bytes for c in verified)  # type: ignore[attr-defined]
+        selection.selected.append(Selected(checkpoint, copy=_hottest(verified, target)))
     return selection
 
 

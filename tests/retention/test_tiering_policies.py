@@ -195,3 +195,52 @@ def test_api_creates_previews_and_refuses_a_viewer(fleet, operator, django_user_
     assert api.post("/api/v1/retention/tiering-policies/", {"name": "x"}, format="json").status_code == 403
     bad = api.get("/api/v1/retention/tiering-policies/99999/preview/")
     assert bad.status_code == 404
+
+
+def test_a_move_policy_previews_the_plan_and_asks_for_moves_of_ended_runs_only(
+    s3, scan_now, operator, approver, signed_in_as
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from catalog.lifecycle import run_status_set
+    from catalog.models import Run
+    from promotion.models import PromotionJob
+
+    name, other = s3.bucket(), s3.bucket()
+    for each in (name, other):  # two copies whose checksums agree: both verified
+        s3.upload_tree(each, "nvme-a/llm", prefix="llm/")
+    bucket = s3.register(name)
+    scan_now(bucket)
+    scan_now(s3.register(other))
+    run = Run.objects.get(name="llama-tiny")
+    policy = policies.policy_create(
+        actor=operator,
+        name="ended runs to GLACIER_IR",
+        action="move",
+        target_location=bucket.location,
+        target_storage_class="GLACIER_IR",
+        run_ended_days=7,
+        except_milestones=True,
+    )
+    assert policies.select(policy).selected == [], "the run is active: nothing"
+    run_status_set(run=run, status="finished", actor=operator, source="operator", reason="done")
+    assert policies.select(policy).selected == [], "ended today, not 7 days ago"
+    Run.objects.filter(pk=run.pk).update(status_changed_at=timezone.now() - timedelta(days=8))
+    preview = policies.preview(policy)
+    assert [s.checkpoint.step for s in preview.selection.selected] == [100]
+    assert "newest complete" in dict((c.step, why) for c, why in preview.selection.skipped)[200]
+    assert preview.plan is not None and [line.checkpoint.step for line in preview.plan.lines] == [100]
+    page = signed_in_as("viewer").get(f"/retention/tiering/policies/{policy.pk}/").content.decode()
+    assert "GLACIER_IR" in page and "Pays back in" in page
+    api = signed_in_as("viewer").get(f"/api/v1/retention/tiering-policies/{policy.pk}/preview/").json()
+    assert api["plan"]["checkpoints"][0]["checkpoint"] == preview.plan.lines[0].checkpoint.pk
+    policies.policy_update(policy_id=policy.pk, actor=operator, enabled=True)
+    approve_waiting(policy.pk, by=approver, target_type="tiering_policy")
+    summary = policies.policy_run(policy_id=policy.pk)
+    assert summary.skipped.get(preview.plan.lines[0].checkpoint.pk) is None, summary.skipped
+    [job] = PromotionJob.objects.filter(pk__in=summary.asked)
+    assert job.direction == "demote" and job.origin == f"policy:tiering-{policy.pk}"
+    assert job.target_storage_class == "GLACIER_IR" and job.checkpoint.step == 100
+    assert policies.policy_run(policy_id=policy.pk).asked == [], "an open move is not asked for twice"
