@@ -97,7 +97,7 @@ def _why_not(copies: list[RankedCopy]) -> str:
 def ladder_for(run: Run, *, limit: int = LADDER_LENGTH) -> list[Rung]:
     """The run's newest ``limit`` checkpoints as a ladder: candidates first, in the order to try them."""
     checkpoints = list(
-        Checkpoint.objects.filter(run=run, copies__gone_at__isnull=True)
+        Checkpoint.objects.filter(run=run, copies__gone_at__isnull=True, copies__temporary=False)
         .distinct()
         .order_by(NEWEST_STEP_FIRST, "-tag")[:limit]
     )
@@ -125,14 +125,13 @@ def ladder_for(run: Run, *, limit: int = LADDER_LENGTH) -> list[Rung]:
         rung.position = position
         best = rung.best
         assert best is not None
-        parts = [
-            "verified" if rung.verified else "complete but not verified by checksums",
-            f"fastest reachable copy on {best.copy.location.name}",
-        ]
         if position == 1:
-            parts.insert(0, "the newest checkpoint that is " + ("verified" if rung.verified else "complete"))
-        elif rung.verified and newer_unverified:
-            parts.insert(0, "older than a verified one above")
+            parts = ["the newest " + ("verified" if rung.verified else "complete (unverified)") + " checkpoint"]
+        elif rung.verified:
+            parts = ["verified, older" + (" than a newer unverified one above" if newer_unverified else "")]
+        else:
+            parts = ["complete but not verified by checksums"]
+        parts.append(f"fastest reachable copy on {best.copy.location.name}")
         if rung.steps_lost:
             parts.append(f"resuming here repeats {rung.steps_lost:,} steps")
         rung.why = "; ".join(parts)

@@ -227,7 +227,9 @@ class TieringPolicy(models.Model):
         if self.min_age_hours:
             parts.append(f"copies older than {self.min_age_hours} h")
         if self.source_tier:
-            parts.append(f"on {self.source_tier}")
+            from fleet.choices import Tier
+
+            parts.append(f"on {Tier(self.source_tier).label if self.source_tier in Tier.values else self.source_tier}")
         excepts = [w for w, on in (("milestones", self.except_milestones), ("critical", self.except_critical)) if on]
         excepts.append("the newest complete checkpoint")
         what = ", ".join(parts) or "every checkpoint"
