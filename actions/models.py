@@ -359,3 +359,45 @@ class DeletionItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.path} ({self.state})"
+
+
+class LeasePurpose(models.TextChoices):
+    RESUMING = "resuming", "Resuming from it"
+    EVALUATING = "evaluating", "Evaluating it"
+    EXPORTING = "exporting", "Exporting it"
+    OTHER = "other", "Other"
+
+
+class Lease(models.Model):
+    """A job (or a person) is using a checkpoint until ``expires_at``: while the lease is live nothing deletes or
+    demotes it, by hand or by a policy (PRODUCT.md promise 11). A lease lapses by itself when it expires; taking,
+    renewing, releasing and lapsing are each audited (``actions.leases``)."""
+
+    checkpoint = models.ForeignKey("catalog.Checkpoint", on_delete=models.CASCADE, related_name="leases")
+    owner = models.CharField(max_length=200, help_text="Who holds it: a job's name, a person.")
+    purpose = models.CharField(max_length=12, choices=LeasePurpose.choices)
+    taken_label = models.CharField(max_length=200, help_text="The person or host that took it.")
+    taken_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    host = models.ForeignKey("fleet.Host", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    taken_at = models.DateTimeField()
+    renewed_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField()
+    released_at = models.DateTimeField(null=True, blank=True)
+    released_label = models.CharField(max_length=200, blank=True)
+    lapsed_at = models.DateTimeField(null=True, blank=True, help_text="When the product noticed it had expired.")
+
+    class Meta:
+        ordering = ["-taken_at", "-pk"]
+        constraints = [
+            models.CheckConstraint(condition=~Q(owner=""), name="lease_has_owner"),
+            models.CheckConstraint(condition=Q(expires_at__gt=models.F("taken_at")), name="lease_expires_after_taken"),
+        ]
+        indexes = [models.Index(fields=["checkpoint", "expires_at"], name="lease_checkpoint_expiry")]
+
+    def __str__(self) -> str:
+        return f"lease {self.pk} on checkpoint {self.checkpoint_id} by {self.owner}"
+
+    def live_at(self, now) -> bool:
+        return self.released_at is None and self.expires_at > now

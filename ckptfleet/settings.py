@@ -343,6 +343,9 @@ BLAST_MAX_RUN_PERCENT = env_int("CKPTFLEET_BLAST_MAX_RUN_PERCENT", 50, minimum=1
 POLICY_EVIDENCE_HOURS = env_int("CKPTFLEET_POLICY_EVIDENCE_HOURS", 48, minimum=1)
 # A host whose agent has not called in for this long is "silent": the recovery page does not offer its copies as
 # the restore source (the run may have died with it) and says why. An operator can also mark a host down.
+# Leases (actions.leases): how short and how long one may be taken or renewed for, in seconds.
+LEASE_MIN_SECONDS = env_int("CKPTFLEET_LEASE_MIN_SECONDS", 60, minimum=1)
+LEASE_MAX_SECONDS = env_int("CKPTFLEET_LEASE_MAX_SECONDS", 7 * 86400, minimum=60)
 HOST_SILENT_MINUTES = env_int("CKPTFLEET_HOST_SILENT_MINUTES", 120, minimum=1)
 # Retention lock: how long a locked policy can still be unlocked (AWS Backup Vault Lock's cooling-off,
 # 72 h by default there too); after it the policy can only be made stricter. And how long a change
