@@ -13,6 +13,7 @@ from dashboard.api import dashboard as dashboard_api
 from dashboard.api.audit import AuditEventViewSet
 from dashboard.api.fleet import (
     AgentDeletionsView,
+    AgentOffloadsView,
     AgentPromotionsView,
     HostViewSet,
     InventoryDetailView,
@@ -35,6 +36,7 @@ api = [
     path("inventories/<int:pk>/", InventoryDetailView.as_view(), name="inventory-detail-status"),
     path("agent/deletions/", AgentDeletionsView.as_view(), name="agent-deletions"),
     path("agent/promotions/", AgentPromotionsView.as_view(), name="agent-promotions"),
+    path("agent/offloads/", AgentOffloadsView.as_view(), name="agent-offloads"),
     path("orphans/", OrphanListView.as_view(), name="orphan-list"),
     path("overview/", dashboard_api.OverviewView.as_view(), name="api-overview"),
     path("recovery/<int:pk>/", dashboard_api.RecoveryView.as_view(), name="api-recovery"),
