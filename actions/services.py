@@ -64,6 +64,8 @@ MAX_CASE_REF = 200
 ITEM_BATCH = 5000
 SAMPLE_ITEMS = 20
 _POLICY_ORIGIN = re.compile(r"^policy:[A-Za-z0-9_.-]{1,40}$")
+# A move frees its source copy through a deletion once the new copy verified (``promotion.moves``).
+_MOVE_ORIGIN = re.compile(r"^move:[0-9]{1,14}$")
 APPROVAL_IMPORTANCE = (Importance.MILESTONE, Importance.CRITICAL)
 
 
@@ -652,8 +654,8 @@ def _monthly_costs(copies: list[CheckpointCopy]) -> tuple[dict[int, Decimal | No
 
 def _check_origin(origin: str) -> str:
     origin = (origin or "").strip()
-    if origin != "manual" and not _POLICY_ORIGIN.match(origin):
-        raise DomainError(f"origin {origin!r} is neither 'manual' nor 'policy:<id>'")
+    if origin != "manual" and not _POLICY_ORIGIN.match(origin) and not _MOVE_ORIGIN.match(origin):
+        raise DomainError(f"origin {origin!r} is neither 'manual', 'policy:<id>' nor 'move:<id>'")
     return origin
 
 

@@ -379,6 +379,8 @@ OFFLOAD_MULTIPART_THRESHOLD = env_int(
     "CKPTFLEET_OFFLOAD_MULTIPART_THRESHOLD", 64 * 1024**2, minimum=0, maximum=5 * 1024**3
 )
 OFFLOAD_PART_SIZE = env_int("CKPTFLEET_OFFLOAD_PART_SIZE", 64 * 1024**2, minimum=5 * 1024**2, maximum=5 * 1024**3)
+# Server-side copies of one promotion or move in flight at once (the store does the work; threads wait on it).
+PROMOTION_COPY_CONCURRENCY = env_int("CKPTFLEET_PROMOTION_COPY_CONCURRENCY", 8, minimum=1, maximum=64)
 # Tiering what-if: minimum storage durations (days) and request prices (USD per 1,000 PUTs or transitions) by
 # storage class, merged over the published defaults in retention/tiering.py.
 RETENTION_MIN_STORAGE_DAYS = _by_storage_class(

@@ -1114,6 +1114,7 @@ def copy_object(
     threshold: int | None = None,
     part_size: int | None = None,
     on_progress: Any = None,
+    checksum_algorithm: str = "",
 ) -> str:
     """Copy one object server-side and return the new object's ETag.
 
@@ -1121,7 +1122,8 @@ def copy_object(
     ``part_size`` ranges), aborted if any part fails so no billed parts are left behind. Every read
     of the source is conditional on ``source_etag``, so a source rewritten mid-copy fails the copy
     instead of mixing versions. ``metadata`` replaces the source's user metadata; ``on_progress``
-    is called with the bytes of each part as it lands.
+    is called with the bytes of each part as it lands. ``checksum_algorithm`` ("SHA256") asks the store to
+    compute and keep that checksum of the new object, so it can be verified without reading it back.
     """
     threshold = MULTIPART_COPY_THRESHOLD if threshold is None else threshold
     part_size = part_size or MULTIPART_COPY_PART_SIZE
@@ -1138,6 +1140,8 @@ def copy_object(
             "StorageClass": storage_class or "STANDARD",
             **condition,
         }
+        if checksum_algorithm:
+            kwargs["ChecksumAlgorithm"] = checksum_algorithm
         if metadata is not None:
             kwargs.update(Metadata=metadata, MetadataDirective="REPLACE")
         try:
@@ -1149,7 +1153,11 @@ def copy_object(
         return _etag((answer.get("CopyObjectResult") or {}).get("ETag"))
     try:
         upload = client.create_multipart_upload(
-            Bucket=target_bucket, Key=target_key, StorageClass=storage_class or "STANDARD", Metadata=metadata or {}
+            Bucket=target_bucket,
+            Key=target_key,
+            StorageClass=storage_class or "STANDARD",
+            Metadata=metadata or {},
+            **({"ChecksumAlgorithm": checksum_algorithm} if checksum_algorithm else {}),
         )
     except (ClientError, BotoCoreError) as exc:
         raise describe(exc, f"CreateMultipartUpload ({what})") from None

@@ -10,6 +10,7 @@ the target with other content is left alone and its item marked blocked.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import timedelta
 
 from django.conf import settings
@@ -24,7 +25,8 @@ from ckptfleet.errors import DomainError
 from fleet import s3
 from fleet.models import Bucket
 from ingest.scan import scan_start
-from promotion.choices import ItemState, JobState, Method
+from promotion import moves
+from promotion.choices import Direction, ItemState, JobState, Method
 from promotion.models import PromotionItem, PromotionJob
 from promotion.services import WORKER, job_transition
 
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 BATCH = 100  # items read per query; progress is written per item
 POLL_BATCH = 1000  # restores checked per job and poll
 SOURCE_ETAG_META = "ckptfleet-source-etag"
+HEARTBEAT_SECONDS = 30  # while copies run; far below PROMOTION_LEASE_SECONDS (at least 60)
 
 
 def poll_seconds() -> int:
@@ -247,48 +250,64 @@ def _held_at_target(job: PromotionJob, item: PromotionItem) -> str:
 
 
 def copy(job_id: int, *, claim: str) -> str:
-    """Copy every readable item of a copying job, then finish it (completed, or failed with the reasons)."""
+    """Copy every readable item of a copying job, then finish it (completed, or failed with the reasons).
+
+    Up to ``PROMOTION_COPY_CONCURRENCY`` objects are copied at once; the store's work runs in threads and
+    every outcome is written here, by the thread that holds the claim, as soon as its copy returns.
+    """
     if not _claim(job_id, claim):
         return "skipped"
     job = _job(job_id)
     source = _bucket(job.source_copy.location_id)
     target = _bucket(job.target_location_id)
     client = s3.client_for(target)
-    while True:
-        items = list(job.items.filter(state=ItemState.READY).order_by("pk")[:BATCH])
-        if not items:
-            break
-        for item in items:
-            # The promises are re-checked for every object: a cancellation or a hold placed mid-job wins.
+    width = max(1, settings.PROMOTION_COPY_CONCURRENCY)
+    with ThreadPoolExecutor(max_workers=width, thread_name_prefix=f"promotion-{job_id}") as pool:
+        while True:
+            items = list(job.items.filter(state=ItemState.READY).order_by("pk")[: max(BATCH, width)])
+            if not items:
+                break
+            # The promises are re-checked before every batch: a cancellation or a hold placed mid-job wins.
             with transaction.atomic():
                 current = PromotionJob.objects.select_for_update(of=("self",)).get(pk=job.pk)
                 if current.state != JobState.COPYING or current.claimed_by != claim:
                     return current.state if current.state != JobState.COPYING else "skipped"
-                if job.in_place and is_held(job.checkpoint):
-                    blocked = True
-                else:
-                    blocked = False
+                blocked = job.in_place and is_held(job.checkpoint)
                 PromotionJob.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now())
             if blocked:
-                _item_done(job, item, ItemState.BLOCKED, "the checkpoint was put on hold: not rewritten", count=False)
+                for item in items:
+                    _item_done(
+                        job, item, ItemState.BLOCKED, "the checkpoint was put on hold: not rewritten", count=False
+                    )
                 continue
-            _copy_one(job, item, client, source, target)
+            for start in range(0, len(items), width):
+                chunk = items[start : start + width]
+                futures = [pool.submit(_copy_one, job, item, client, source, target) for item in chunk]
+                # A long multipart copy must not look like a lost worker: heartbeat while the store works.
+                while wait(futures, timeout=HEARTBEAT_SECONDS).not_done:
+                    PromotionJob.objects.filter(pk=job.pk, claimed_by=claim).update(heartbeat_at=timezone.now())
+                for item, future in zip(chunk, futures, strict=True):
+                    state, detail = future.result()  # a transient S3Error goes up: the task retries
+                    if state == ItemState.BLOCKED:
+                        held = _held_at_target(job, item)
+                        detail += f"; it belongs to {held}, which is on hold" if held else ""
+                        detail += ": never overwritten"
+                    _item_done(job, item, state, detail, count=state == ItemState.DONE)
+                if not PromotionJob.objects.filter(pk=job.pk, state=JobState.COPYING, claimed_by=claim).exists():
+                    break
     return finish(job.pk, frm=JobState.COPYING)
 
 
-def _copy_one(job: PromotionJob, item: PromotionItem, client, source: Bucket, target: Bucket) -> None:
+def _copy_one(job: PromotionJob, item: PromotionItem, client, source: Bucket, target: Bucket) -> tuple[str, str]:
+    """Copy one object (or find it there already); runs in a pool thread, so it touches only the store."""
     try:
         there = s3.object_state(client, target.bucket_name, item.target_key)
         if there is not None:
             if job.in_place:
                 if there.storage_class == job.target_storage_class:
-                    _item_done(job, item, ItemState.DONE, f"already {there.storage_class}", count=True)
-                    return
+                    return ItemState.DONE, f"already {there.storage_class}"
                 if item.etag and there.etag != item.etag:
-                    _item_done(
-                        job, item, ItemState.FAILED, "the object changed since the promotion was asked", count=False
-                    )
-                    return
+                    return ItemState.FAILED, "the object changed since the promotion was asked"
             else:
                 same = (
                     there.size == item.size
@@ -300,18 +319,8 @@ def _copy_one(job: PromotionJob, item: PromotionItem, client, source: Bucket, ta
                     )
                 )
                 if same:
-                    _item_done(job, item, ItemState.DONE, "already at the target, identical", count=True)
-                    return
-                held = _held_at_target(job, item)
-                why = f"; it belongs to {held}, which is on hold" if held else ""
-                _item_done(
-                    job,
-                    item,
-                    ItemState.BLOCKED,
-                    f"another object exists at the target key{why}: never overwritten",
-                    count=False,
-                )
-                return
+                    return ItemState.DONE, "already at the target, identical"
+                return ItemState.BLOCKED, "another object exists at the target key"
         multipart = item.size > multipart_threshold()
         metadata = None
         if multipart:
@@ -330,15 +339,14 @@ def _copy_one(job: PromotionJob, item: PromotionItem, client, source: Bucket, ta
             metadata=metadata,
             threshold=multipart_threshold(),
             part_size=multipart_part_size(),
-            on_progress=lambda n: PromotionJob.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now()),
+            # A move verifies every new object before its source is freed: the store's sha256 makes that a HEAD.
+            checksum_algorithm="SHA256" if job.direction != Direction.PROMOTE else "",
         )
     except s3.S3Error as exc:
         if exc.transient:
             raise  # the task retries; the item stays readable and is tried again
-        _item_done(job, item, ItemState.FAILED, exc.message, count=False)
-        return
-    how = "multipart copy" if item.size > multipart_threshold() else "copied"
-    _item_done(job, item, ItemState.DONE, how, count=True)
+        return ItemState.FAILED, exc.message
+    return ItemState.DONE, "multipart copy" if multipart else "copied"
 
 
 def finish(job_id: int, *, frm: str, actor: Actor = WORKER) -> str:
@@ -352,7 +360,19 @@ def finish(job_id: int, *, frm: str, actor: Actor = WORKER) -> str:
     blocked = job.items.filter(state=ItemState.BLOCKED).count()
     done = job.items.filter(state=ItemState.DONE).aggregate(n=Sum("size"))["n"] or 0
     after = {"bytes_done": done, "items_done": job.items_done, "items_blocked": blocked, "items_failed": failed}
-    noun = "file(s)" if job.method == Method.AGENT_PULL else "object(s)"
+    noun = "file(s)" if job.method in (Method.AGENT_PULL, Method.AGENT_PUSH) else "object(s)"
+    if job.direction != Direction.PROMOTE:
+        if failed or blocked:
+            first = job.items.filter(state__in=(ItemState.FAILED, ItemState.BLOCKED)).order_by("pk").first()
+            error = (
+                f"{failed} {noun} failed and {blocked} were blocked; first: {first.path}: {first.detail}; "
+                "the source is kept"
+            )
+            job_transition(
+                job_id, frm=(frm,), to=JobState.FAILED, action="move.fail", after=after, error=error, actor=actor
+            )
+            return JobState.FAILED
+        return moves.copied(job_id)  # verify every new object, then free the source
     if failed or blocked:
         first = job.items.filter(state__in=(ItemState.FAILED, ItemState.BLOCKED)).order_by("pk").first()
         error = f"{failed} {noun} failed and {blocked} were blocked; first: {first.path}: {first.detail}"

@@ -7,7 +7,7 @@ by ``advance_promotions`` (beat, every minute).
 from celery import shared_task
 
 from fleet.s3 import S3Error
-from promotion import runner
+from promotion import moves, runner
 
 
 @shared_task(acks_late=True, bind=True, max_retries=5, default_retry_delay=30)
@@ -45,7 +45,7 @@ def promotion_copy(self, job_id: int) -> str:
 
 @shared_task(acks_late=True)
 def advance_promotions() -> dict:
-    """Poll the restores that are due and re-queue lost jobs (every minute, from beat)."""
+    """Poll the restores that are due, re-queue lost jobs, and move on verified moves (every minute, from beat)."""
     due = runner.due_jobs()
     for job_id in due["poll"]:
         promotion_poll.delay(job_id)
@@ -53,4 +53,18 @@ def advance_promotions() -> dict:
         promotion_start.delay(job_id)
     for job_id in due["copy"]:
         promotion_copy.delay(job_id)
+    due["verify"] = moves.due_verifying()
+    for job_id in due["verify"]:
+        move_copied.delay(job_id)
     return due
+
+
+@shared_task(acks_late=True, bind=True, max_retries=5, default_retry_delay=30)
+def move_copied(self, job_id: int) -> str:
+    """Verify a move's new objects and free its source (resumes a verification a lost worker left)."""
+    try:
+        return moves.copied(job_id)
+    except S3Error as exc:
+        if exc.transient:
+            raise self.retry(exc=exc) from None
+        raise
