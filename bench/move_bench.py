@@ -497,7 +497,17 @@ def main(argv: list[str] | None = None) -> int:
         results["host_to_bucket"] = {
             "ours": ours,
             "aws_cp": timed(
-                [aws, "s3", "cp", "--recursive", "--quiet", str(root), "s3://cli-target/", "--endpoint-url", endpoint_url],
+                [
+                    aws,
+                    "s3",
+                    "cp",
+                    "--recursive",
+                    "--quiet",
+                    str(root),
+                    "s3://cli-target/",
+                    "--endpoint-url",
+                    endpoint_url,
+                ],
                 base_env,
                 endpoint,
             ),
@@ -530,7 +540,17 @@ def main(argv: list[str] | None = None) -> int:
             results["bucket_to_bucket"] = {
                 "ours": b2b,
                 "aws_cp": timed(
-                    [aws, "s3", "cp", "--recursive", "--quiet", source, "s3://cli-copy/", "--endpoint-url", endpoint_url],
+                    [
+                        aws,
+                        "s3",
+                        "cp",
+                        "--recursive",
+                        "--quiet",
+                        source,
+                        "s3://cli-copy/",
+                        "--endpoint-url",
+                        endpoint_url,
+                    ],
                     base_env,
                     endpoint,
                 ),

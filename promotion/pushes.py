@@ -20,9 +20,10 @@ agrees: the catalog's sha256 with the agent's (and with the store's, when it kep
 ETag with the agent's MD5, a multipart ETag with the MD5s of the parts the agent sent. An object that
 was at the target before is never replaced: identical, the item is done; anything else, blocked.
 
-When no item is pending any more, a job with a failed or blocked item fails (``runner.finish``); one
-whose files are all uploaded is handed to ``promotion.moves.copied``, which verifies the new copy and
-only then frees the source.
+When no item is pending any more the job is handed to ``promotion.moves.copied``: a job with a failed
+or blocked item fails there (the source is kept); otherwise every new object is verified and only then
+is the source freed. A file with no sha256 on record gets the one the agent measured while reading it,
+so that the verification has the source's own checksum to compare the new object with.
 """
 
 from __future__ import annotations
@@ -39,13 +40,12 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from audit.actor import Actor
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet import s3
 from fleet.agent import SHA256_HEX
 from fleet.models import Bucket, Host
 from fleet.services import host_root_or_refuse
-from promotion import runner
+from promotion import moves
 from promotion.choices import ItemState, JobState, Method
 from promotion.models import PromotionItem, PromotionJob
 from promotion.pulls import presign_seconds
@@ -89,10 +89,6 @@ def _client(bucket: Bucket) -> Any:
     with _clients_lock:
         _clients[key] = (now, client)
     return client
-
-
-def _host_actor(host: Host) -> Actor:
-    return Actor.agent(host.name)
 
 
 def _known_sha256(item: PromotionItem) -> str:
@@ -418,6 +414,9 @@ def _judge(item: PromotionItem, got: dict, bucket: Bucket, client: Any) -> _Outc
     shown_by_store = len(checks) > 1  # the store's own checksum agrees with what the agent read
     if known:
         checks.append("sha256 (catalog)")
+    asked = item.job.target_storage_class
+    if exists and not differs and asked and there.storage_class.upper() != asked.upper():
+        differs.append(f"the same bytes, but in {there.storage_class}, not {asked}")
     if exists:
         if differs or not shown_by_store:
             why = "; ".join(differs) or "no checksum to show it identical"
@@ -471,7 +470,6 @@ def report(*, host: Host, results: object) -> dict[str, int]:
     by_job: dict[int, list[int]] = defaultdict(list)
     for pk, (job_id, _host_id, _method) in owners.items():
         by_job[job_id].append(pk)
-    actor = _host_actor(host)
     counts = {"recorded": 0, "ignored": 0, "pending": 0, "done": 0, "blocked": 0, "failed": 0}
     settled: list[int] = []
     for job_id, pks in sorted(by_job.items()):
@@ -491,6 +489,10 @@ def report(*, host: Host, results: object) -> dict[str, int]:
                     counts["pending"] += 1
                     continue
                 item.state, item.detail, item.done_at = outcome.state, outcome.detail[:2000], now
+                if item.state == ItemState.DONE and not item.sha256 and parsed[item.pk]["sha256"]:
+                    # Nothing was recorded before: what the agent read at the source is what the new object
+                    # is verified against (by the store's checksum or read back), never the store's word alone.
+                    item.sha256 = parsed[item.pk]["sha256"]
                 recorded.append(item)
                 if item.state == ItemState.DONE:
                     done += 1
@@ -502,7 +504,7 @@ def report(*, host: Host, results: object) -> dict[str, int]:
                 else:
                     counts["failed"] += 1
             if recorded:
-                PromotionItem.objects.bulk_update(recorded, ["state", "detail", "done_at"], batch_size=500)
+                PromotionItem.objects.bulk_update(recorded, ["state", "detail", "done_at", "sha256"], batch_size=500)
                 counts["recorded"] += len(recorded)
             updates: dict[str, Any] = {
                 "heartbeat_at": now,
@@ -514,17 +516,13 @@ def report(*, host: Host, results: object) -> dict[str, int]:
                 updates["started_at"] = now
             PromotionJob.objects.filter(pk=job.pk).update(**updates)
             if not job.items.filter(state__in=WAITING).exists():
-                if job.items.filter(state__in=(ItemState.FAILED, ItemState.BLOCKED)).exists():
-                    runner.finish(job.pk, frm=JobState.AWAITING_AGENT, actor=actor)
-                else:
-                    settled.append(job.pk)
-    for job_id in settled:
+                settled.append(job.pk)
+    for job_id in settled:  # after the commit: the moves talk to the store
         _copied(job_id)
     return counts
 
 
 def _copied(job_id: int) -> None:
-    """Every file of the offload is in the bucket: the moves verify the new copy, then free the source."""
-    from promotion import moves
-
+    """No file of the offload is pending any more: ``promotion.moves.copied`` fails the job if one was not
+    uploaded (the source is kept), else verifies every new object and only then frees the source."""
     moves.copied(job_id)

@@ -2,8 +2,8 @@
 
 The job is recorded as ``promotion.moves.request_move`` records it (method agent_push, awaiting the
 agent, one item per file: the absolute path on the host and the full key in the bucket). What happens
-once every file is in the bucket (verification, freeing the source) is the moves' part: here
-``promotion.pushes._copied`` is replaced by a recorder, so these tests see exactly when it is called.
+once no file is pending (verification, freeing the source, or failing the job) is the moves' part
+(``promotion.moves.copied``); the ``copied`` fixture records each call before it runs.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from django.utils import timezone
 from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
 from fleet import agent
-from promotion import pushes
+from promotion import moves, pushes
 from promotion.choices import Direction, ItemState, JobState, Method
 from promotion.models import PromotionItem, PromotionJob
 
@@ -36,7 +36,21 @@ MIB = 1024 * 1024
 
 @pytest.fixture
 def copied(monkeypatch) -> list[int]:
-    """The jobs handed to ``promotion.moves.copied`` (every file uploaded), in order."""
+    """The jobs handed to ``promotion.moves.copied`` (no file pending any more), in order; it then runs."""
+    calls: list[int] = []
+    real = pushes._copied
+
+    def record(job_id: int) -> None:
+        calls.append(job_id)
+        real(job_id)
+
+    monkeypatch.setattr(pushes, "_copied", record)
+    return calls
+
+
+@pytest.fixture
+def held_back(monkeypatch) -> list[int]:
+    """As ``copied``, but the moves do not run: the test reads the upload's own outcome, then runs them."""
     calls: list[int] = []
     monkeypatch.setattr(pushes, "_copied", calls.append)
     return calls
@@ -160,7 +174,7 @@ def agent_env(token: str) -> dict[str, str]:
 
 
 def test_the_agent_uploads_small_and_multipart_files_and_the_job_is_handed_on_once(
-    live_server, kit, host, target, copied, settings, tmp_path
+    live_server, kit, host, target, held_back, settings, tmp_path
 ):
     settings.OFFLOAD_MULTIPART_THRESHOLD = 6 * MIB
     settings.OFFLOAD_PART_SIZE = 5 * MIB
@@ -195,12 +209,7 @@ def test_the_agent_uploads_small_and_multipart_files_and_the_job_is_handed_on_on
     )
     assert uploads(kit, target) == []
     job.refresh_from_db()
-    assert (job.state, job.items_done, job.bytes_done, job.items_blocked) == (
-        JobState.AWAITING_AGENT,
-        4,
-        job.bytes_total,
-        0,
-    )
+    assert (job.items_done, job.bytes_done, job.items_blocked) == (4, job.bytes_total, 0)
     assert job.heartbeat_at is not None and job.started_at is not None
     details = {name: detail for name, (_s, detail) in states(job).items()}
     assert "multipart ETag" in details["big.distcp"] and "sha256 (catalog)" in details["big.distcp"]
@@ -208,11 +217,18 @@ def test_the_agent_uploads_small_and_multipart_files_and_the_job_is_handed_on_on
         "MD5 = ETag" in details[".metadata"] and hashlib.sha256(files[".metadata"]).hexdigest() in details[".metadata"]
     )
     assert "sha256 (store)" in details["__0_0.distcp"]
-    assert copied == [job.pk]
+    assert held_back == [job.pk]
+    # Handed to the moves: every new object verified (the store's sha256, or read back against what the
+    # agent measured for a file with none on record); the source waits for a scan to show the new copy.
+    assert moves.copied(job.pk) == JobState.VERIFYING
+    job.refresh_from_db()
+    assert job.verified_at is not None, job.error
+    measured = PromotionItem.objects.get(job=job, path__endswith=".metadata")
+    assert measured.sha256 == hashlib.sha256(files[".metadata"]).hexdigest() and measured.verified_at is not None
 
     # A second run has nothing to do, uploads nothing and hands nothing on again.
     assert run_offloads(live_server.url, root) == 0
-    assert copied == [job.pk]
+    assert held_back == [job.pk]
 
 
 def test_a_killed_agent_resumes_a_multipart_upload_without_sending_a_part_twice(
@@ -292,12 +308,14 @@ def test_a_killed_agent_resumes_a_multipart_upload_without_sending_a_part_twice(
     assert copied == [job.pk]
 
 
-def test_a_killed_single_put_run_resumes_and_counts_the_object_it_wrote(live_server, kit, host, target, copied):
+def test_a_killed_single_put_run_resumes_and_counts_the_object_it_wrote(live_server, kit, host, target, held_back):
     host_kit, root = host
     body = os.urandom(4096)
     job = offload(kit, host_kit, root, target, 420, {"a.distcp": body, "b.distcp": b"b" * 10})
     # The first run put "a" and died before reporting it: the store has it, the server does not know.
-    kit.s3.client.put_object(Bucket=target.bucket_name, Key=key(target, 420, "a.distcp"), Body=body)
+    kit.s3.client.put_object(
+        Bucket=target.bucket_name, Key=key(target, 420, "a.distcp"), Body=body, StorageClass="STANDARD_IA"
+    )
 
     assert run_offloads(live_server.url, root) == 0
 
@@ -305,7 +323,10 @@ def test_a_killed_single_put_run_resumes_and_counts_the_object_it_wrote(live_ser
     assert got["a.distcp"][0] == ItemState.DONE and "already at the target, identical" in got["a.distcp"][1]
     assert got["b.distcp"][0] == ItemState.DONE
     assert kit.body(target.bucket_name, key(target, 420, "a.distcp")) == body
-    assert copied == [job.pk]
+    assert held_back == [job.pk]
+    moves.copied(job.pk)
+    job.refresh_from_db()
+    assert job.verified_at is not None, job.error
 
 
 # --- refusals -----------------------------------------------------------------------------------------
@@ -327,7 +348,7 @@ def test_an_object_already_at_the_target_with_other_content_blocks_and_the_job_f
     assert "another object exists at" in got["a.distcp"][1] and "never overwritten" in got["a.distcp"][1]
     job.refresh_from_db()
     assert job.state == JobState.FAILED and "a.distcp" in job.error and "never overwritten" in job.error
-    assert copied == []
+    assert "the source is kept" in job.error and copied == [job.pk]
     out = capsys.readouterr().out
     assert "1 found at the target" in out and "1 blocked or failed" in out
 
@@ -353,8 +374,8 @@ def test_a_sha256_mismatch_fails_the_item_with_a_clear_reason(live_server, kit, 
         kit.head(target.bucket_name, key(target, 440, "big.distcp"))
     assert uploads(kit, target) == []
     job.refresh_from_db()
-    assert job.state == JobState.FAILED and "sha256 mismatch" in job.error
-    assert copied == []
+    assert job.state == JobState.FAILED and "sha256 mismatch" in job.error and "the source is kept" in job.error
+    assert copied == [job.pk]
 
 
 def test_a_path_escaping_the_root_or_through_a_symlink_is_refused(live_server, kit, host, target, copied, tmp_path):
@@ -384,7 +405,8 @@ def test_a_path_escaping_the_root_or_through_a_symlink_is_refused(live_server, k
     assert got["c"][0] == ItemState.BLOCKED and "symlink" in got["c"][1]
     listed = kit.s3.client.list_objects_v2(Bucket=target.bucket_name).get("Contents", [])
     assert listed == []
-    assert copied == []
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and "refused" in job.error and copied == [job.pk]
 
 
 def test_another_hosts_item_refuses_the_whole_report_and_records_nothing(
