@@ -6,10 +6,13 @@ runner's server-side copy, each beside the aws CLI on the same data, in the same
   ``--files`` files of ``--size`` bytes (plus ``--large`` files of ``--large-size``, uploaded in parts),
   carried out by the real agent (``python -m fleet.agent --offloads --jobs N``) against the real web
   app (gunicorn, PostgreSQL) and moto's S3 server; the clock runs from the agent's start to its exit,
-  every file then being counted done by the server (its HEAD of every target checked). Beside it:
+  every file then being counted done by the server (its HEAD of every target checked). The
+  verification that follows in a worker (``promotion.moves.copied``) is then run and timed on its own.
+  Beside it:
   ``aws s3 cp --recursive ROOT s3://B/ --endpoint-url URL`` of the same directory.
 - **bucket -> bucket**: a copy job of the offloaded objects to a second bucket, run by
-  ``promotion.runner.copy`` (the path a demotion between buckets takes); the clock runs from its start
+  ``promotion.runner.copy`` (the path a demotion between buckets takes, ``PROMOTION_COPY_CONCURRENCY``
+  copies at once); the clock runs from its start
   until every item is recorded done. Beside it: ``aws s3 cp --recursive s3://A/P s3://C/`` and
   ``aws s3 sync s3://A/P s3://D/`` (server-side copies too).
 
@@ -113,6 +116,12 @@ def recreate_database(name: str) -> None:
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
+
+
+def flush_redis(url: str) -> None:
+    import redis
+
+    redis.Redis.from_url(url).flushdb()
 
 
 def write_files(root: Path, files: int, size: int, large: int, large_size: int) -> list[tuple[str, int]]:
@@ -347,6 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large-size", type=int, default=256 * MIB)
     parser.add_argument("--jobs", type=int, default=10, help="the agent's --jobs (the aws CLI uses 10 at once)")
     parser.add_argument("--db-name", default="ckptfleet_movebench", help="a PostgreSQL database, dropped and made")
+    parser.add_argument(
+        "--redis-url",
+        default="redis://127.0.0.1:6379/13",
+        help="a Redis db of yours (emptied before and after): the web app queues the verification there, "
+        "and the bench then runs it itself, timed on its own",
+    )
     parser.add_argument("--aws", default=shutil.which("aws") or "", help="the aws CLI (default: aws on PATH)")
     parser.add_argument("--no-b2b", action="store_true", help="host -> bucket only")
     parser.add_argument("--json", help="write the figures here too")
@@ -417,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
             "CKPTFLEET_VAR_DIR": str(tmp / "var"),
             "DJANGO_SETTINGS_MODULE": "ckptfleet.settings",
         }
-        app_env.pop("REDIS_URL", None)
+        app_env["REDIS_URL"] = args.redis_url
+        flush_redis(args.redis_url)
         recreate_database(args.db_name)
         done = subprocess.run(
             [venv_python(), "manage.py", "migrate", "-v", "0"], cwd=REPO, env=app_env, capture_output=True, text=True
@@ -515,12 +531,28 @@ def main(argv: list[str] | None = None) -> int:
         results["host_to_bucket"]["ratio"] = ours["s"] / results["host_to_bucket"]["aws_cp"]["s"]
         say(f"host -> bucket: {results['host_to_bucket']['ratio']:.2f}x the aws CLI")
 
+        # What follows the upload in a worker (queued by the last report): verify every new object.
+        from promotion import moves
+
+        say("then: promotion.moves.copied (verification of every new object), in this process")
+        moto0, t0 = endpoint.cpu(), time.perf_counter()
+        state = moves.copied(job.pk)
+        job.refresh_from_db()
+        results["host_to_bucket"]["verify"] = {
+            "s": time.perf_counter() - t0,
+            "moto_cpu_s": endpoint.cpu() - moto0,
+            "state": state,
+            "verified": job.verified_at is not None,
+            "error": job.error,
+        }
+        say(f"  {results['host_to_bucket']['verify']['s']:.2f} s, {state}, verified: {job.verified_at is not None}")
+
         if not args.no_b2b:
             from promotion import runner
 
             runner._rescan = lambda job_id: None  # the scan of the target afterwards is not part of the copy
             copy_job = make_copy(job, bucket, "copy-target", endpoint_url)
-            say("ours: promotion.runner.copy (server-side CopyObject, one at a time)")
+            say("ours: promotion.runner.copy (server-side CopyObject, PROMOTION_COPY_CONCURRENCY at once)")
             moto0, load = endpoint.cpu(), os.getloadavg()[0]
             cpu0 = time.process_time()
             t0 = time.perf_counter()
@@ -567,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
         if server is not None:
             server.stop()
         endpoint.stop()
+        flush_redis(args.redis_url)
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(results, indent=2))

@@ -20,6 +20,7 @@ Usage::
     ckptfleet-agent --root /mnt/nvme0/checkpoints --dry-run   # print the NDJSON, contact nobody
     ckptfleet-agent --root /mnt/nvme0/checkpoints --deletions # delete what the server scheduled, report back
     ckptfleet-agent --root /mnt/nvme0/checkpoints --pulls     # fetch what promotions asked for, report back
+    ckptfleet-agent --root /mnt/nvme0/checkpoints --offloads  # upload what offloads move to a bucket, report back
 
 The token is never taken from the command line (it would show in ``ps`` and shell history) and is
 never printed. Every error is one line on stderr starting with ``ckptfleet-agent:`` and the exit
@@ -43,6 +44,14 @@ checked (size; sha256 when the server knows it; the MD5 of a single-part ETag, n
 counts as pulled). Paths must be plain relative paths below the root with no symlink on the way. Each
 file is reported back; a root that received files is then reported (an inventory) as usual. Trouble
 that may pass (the network, the store's 5xx, an expired URL) leaves the file for the next run.
+
+With ``--offloads`` the agent uploads the files offloads asked of this host (``/api/v1/agent/offloads/``)
+with URLs the server signs, so the host needs no S3 credentials: ``--jobs`` files at once (default 8),
+each read once for its sha256 and MD5 while it is sent, by one PUT that the store refuses if the key
+exists (If-None-Match: *) or, for a large file, part by part into a multipart upload the server started
+and completes. A part the store holds already (a killed run) is read but not sent again. Paths must be
+plain relative paths below the root, with no symlink on the way or at the end. Each file is reported;
+the server checks the store's copy before counting it. Trouble that may pass is retried, then left.
 
 With ``--checksums`` every file is read once for its sha256 and, in the same pass, its CRCs: crc32
 (zlib) always, crc32c and crc64nvme when the optional module ``awscrt`` imports (``pip install

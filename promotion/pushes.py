@@ -40,12 +40,12 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from ckptfleet.celery import task
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet import s3
 from fleet.agent import SHA256_HEX
 from fleet.models import Bucket, Host
 from fleet.services import host_root_or_refuse
-from promotion import moves
 from promotion.choices import ItemState, JobState, Method
 from promotion.models import PromotionItem, PromotionJob
 from promotion.pulls import presign_seconds
@@ -524,5 +524,6 @@ def report(*, host: Host, results: object) -> dict[str, int]:
 
 def _copied(job_id: int) -> None:
     """No file of the offload is pending any more: ``promotion.moves.copied`` fails the job if one was not
-    uploaded (the source is kept), else verifies every new object and only then frees the source."""
-    moves.copied(job_id)
+    uploaded (the source is kept), else verifies every new object and only then frees the source. In a
+    worker: verifying thousands of objects must not hold the agent's report open."""
+    task("promotion.tasks.move_copied").delay(job_id)
