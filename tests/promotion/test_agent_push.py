@@ -496,3 +496,47 @@ def test_the_agent_dry_run_says_what_it_would_upload_and_sends_nothing(live_serv
     assert "would upload" in out and f"s3://{target.bucket_name}/" in out and "1 would be uploaded" in out
     assert job.items.get().state == ItemState.READY
     assert kit.s3.client.list_objects_v2(Bucket=target.bucket_name).get("Contents", []) == []
+
+
+def test_progress_moves_with_each_report_and_a_file_reported_twice_counts_once(kit, host, target, client, held_back):
+    host_kit, root = host
+    body = b"a" * 1000
+    job = offload(kit, host_kit, root, target, 500, {"a": body, "b": b"b" * 3000})
+    first = job.items.get(path__endswith="/a")
+    kit.s3.client.put_object(Bucket=target.bucket_name, Key=first.target_key, Body=body, StorageClass="STANDARD_IA")
+    sha, md5 = hashlib.sha256(body).hexdigest(), hashlib.md5(body).hexdigest()
+    report = {"results": [{"id": first.pk, "result": "uploaded", "size": 1000, "sha256": sha, "md5": md5}]}
+
+    answer = client.post(URL, json.dumps(report), content_type="application/json", **host_kit.auth())
+
+    assert answer.status_code == 200 and answer.json()["done"] == 1
+    job.refresh_from_db()
+    assert (job.state, job.items_done, job.bytes_done, job.bytes_total) == (JobState.AWAITING_AGENT, 1, 1000, 4000)
+    assert job.heartbeat_at is not None and job.started_at is not None and held_back == []
+    first.refresh_from_db()
+    assert first.sha256 == sha and "MD5 = ETag" in first.detail
+    again = client.post(URL, json.dumps(report), content_type="application/json", **host_kit.auth())
+    assert again.json()["ignored"] == 1
+    job.refresh_from_db()
+    assert job.bytes_done == 1000
+
+
+def test_an_uploaded_file_the_store_does_not_hold_as_read_fails(kit, host, target, client, held_back):
+    host_kit, root = host
+    job = offload(kit, host_kit, root, target, 510, {"a": b"a" * 1000})
+    item = job.items.get()
+    kit.s3.client.put_object(
+        Bucket=target.bucket_name, Key=item.target_key, Body=b"x" * 999, StorageClass="STANDARD_IA"
+    )
+    body = b"a" * 1000
+    entry = {
+        "id": item.pk,
+        "result": "uploaded",
+        "size": 1000,
+        "sha256": hashlib.sha256(body).hexdigest(),
+        "md5": hashlib.md5(body).hexdigest(),
+    }
+    client.post(URL, json.dumps({"results": [entry]}), content_type="application/json", **host_kit.auth())
+    item.refresh_from_db()
+    assert item.state == ItemState.FAILED and "999 bytes, not 1000" in item.detail
+    assert held_back == [job.pk]
