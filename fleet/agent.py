@@ -2892,17 +2892,18 @@ class _StoreConnections:
         self.timeout = timeout
         self.local = threading.local()
 
-    def get(self, url: urllib.parse.SplitResult) -> tuple[http.client.HTTPConnection, str, list[tuple[str, str]]]:
+    def get(self, url: urllib.parse.SplitResult) -> tuple[http.client.HTTPConnection, str, list[tuple[str, str]], bool]:
+        """A connection for ``url``'s store, its request target, the proxy's headers, and whether it was used before."""
         pool = self.local.__dict__.setdefault("pool", {})
         key = (url.scheme, url.netloc)
         found = pool.get(key)
         target = (url.path or "/") + (f"?{url.query}" if url.query else "")
         if found is not None:
             conn, proxy_target, headers = found
-            return conn, (url.geturl() if proxy_target else target), headers
+            return conn, (url.geturl() if proxy_target else target), headers, True
         conn, request_target, headers = _connection(url, self.timeout)
         pool[key] = (conn, request_target != target, headers)
-        return conn, request_target, headers
+        return conn, request_target, headers, False
 
     def drop(self, url: urllib.parse.SplitResult) -> None:
         pool = self.local.__dict__.setdefault("pool", {})
@@ -2920,16 +2921,18 @@ def _put_range(
     length: int,
     headers: dict[str, str],
     hashers: list[Any],
-) -> tuple[int, str]:
-    """PUT ``length`` bytes of ``f`` from ``offset`` to a presigned URL, feeding them to ``hashers`` as they go.
+) -> tuple[int, str, bool, list[Any]]:
+    """PUT ``length`` bytes of ``f`` from ``offset`` to a presigned URL, hashing them as they go.
 
-    Returns (bytes sent, the store's ETag). Raises _StoreAnswer for an error status, OSError for the
-    network or the file (the caller tells which by ``f``). A kept-alive connection the store closed
-    meanwhile is replaced once.
+    ``hashers`` are left as they are: copies of them are fed and returned. Returns (bytes sent, the
+    store's ETag, whether the store encrypted with KMS or a customer key, which makes an ETag no MD5,
+    the fed hashers). Raises _StoreAnswer for an error status, OSError for the network or the file.
+    A kept-alive connection the store closed meanwhile is replaced at once, once.
     """
     parts = urllib.parse.urlsplit(url)
     for attempt in (1, 2):
-        conn, target, proxy_headers = conns.get(parts)
+        conn, target, proxy_headers, reused = conns.get(parts)
+        fed = [h.copy() for h in hashers]
         f.seek(offset)
         sent = 0
         try:
@@ -2944,7 +2947,7 @@ def _put_range(
                 block = f.read(min(HASH_BLOCK, length - sent))
                 if not block:
                     raise _Failed(f"the file ended after {offset + sent} bytes: it changed while it was read")
-                for h in hashers:
+                for h in fed:
                     h.update(block)
                 sent += len(block)
                 try:
@@ -2954,10 +2957,10 @@ def _put_range(
                     break
             response = conn.getresponse()
             answer = response.read()
-        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
+        except (BrokenPipeError, ConnectionResetError) as exc:  # RemoteDisconnected among them
             conns.drop(parts)
-            if attempt == 1 and sent == 0:
-                continue  # a kept-alive connection the store had closed: once more on a fresh one
+            if attempt == 1 and reused:
+                continue  # a kept-alive connection the store had closed: once more, at once, on a fresh one
             raise OSError(exc.errno or 0, f"the connection broke off: {_os_reason(exc)}") from None
         except (OSError, http.client.HTTPException) as exc:
             conns.drop(parts)
@@ -2970,7 +2973,11 @@ def _put_range(
             raise _StoreAnswer(response.status, _store_reason(response.status, response.reason, answer))
         if send_error is not None:
             raise OSError(send_error.errno or 0, f"the upload broke off: {_os_reason(send_error)}")
-        return sent, _strip_etag(response.getheader("ETag"))
+        sse = (response.getheader("x-amz-server-side-encryption") or "").lower()
+        keyed = sse.startswith(("aws:kms", "aws:kms:dsse")) or bool(
+            response.getheader("x-amz-server-side-encryption-customer-algorithm")
+        )
+        return sent, _strip_etag(response.getheader("ETag")), keyed, fed
     raise OSError(0, "the connection broke off")  # pragma: no cover - the loop returns or raises
 
 
@@ -3131,40 +3138,33 @@ def push_file(
 
 
 def _push_whole(f: BinaryIO, item: dict[str, Any], size: int, conns: _StoreConnections, retries: int) -> dict:
-    sha, md5 = hashlib.sha256(), _md5()
     state: dict[str, Any] = {}
 
     def attempt() -> None:
-        state["sha"], state["md5"] = sha.copy(), md5.copy()
-        state["etag"] = ""
         try:
-            _n, state["etag"] = _put_range(
+            _n, state["etag"], state["keyed"], (state["sha"], state["md5"]) = _put_range(
                 conns,
                 item["url"],
                 f,
                 offset=0,
                 length=size,
                 headers=item["headers"] or {},
-                hashers=[state["sha"], state["md5"]],
+                hashers=[hashlib.sha256(), _md5()],
             )
         except _StoreAnswer as exc:
-            if exc.status == 412:  # If-None-Match: an object is at the key already
-                state["sha"], state["md5"] = sha.copy(), md5.copy()
-                _hash_rest(f, 0, [state["sha"], state["md5"]])
-                state["exists"] = True
-                return
-            raise
+            if exc.status != 412:
+                raise
+            # If-None-Match: an object is at the key already. The server judges it from what the file holds.
+            state["sha"], state["md5"] = hashlib.sha256(), _md5()
+            _hash_rest(f, 0, [state["sha"], state["md5"]])
+            state["exists"] = True
 
     _with_retries(attempt, "the upload", retries)
     measured = {"size": size, "sha256": state["sha"].hexdigest(), "md5": state["md5"].hexdigest()}
     if state.get("exists"):
         return {**measured, "exists": True}
     etag = state["etag"]
-    if (
-        _SINGLE_PART_ETAG.match(etag)
-        and etag != measured["md5"]
-        and "x-amz-server-side-encryption" not in str(item.get("headers"))
-    ):
+    if _SINGLE_PART_ETAG.match(etag) and not state["keyed"] and etag != measured["md5"]:
         raise _Failed(f"the store's ETag {etag} is not the MD5 {measured['md5']} of what was sent")
     return measured
 
@@ -3191,8 +3191,8 @@ def _push_parts(f: BinaryIO, parts: list[dict[str, Any]], size: int, conns: _Sto
                 etags.append({"n": n, "etag": held})
                 continue  # the store holds this part already: not sent again
             sha, md5 = whole  # the store's part is other bytes: send this one again
-        sha, md5, piece, etag = _send_part(conns, part["url"], f, n, offset, length, (sha, md5), retries)
-        if _SINGLE_PART_ETAG.match(etag) and etag != piece.hexdigest():
+        sha, md5, piece, etag, keyed = _send_part(conns, part["url"], f, n, offset, length, (sha, md5), retries)
+        if _SINGLE_PART_ETAG.match(etag) and not keyed and etag != piece.hexdigest():
             raise _Failed(f"the store's ETag {etag} of part {n} is not the MD5 {piece.hexdigest()} of what was sent")
         etags.append({"n": n, "etag": etag or piece.hexdigest()})
     return {"size": size, "sha256": sha.hexdigest(), "md5": md5.hexdigest(), "parts": etags}
@@ -3207,19 +3207,18 @@ def _send_part(
     length: int,
     whole: tuple[Any, Any],
     retries: int,
-) -> tuple[Any, Any, Any, str]:
-    """Upload one part, retried from the hash state ``whole`` had before it; (sha256, MD5, part MD5, ETag)."""
+) -> tuple[Any, Any, Any, str, bool]:
+    """Upload one part, each try from the hash state ``whole`` had before it: (sha256, MD5, part MD5, ETag, keyed)."""
     state: dict[str, Any] = {}
 
     def attempt() -> None:
-        state["hashers"] = [whole[0].copy(), whole[1].copy(), _md5()]
-        _sent, state["etag"] = _put_range(
-            conns, url, f, offset=offset, length=length, headers={}, hashers=state["hashers"]
+        _sent, state["etag"], state["keyed"], state["hashers"] = _put_range(
+            conns, url, f, offset=offset, length=length, headers={}, hashers=[whole[0], whole[1], _md5()]
         )
 
     _with_retries(attempt, f"part {n}", retries)
     sha, md5, piece = state["hashers"]
-    return sha, md5, piece, state["etag"]
+    return sha, md5, piece, state["etag"], state["keyed"]
 
 
 def fetch_offloads(
