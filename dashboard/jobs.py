@@ -21,7 +21,8 @@ from promotion.choices import OPEN_STATES as PROMOTION_OPEN
 from promotion.choices import JobState
 from promotion.models import PromotionJob
 
-KINDS = {"scan": "Scans and inventories", "promotion": "Promotions", "deletion": "Deletions"}
+KINDS = {"scan": "Scans and inventories", "promotion": "Promotions and moves", "deletion": "Deletions"}
+MOVE_VERBS = {"promote": "Promote", "demote": "Demote", "offload": "Offload"}
 STATES = {"active": "Running or waiting", "ended": "Finished", "failed": "Failed or blocked"}
 
 INVENTORY_ACTIVE = (InventoryStatus.RECEIVED, InventoryStatus.PROCESSING)
@@ -142,14 +143,14 @@ def _promotion(job: PromotionJob) -> Job:
     return _checkpoint_job(
         job,
         kind="promotion",
-        verb="Promote",
+        verb=MOVE_VERBS.get(job.direction, "Promote"),
         what=f"to {target}",
         url="promotion:job-detail",
         active=PROMOTION_OPEN,
         done=job.bytes_done,
         total=job.bytes_total or None,
         unit="bytes",
-        outcome=job.error,
+        outcome=job.error or job.source_outcome,
     )
 
 

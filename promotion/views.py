@@ -17,11 +17,11 @@ from access.roles import Role, has_role
 from access.scoping import may_see_run
 from audit.actor import Actor
 from catalog import selectors as catalog_selectors
-from catalog.models import Checkpoint, CheckpointCopy
+from catalog.models import Checkpoint, CheckpointCopy, Run
 from ckptfleet.errors import DomainError
-from promotion import selectors, services
+from promotion import moves, selectors, services
 from promotion.choices import JobState
-from promotion.forms import PromotionForm
+from promotion.forms import MoveForm, PromotionForm
 from promotion.models import PromotionJob
 
 JOBS_PER_PAGE = 50
@@ -154,3 +154,65 @@ def promote(request, pk: int):
     context["can_act"] = has_role(request.user, Role.OPERATOR)
     context["confirm_url"] = reverse("promotion:promote", args=[checkpoint.pk])
     return render(request, "promotion/promote.html", context)
+
+
+def _move_page(request, *, run: Run, checkpoint: Checkpoint | None):
+    """GET: the plan of a move (preview). POST: ask for it. One checkpoint, or a run's filtered checkpoints."""
+    if not may_see_run(request.user, run):
+        raise Http404("no such run")
+    data = request.POST if request.method == "POST" else request.GET
+    form = MoveForm(data)
+    here = (
+        reverse("promotion:move-checkpoint", args=[checkpoint.pk])
+        if checkpoint
+        else reverse("promotion:move-run", args=[run.pk])
+    )
+    context = {"run": run, "checkpoint": checkpoint, "form": form, "plan": None, "error": "", "confirm_url": here}
+    if not form.is_valid():
+        context["error"] = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+        return render(request, "promotion/move.html", context, status=400)
+    values = form.cleaned_data
+    try:
+        chosen = selectors.move_candidates(
+            user=request.user,
+            checkpoint_ids=[checkpoint.pk] if checkpoint else None,
+            run_id=None if checkpoint else run.pk,
+            older_than_days=values["older_than_days"],
+            importance=values["importance"] or None,
+        )
+        kwargs = {
+            "checkpoints": chosen,
+            "target_location": values["target"],
+            "target_storage_class": values["storage_class"],
+            "source_location": values["source"],
+        }
+        if request.method == "POST":
+            jobs = moves.request_move(
+                actor=Actor.for_request(request), reason=values["reason"], request_id=request.request_id, **kwargs
+            )
+            if len(jobs) == 1:
+                messages.success(request, f"{jobs[0].get_direction_display()} #{jobs[0].pk} requested.")
+                return redirect("promotion:job-detail", pk=jobs[0].pk)
+            messages.success(request, f"{len(jobs)} moves requested: " + ", ".join(f"#{j.pk}" for j in jobs) + ".")
+            return redirect(reverse("jobs:list") + "?kind=promotion")
+        context["plan"] = moves.move_plan(**kwargs)
+    except DomainError as exc:
+        context["error"] = exc.message
+        return render(request, "promotion/move.html", context, status=exc.http_status)
+    context["can_act"] = has_role(request.user, Role.OPERATOR)
+    return render(request, "promotion/move.html", context)
+
+
+@login_required
+def move_checkpoint(request, pk: int):
+    try:
+        checkpoint = catalog_selectors.checkpoint_with_run(pk)
+    except Checkpoint.DoesNotExist:
+        raise Http404("no such checkpoint") from None
+    return _move_page(request, run=checkpoint.run, checkpoint=checkpoint)
+
+
+@login_required
+def move_run(request, pk: int):
+    run = get_object_or_404(Run.objects.select_related("team"), pk=pk)
+    return _move_page(request, run=run, checkpoint=None)

@@ -2,9 +2,11 @@
 
 from rest_framework import serializers
 
+from catalog.choices import Importance
 from fleet.models import StorageLocation
 from promotion.choices import RestoreTier
 from promotion.models import PromotionItem, PromotionJob
+from promotion.moves import MOVE_CLASSES
 from promotion.services import MAX_RESTORE_DAYS
 
 
@@ -22,6 +24,8 @@ class PromotionItemSerializer(serializers.ModelSerializer):
             "state",
             "detail",
             "done_at",
+            "sha256",
+            "verified_at",
         ]
 
 
@@ -59,6 +63,12 @@ class PromotionJobSerializer(serializers.ModelSerializer):
             "bytes_done",
             "percent",
             "error",
+            "direction",
+            "origin",
+            "verified_at",
+            "source_deletion",
+            "source_outcome",
+            "plan",
         ]
 
 
@@ -76,3 +86,25 @@ class PromotionRequestSerializer(serializers.Serializer):
 
 class CancelSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class MoveRequestSerializer(serializers.Serializer):
+    """Name checkpoints, or a run (all its checkpoints, or those matching the filters), and where they go."""
+
+    checkpoints = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=500)
+    run = serializers.IntegerField(required=False, min_value=1)
+    older_than_days = serializers.IntegerField(required=False, min_value=1, max_value=36500, allow_null=True)
+    importance = serializers.ListField(
+        child=serializers.ChoiceField(choices=Importance.choices), required=False, max_length=10
+    )
+    target_location = serializers.PrimaryKeyRelatedField(queryset=StorageLocation.objects.all())
+    target_storage_class = serializers.ChoiceField(choices=[(c, c) for c in MOVE_CLASSES])
+    source_location = serializers.PrimaryKeyRelatedField(
+        queryset=StorageLocation.objects.all(), required=False, allow_null=True
+    )
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+    def validate(self, attrs):
+        if not attrs.get("checkpoints") and not attrs.get("run"):
+            raise serializers.ValidationError("name checkpoints or a run")
+        return attrs

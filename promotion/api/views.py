@@ -11,9 +11,10 @@ from access.scoping import restrict_runs
 from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy
 from ckptfleet.errors import DomainError
-from promotion import selectors, services
+from promotion import moves, selectors, services
 from promotion.api.serializers import (
     CancelSerializer,
+    MoveRequestSerializer,
     PromotionItemSerializer,
     PromotionJobSerializer,
     PromotionRequestSerializer,
@@ -109,3 +110,64 @@ class PromotionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         job = self.get_object()
         page = self.paginate_queryset(selectors.job_items(job).order_by("-id"))
         return self.get_paginated_response(PromotionItemSerializer(page, many=True).data)
+
+
+def _move_selection(data, user) -> list[Checkpoint]:
+    return selectors.move_candidates(
+        user=user,
+        checkpoint_ids=data.get("checkpoints") or None,
+        run_id=data.get("run"),
+        older_than_days=data.get("older_than_days"),
+        importance=data.get("importance") or None,
+    )
+
+
+class MoveViewSet(viewsets.GenericViewSet):
+    """Moves (demote to a colder bucket or storage class, offload from a host): the jobs are promotions' jobs with
+    ``direction`` demote or offload, listed and followed at ``/api/v1/promotions/``."""
+
+    serializer_class = PromotionJobSerializer
+
+    def get_queryset(self):
+        return selectors.job_list(user=self.request.user).exclude(direction="promote")
+
+    @extend_schema(
+        summary="Request a move",
+        request=MoveRequestSerializer,
+        responses={201: PromotionJobSerializer(many=True)},
+    )
+    def create(self, request):
+        """Move checkpoints to a colder tier (operator role): one job per checkpoint that may move; the plan's
+        exclusions are in each job's audit event. The source of each is freed only after its new copy verifies,
+        through a scheduled deletion (its grace period and approvals apply)."""
+        given = MoveRequestSerializer(data=request.data)
+        given.is_valid(raise_exception=True)
+        data = given.validated_data
+        jobs = moves.request_move(
+            checkpoints=_move_selection(data, request.user),
+            target_location=data["target_location"],
+            target_storage_class=data["target_storage_class"],
+            source_location=data.get("source_location"),
+            reason=data["reason"],
+            actor=Actor.for_request(request),
+            request_id=getattr(request, "request_id", ""),
+        )
+        detail = [selectors.job_detail(job.pk) for job in jobs]
+        return Response(PromotionJobSerializer(detail, many=True).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(summary="Preview a move", request=MoveRequestSerializer, responses={200: dict})
+    @action(detail=False, methods=["post"])
+    def preview(self, request):
+        """What a move would do: per checkpoint and in total the files, bytes, monthly saving, one-off charges,
+        payback, method and how the source is freed; what it leaves out and why; the newest restorable
+        checkpoint of each run that stays readable. Changes nothing."""
+        given = MoveRequestSerializer(data=request.data)
+        given.is_valid(raise_exception=True)
+        data = given.validated_data
+        plan = moves.move_plan(
+            checkpoints=_move_selection(data, request.user),
+            target_location=data["target_location"],
+            target_storage_class=data["target_storage_class"],
+            source_location=data.get("source_location"),
+        )
+        return Response(plan.as_dict())

@@ -412,3 +412,125 @@ def test_copied_refuses_a_promotion(kit, django_capture_on_commit_callbacks):
         moves.copied(job.pk)
     assert PromotionItem.objects.filter(job=job, state=ItemState.READY).count() == 1
     assert WHEN  # the kit's fixed time is what the files were written at
+
+
+# --- offload: the request freezes the host's files for its agent; copied() verifies what the agent uploaded ------
+
+
+def host_checkpoint(kit, host, step: int, bodies: dict[str, bytes]):
+    import hashlib
+
+    checkpoint = Checkpoint.objects.create(run=kit.run, step=step)
+    path = f"llm/llama/step-{step}"
+    copy = CheckpointCopy.objects.create(
+        checkpoint=checkpoint,
+        location=host.location,
+        path=path,
+        format="pytorch_dcp",
+        state="complete",
+        verification=Verification.VERIFIED,
+        file_count=len(bodies),
+        bytes=sum(map(len, bodies.values())),
+    )
+    for name, body in bodies.items():
+        ShardFile.objects.create(
+            location=host.location,
+            path=f"{path}/{name}",
+            size=len(body),
+            mtime=WHEN,
+            tier="nvme",
+            checksum=hashlib.sha256(body).hexdigest(),
+            checksum_algo="sha256",
+            copy=copy,
+            first_seen_at=WHEN,
+            changed_at=WHEN,
+        )
+    return checkpoint
+
+
+def test_an_offload_is_frozen_for_the_hosts_agent_and_verified_before_the_host_copy_is_freed(kit, make_host):
+    host = make_host()
+    bodies = {"a": b"a" * 300, "b": b"b" * 200}
+    checkpoint = host_checkpoint(kit, host, 900, bodies)
+    cold = kit.bucket(prefix="fleet/")
+
+    (job,) = moves.request_move(
+        checkpoints=[checkpoint],
+        target_location=cold.location,
+        target_storage_class="GLACIER_IR",
+        actor=kit.actor,
+        reason="finished run: off the GPU host",
+    )
+    assert (job.direction, job.method, job.state) == (Direction.OFFLOAD, Method.AGENT_PUSH, JobState.AWAITING_AGENT)
+    items = list(job.items.order_by("path"))
+    assert [(i.source_key, i.target_key, i.size) for i in items] == [
+        ("/mnt/nvme0/checkpoints/llm/llama/step-900/a", "fleet/llm/llama/step-900/a", 300),
+        ("/mnt/nvme0/checkpoints/llm/llama/step-900/b", "fleet/llm/llama/step-900/b", 200),
+    ]
+    assert all(len(i.sha256) == 64 for i in items)
+    assert events("move.request")[0].after["method"] == Method.AGENT_PUSH
+
+    # The agent uploads (here: the test), and one file arrives with other bytes.
+    kit.s3.put(cold.bucket_name, items[0].target_key, bodies["a"], StorageClass="GLACIER_IR")
+    kit.s3.put(cold.bucket_name, items[1].target_key, b"B" * 200, StorageClass="GLACIER_IR")
+    job.items.update(state=ItemState.DONE)
+    assert moves.copied(job.pk) == JobState.FAILED
+    job.refresh_from_db()
+    assert job.error.startswith("llm/llama/step-900/b: sha256 ") and "the source is kept" in job.error
+    assert not DeletionJob.objects.exists()
+
+
+def test_copied_verifies_an_offload_and_waits_for_the_catalog_before_freeing(kit, make_host):
+    host = make_host()
+    bodies = {"a": b"a" * 300}
+    checkpoint = host_checkpoint(kit, host, 910, bodies)
+    cold = kit.bucket(prefix="fleet/")
+    (job,) = moves.request_move(
+        checkpoints=[checkpoint],
+        target_location=cold.location,
+        target_storage_class="STANDARD_IA",
+        actor=kit.actor,
+        reason="off the host",
+    )
+    kit.s3.put(cold.bucket_name, "fleet/llm/llama/step-910/a", bodies["a"], StorageClass="STANDARD_IA")
+    job.items.update(state=ItemState.DONE)
+
+    assert moves.copied(job.pk) == JobState.VERIFYING  # verified; the catalog has no copy at the bucket yet
+    job.refresh_from_db()
+    assert job.verified_at is not None and not DeletionJob.objects.exists()
+    assert moves.copied(job.pk) == JobState.VERIFYING  # a second call changes nothing
+    assert len(events("move.verified")) == 1
+
+
+def test_a_policy_may_ask_for_a_move_and_frees_the_source_as_itself(kit, scanned, django_capture_on_commit_callbacks):
+    cold = kit.bucket(prefix="fleet/")
+    policy = Actor.system("tiering policy 3")
+    jobs = request(
+        kit,
+        django_capture_on_commit_callbacks,
+        [step(200), step(100)],
+        cold,
+        "GLACIER_IR",
+        actor=policy,
+        origin="policy:3",
+    )
+    # A policy moves verified copies only (fail closed): step 100's copy has no checksum written at save time.
+    assert [j.checkpoint for j in jobs] == [step(200)]
+    (job,) = jobs
+    assert (job.requested_by, job.requested_label, job.origin) == (None, "tiering policy 3", "policy:3")
+    assert events("move.request")[0].after["excluded"][0]["code"] == "unverified"
+    with django_capture_on_commit_callbacks(execute=True):
+        advance_promotions()
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED, (job.error, job.source_outcome)
+    deletion = DeletionJob.objects.get()
+    assert (deletion.requested_label, deletion.origin) == ("tiering policy 3", f"move:{job.pk}")
+    with pytest.raises(DomainError):
+        moves.request_move(
+            checkpoints=[step(100)],
+            target_location=cold.location,
+            target_storage_class="GLACIER_IR",
+            actor=policy,
+            reason="x",
+            origin="cron",
+        )

@@ -1,16 +1,4 @@
-"""Moves: demote a checkpoint copy to a colder bucket or storage class, or offload it from a host to a bucket.
-
-A move is a promotion job run the other way (``Direction.DEMOTE`` / ``OFFLOAD``) with one more promise:
-the source is freed only after every new object has been verified against the recorded checksums
-(PRODUCT.md promise 6), and it is freed through ``actions.services.schedule_deletion``, so the
-deletion's own rules (holds, pins, approval, grace period, blast radius, the re-check at execution)
-decide whether and when the source goes. An in-place storage-class change (CopyObject onto the same
-key with a new StorageClass) replaces the object itself and needs no deletion.
-
-- ``move_plan`` says what a move would do, per checkpoint and in total, and names what it leaves out;
-- ``request_move`` creates one job per checkpoint in one transaction, one ``move.request`` event each;
-- the runner copies (bucket to bucket) or the host's agent uploads (``promotion.pushes``); then
-- ``copied`` verifies every new object, writes ``move.verified`` and frees the source (``free_source``).
+"""The plan of a move: what it would do per checkpoint and in total, and what it leaves out and why.
 
 Prices: the price book (``fleet.pricebook``) per GiB-month. Request prices and the archive per-object
 overhead are AWS S3's list prices, us-east-1 (https://aws.amazon.com/s3/pricing/, "Requests & data
@@ -22,42 +10,29 @@ promotion, so it cannot be imported from here.
 
 from __future__ import annotations
 
-import hashlib
-import logging
 import math
-import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Sum
 from django.utils import timezone
 
-from access.roles import Role, require_role
 from actions.models import DeletionJob
 from actions.protection import OPEN_DELETION_STATES, active_holds
-from actions.services import schedule_deletion
-from audit.actor import Actor
-from audit.choices import ActorKind, EventSource
-from audit.services import audit
 from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
 from catalog.recovery import ARCHIVE_TIERS, restorable_copies, restorable_key
-from ckptfleet.celery import task
 from ckptfleet.errors import DomainError
 from fleet import s3
 from fleet.choices import Tier
 from fleet.models import Bucket, StorageLocation
 from fleet.pricebook import GIB, PriceBook, book_currency, utc_today
-from ingest.scan import scan_start
-from promotion.choices import OPEN_STATES, Direction, ItemState, JobState, Method
-from promotion.models import PromotionItem, PromotionJob
-from promotion.services import HOST_KINDS, ITEM_BATCH, MINIMUM_DAYS, WORKER, job_transition, tier_label, tier_rank
-
-log = logging.getLogger(__name__)
+from promotion.choices import OPEN_STATES, Direction, Method
+from promotion.models import PromotionJob
+from promotion.services import HOST_KINDS, MINIMUM_DAYS, tier_label, tier_rank
 
 DAYS_PER_BILLING_MONTH = 30  # how AWS pro-rates a minimum storage duration
 ARCHIVE_CLASSES = ("GLACIER", "DEEP_ARCHIVE")
@@ -75,19 +50,12 @@ REQUEST_PRICE_PER_1000: dict[str, Decimal] = {
 MOVE_CLASSES = ("STANDARD", "STANDARD_IA", "ONEZONE_IA", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE")
 FREED_BY_DELETION = "two-phase deletion of the source copy after the new copy verifies"
 FREED_IN_PLACE = "the class change replaces the object in place"
-# How long a verified move waits for a scan to show its new copy in the catalog before it gives up freeing.
-CATALOG_WAIT = timedelta(days=2)
-READ_BACK_CHUNK = 8 * 1024 * 1024  # bounded memory when a new object is read back to be hashed
 CENT = Decimal("0.01")
-MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")  # a single-part ETag is the content's MD5; a multipart one ends in -N
 
 
 def request_prices() -> dict[str, Decimal]:
     overrides = settings.RETENTION_REQUEST_PRICE_PER_1000
     return {**REQUEST_PRICE_PER_1000, **{k: Decimal(str(v)) for k, v in overrides.items()}}
-
-
-# --- the plan ---------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -291,16 +259,9 @@ def payback_days(one_off: Decimal, saving_per_month: Decimal | None) -> int | No
     return math.ceil(one_off * DAYS_PER_BILLING_MONTH / saving_per_month)
 
 
-def _bucket_of(location: StorageLocation) -> Bucket | None:
-    try:
-        return location.bucket
-    except Bucket.DoesNotExist:
-        return None
-
-
 def _target_class(target_location: StorageLocation, value: str) -> str:
     value = (value or "").strip().upper()
-    if _bucket_of(target_location) is None:
+    if bucket_of(target_location) is None:
         raise DomainError(
             f"{target_location.name} is not a bucket: a move goes to object storage (a bucket location)",
             code="unsupported",
@@ -329,7 +290,7 @@ def move_plan(
     Every checkpoint that may not move is left out and named with the reason, never silently dropped.
     """
     target_storage_class = _target_class(target_location, target_storage_class)
-    target_bucket = _bucket_of(target_location)
+    target_bucket = bucket_of(target_location)
     assert target_bucket is not None  # _target_class refused anything else
     target_tier = target_bucket.tier_of(target_storage_class)
     plan = MovePlan(target_location=target_location, target_storage_class=target_storage_class, target_tier=target_tier)
@@ -355,6 +316,11 @@ def move_plan(
     _stays_hot(plan)
     if any(line.saving_per_month is None for line in plan.lines):
         plan.notes.append("The price book lacks a price for a source or the target: the saving is unknown.")
+    if target_bucket.versioning == "Enabled" and any(line.in_place for line in plan.lines):
+        plan.notes.append(
+            f"{target_location.name} keeps versions: a class change in place adds a new current version and the "
+            "old one stays, billed in its class, until a deletion removes it."
+        )
     if target_storage_class in ARCHIVE_CLASSES:
         plan.notes.append(
             f"{target_storage_class} is an archive class: reading the moved checkpoints back needs a restore "
@@ -411,7 +377,7 @@ def _line(
         raise _Skip(
             "disputed", f"its copy at {source.name} is {copy.get_verification_display().lower()}: settle it first"
         )
-    source_bucket = _bucket_of(source)
+    source_bucket = bucket_of(source)
     in_place = source.pk == target_location.pk
     if source.kind in HOST_KINDS:
         method, direction = Method.AGENT_PUSH, Direction.OFFLOAD
@@ -566,381 +532,8 @@ def _stays_hot(plan: MovePlan) -> None:
     plan.stays_hot = {run_id: found.get(best[run_id][1]) if run_id in best else None for run_id in runs}
 
 
-# --- the request ------------------------------------------------------------------------------------
-
-
-def _require_actor(actor: Actor, checkpoints: list[Checkpoint]) -> None:
-    """A person needs the operator role (a refusal is audited by ``require_role``); a policy or a command acts
-    as the system, as ``actions.services.schedule_deletion`` accepts."""
-    if actor.kind != ActorKind.USER:
-        return
-    if actor.user is None:
-        raise DomainError("a move by a person needs the signed-in user", code="not_authenticated")
-    first = checkpoints[0] if checkpoints else None
-    require_role(
-        actor.user,
-        Role.OPERATOR,
-        doing="moving checkpoints to a colder tier",
-        target_type="checkpoint",
-        target_id=first.pk if first else None,
-        target_label=str(first) if first else "",
-        source=actor.source,
-    )
-
-
-def request_move(
-    *,
-    checkpoints,
-    target_location: StorageLocation,
-    target_storage_class: str,
-    actor: Actor,
-    reason: str,
-    origin: str = "manual",
-    source_location: StorageLocation | None = None,
-    request_id: str = "",
-) -> list[PromotionJob]:
-    """Ask for the move of ``checkpoints``: one job per checkpoint that may move, all in one transaction, with
-    one ``move.request`` event each carrying its plan's figures. The checkpoints the plan leaves out are named
-    in each event; when none may move, nothing is written and the reasons are raised.
-    """
-    checkpoints = list(checkpoints)
-    _require_actor(actor, checkpoints)
-    reason = (reason or "").strip()
-    if not reason:
-        raise DomainError("say why: a move needs a reason", code="reason_required")
-    if len(reason) > 2000:
-        raise DomainError("the reason is longer than 2000 characters")
-    origin = (origin or "manual").strip()
-    if origin != "manual" and not origin.startswith("policy:"):
-        raise DomainError(f"origin {origin!r} is neither 'manual' nor 'policy:<id>'")
-    jobs: list[PromotionJob] = []
-    with transaction.atomic():
-        locked = list(
-            Checkpoint.objects.select_for_update(of=("self",)).filter(pk__in=[c.pk for c in checkpoints]).order_by("pk")
-        )
-        target_location = StorageLocation.objects.select_related("host").get(pk=target_location.pk)
-        plan = move_plan(
-            checkpoints=locked,
-            target_location=target_location,
-            target_storage_class=target_storage_class,
-            source_location=source_location,
-            origin=origin,
-        )
-        if not plan.lines:
-            why = "; ".join(f"{e.checkpoint}: {e.reason}" for e in plan.excluded)
-            raise DomainError(f"nothing may move: {why}", code="nothing_to_move")
-        excluded = [e.as_dict() for e in plan.excluded]
-        now = timezone.now()
-        for line in plan.lines:
-            copy = CheckpointCopy.objects.select_for_update(of=("self",)).get(pk=line.source_copy.pk)
-            agent = line.method == Method.AGENT_PUSH
-            job = PromotionJob.objects.create(
-                checkpoint=line.checkpoint,
-                source_copy=copy,
-                target_location=target_location,
-                target_storage_class=plan.target_storage_class,
-                target_tier=plan.target_tier,
-                direction=line.direction,
-                origin=origin,
-                method=line.method,
-                state=JobState.AWAITING_AGENT if agent else JobState.REQUESTED,
-                in_place=line.in_place,
-                reason=reason,
-                requested_by=actor.user,
-                requested_label=actor.label,
-                requested_at=now,
-                items_total=line.files,
-                bytes_total=line.bytes,
-                plan={**line.as_dict(), "currency": plan.currency, "target_tier": plan.target_tier},
-            )
-            freeze_move_items(job, line.source_copy, target_location)
-            audit(
-                actor,
-                "move.request",
-                target_type="checkpoint",
-                target_id=line.checkpoint.pk,
-                target_label=str(line.checkpoint),
-                reason=reason,
-                before={"copy": copy.pk, "location": copy.location.name, "tiers": line.source_tiers},
-                after={
-                    "move": job.pk,
-                    "target_location": target_location.name,
-                    "target_storage_class": plan.target_storage_class,
-                    "origin": origin,
-                    **line.as_dict(),
-                    "currency": plan.currency,
-                    "excluded": excluded,
-                },
-                request_id=request_id,
-            )
-            if not agent:
-                transaction.on_commit(lambda pk=job.pk: task("promotion.tasks.promotion_start").delay(pk))
-            jobs.append(job)
-    return jobs
-
-
-def freeze_move_items(job: PromotionJob, copy: CheckpointCopy, target: StorageLocation) -> None:
-    """One item per present file: the exact source key (for a host, the absolute path), version, ETag, size and
-    the catalog's sha256 when it has one, and the full key it goes to in the target bucket."""
-    source_bucket = _bucket_of(copy.location)
-    target_bucket = _bucket_of(target)
-    assert target_bucket is not None
-    if source_bucket is not None:
-        source_prefix = source_bucket.prefix
-    else:
-        source_prefix = copy.location.root_path.rstrip("/") + "/"
-    rows = (
-        ShardFile.objects.filter(copy=copy, gone_at__isnull=True)
-        .order_by("path")
-        .values_list("pk", "path", "size", "etag", "version_id", "storage_class", "checksum", "checksum_algo")
-    )
-    batch = []
-    for pk, path, size, etag, version_id, storage_class, checksum, algo in rows.iterator(chunk_size=ITEM_BATCH):
-        batch.append(
-            PromotionItem(
-                job=job,
-                shard_file_id=pk,
-                path=path,
-                source_key=source_prefix + path,
-                target_key=target_bucket.prefix + path,
-                size=size,
-                etag=etag,
-                version_id=version_id,
-                source_storage_class=storage_class,
-                sha256=checksum.lower() if algo == "sha256" and len(checksum or "") == 64 else "",
-                state=ItemState.READY,
-            )
-        )
-        if len(batch) >= ITEM_BATCH:
-            PromotionItem.objects.bulk_create(batch)
-            batch = []
-    if batch:
-        PromotionItem.objects.bulk_create(batch)
-
-
-# --- after the copy: verify, then free the source ---------------------------------------------------
-
-
-class Mismatch(Exception):
-    """A new object that does not match what was recorded of its source."""
-
-
-def copied(job_id: int) -> str:
-    """Every item of a move is done: verify each new object, then free the source. Returns the job's state.
-
-    Safe to call twice and from any worker: the job moves to ``verifying`` by compare-and-swap, items already
-    verified are not checked again, and the outcome is written once. Call it after the transaction that marked
-    the last item done has committed (it talks to the store).
-    """
-    job = PromotionJob.objects.select_related("source_copy__location", "target_location").get(pk=job_id)
-    if job.direction == Direction.PROMOTE:
-        raise DomainError(f"promotion #{job_id} is not a move", code="not_a_move")
-    if job.state in (JobState.COPYING, JobState.AWAITING_AGENT):
-        pending = job.items.exclude(state=ItemState.DONE)
-        if pending.exists():
-            first = pending.order_by("pk").first()
-            assert first is not None
-            error = (
-                f"{pending.count()} file(s) were not copied; first: {first.path}: {first.detail or first.state}; "
-                "the source is kept"
-            )
-            job_transition(job.pk, frm=(job.state,), to=JobState.FAILED, action="move.fail", error=error)
-            return JobState.FAILED
-        job_transition(job.pk, frm=(job.state,), to=JobState.VERIFYING)
-    job.refresh_from_db()
-    if job.state != JobState.VERIFYING:
-        return job.state
-    if job.verified_at is None:
-        if not _verify_all(job):
-            return JobState.FAILED
-    return free_source(job.pk)
-
-
-def _verify_all(job: PromotionJob) -> bool:
-    bucket = Bucket.objects.select_related("location").get(location_id=job.target_location_id)
-    client = s3.client_for(bucket)
-    source = Bucket.objects.filter(location_id=job.source_copy.location_id).first()
-    for item in job.items.filter(verified_at__isnull=True).order_by("pk").iterator(chunk_size=ITEM_BATCH):
-        try:
-            how = verify_object(client, bucket.bucket_name, item, job, source)
-        except Mismatch as exc:
-            error = f"{item.path}: {exc}; the source is kept"
-            PromotionItem.objects.filter(pk=item.pk).update(state=ItemState.FAILED, detail=str(exc)[:2000])
-            job_transition(job.pk, frm=(JobState.VERIFYING,), to=JobState.FAILED, action="move.fail", error=error)
-            return False
-        PromotionItem.objects.filter(pk=item.pk).update(verified_at=timezone.now(), detail=how[:2000])
-        PromotionJob.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now())
-    with transaction.atomic():
-        locked = PromotionJob.objects.select_for_update(of=("self",)).select_related("checkpoint").get(pk=job.pk)
-        if locked.state != JobState.VERIFYING or locked.verified_at is not None:
-            return locked.state == JobState.VERIFYING
-        locked.verified_at = timezone.now()
-        locked.save(update_fields=["verified_at"])
-        audit(
-            WORKER,
-            "move.verified",
-            target_type="checkpoint",
-            target_id=locked.checkpoint_id,
-            target_label=str(locked.checkpoint),
-            before={"state": locked.state},
-            after={"move": locked.pk, "objects": locked.items_total, "bytes": locked.bytes_total},
-        )
-        transaction.on_commit(lambda: _rescan(job.pk))
-    return True
-
-
-def verify_object(client, bucket_name: str, item: PromotionItem, job: PromotionJob, source: Bucket | None) -> str:
-    """Check one new object against what was recorded of its source; returns how, raises Mismatch.
-
-    Size always; then the catalog's sha256 against the store's full-object SHA256 (or, when the store keeps
-    none, against the object read back and hashed, in bounded memory); with no sha256 on record, a single-part
-    ETag (the content's MD5) against the source's.
-    """
-    state = s3.object_state(client, bucket_name, item.target_key)
-    if state is None:
-        raise Mismatch(f"the new object s3://{bucket_name}/{item.target_key} is missing")
-    if state.size != item.size:
-        raise Mismatch(f"size {state.size} bytes at the target, {item.size} recorded")
-    if job.target_storage_class and state.storage_class.upper() != job.target_storage_class:
-        raise Mismatch(f"storage class {state.storage_class} at the target, {job.target_storage_class} asked")
-    if item.sha256:
-        found = s3.head(client, bucket_name, item.target_key)
-        stored = found.checksum if found is not None and found.checksum_algo == "sha256" else ""
-        if stored:
-            if stored != item.sha256:
-                raise Mismatch(f"sha256 {stored} at the target, {item.sha256} recorded")
-            return "verified: sha256 (store's checksum)"
-        measured = _read_back(client, bucket_name, item.target_key, state, hashlib.sha256)
-        if measured != item.sha256:
-            raise Mismatch(f"sha256 {measured} read back from the target, {item.sha256} recorded")
-        return "verified: sha256 (read back)"
-    if item.etag and MD5_ETAG.match(item.etag):
-        if state.etag == item.etag:
-            return "verified: ETag (MD5) equals the source's"
-        if "-" in state.etag:  # a multipart copy: its ETag is no MD5, so read the content back
-            measured = _read_back(client, bucket_name, item.target_key, state, hashlib.md5)
-            if measured == item.etag:
-                return "verified: MD5 (read back) equals the source's ETag"
-            raise Mismatch(f"MD5 {measured} read back from the target, source ETag {item.etag}")
-        raise Mismatch(f"ETag {state.etag} at the target, {item.etag} at the source")
-    if source is not None and item.etag:
-        source_client = s3.client_for(source)
-        theirs = _read_back(source_client, source.bucket_name, item.source_key, None, hashlib.sha256, item.version_id)
-        ours = _read_back(client, bucket_name, item.target_key, state, hashlib.sha256)
-        if theirs != ours:
-            raise Mismatch(f"sha256 {ours} at the target, {theirs} at the source (both read back)")
-        return "verified: sha256 of both read back"
-    raise Mismatch("no checksum on record to verify the new object against (no sha256, no MD5 ETag)")
-
-
-def _read_back(client, bucket_name: str, key: str, state, algorithm, version_id: str = "") -> str:
-    """Hash an object by reading it in ranged chunks (bounded memory); an archived object cannot be read."""
-    if state is not None and state.storage_class.upper() in s3.RESTORE_CLASSES:
-        raise Mismatch(
-            f"the new object is in {state.storage_class} and carries no checksum of its own, so it cannot be read "
-            "back to be verified"
-        )
-    digest = algorithm()
-    kwargs: dict[str, Any] = {"Bucket": bucket_name, "Key": key}
-    if version_id:
-        kwargs["VersionId"] = version_id
+def bucket_of(location: StorageLocation) -> Bucket | None:
     try:
-        body = client.get_object(**kwargs)["Body"]
-        for chunk in iter(lambda: body.read(READ_BACK_CHUNK), b""):
-            digest.update(chunk)
-    except Exception as exc:  # a botocore error, named in the reason; the job stops and keeps its source
-        raise Mismatch(f"reading s3://{bucket_name}/{key} back failed: {exc}") from None
-    return digest.hexdigest()
-
-
-def _rescan(job_id: int) -> None:
-    """Let the catalog see the new copy (a running scan will see it anyway)."""
-    job = PromotionJob.objects.select_related("target_location").get(pk=job_id)
-    try:
-        scan_start(location=job.target_location, actor=WORKER, audit=False)
-    except DomainError as exc:
-        log.info("no rescan after move %s: %s", job_id, exc.message)
-    # Where the scan ran at once (tasks in-process) the source can be freed now; elsewhere beat tries again
-    # (``due_verifying``) until a scan shows the new copy.
-    transaction.on_commit(lambda: free_source(job_id))
-
-
-def requester(job: PromotionJob) -> Actor:
-    """Who frees the source: the person who asked (their role is checked again), or the policy that did."""
-    if job.requested_by is not None:
-        return Actor.person(job.requested_by, EventSource.TASK)
-    return Actor.system(job.requested_label)
-
-
-def free_source(job_id: int) -> str:
-    """Free a verified move's source: nothing for a class change in place; otherwise schedule its deletion once
-    the catalog shows the new copy complete. A refusal (a hold placed after the request, a pin) ends the job
-    completed with the source kept and the reason."""
-    job = PromotionJob.objects.select_related("checkpoint", "source_copy__location", "target_location").get(pk=job_id)
-    if job.state != JobState.VERIFYING or job.verified_at is None:
-        return job.state
-    if job.in_place:
-        return _complete(job, FREED_IN_PLACE)
-    holds = list(active_holds(job.checkpoint).only("case_ref"))
-    if holds:  # a hold placed after the request: the copy stands, the source stays (schedule_deletion agrees)
-        cases = ", ".join(sorted({h.case_ref for h in holds}))
-        return _complete(job, f"source kept: held (case {cases})")
-    new_copy = CheckpointCopy.objects.filter(
-        checkpoint=job.checkpoint, location=job.target_location, gone_at__isnull=True, state=CopyState.COMPLETE
-    ).first()
-    waited_too_long = timezone.now() - job.verified_at > CATALOG_WAIT
-    if new_copy is None:
-        if waited_too_long:
-            return _complete(job, "source kept: no scan has shown the new copy complete in the catalog")
-        return JobState.VERIFYING  # beat asks again after the next scan
-    try:
-        deletion = schedule_deletion(
-            checkpoint=job.checkpoint,
-            copy=job.source_copy,
-            reason=f"moved to {job.target_location.name} ({job.target_storage_class}) by move #{job.pk}: {job.reason}"[
-                :2000
-            ],
-            actor=requester(job),
-            origin=f"move:{job.pk}",
-        )
-    except DomainError as exc:
-        if exc.code == "last_verified_copy" and not waited_too_long:
-            return JobState.VERIFYING  # the catalog has not verified the new copy yet
-        return _complete(job, f"source kept: {exc.message}")
-    return _complete(
-        job, f"deletion {deletion.pk} of the source copy scheduled ({deletion.get_state_display()})", deletion
-    )
-
-
-def _complete(job: PromotionJob, outcome: str, deletion: DeletionJob | None = None) -> str:
-    PromotionJob.objects.filter(pk=job.pk, state=JobState.VERIFYING).update(
-        source_outcome=outcome[:2000], source_deletion=deletion
-    )
-    after = {"source": outcome, "deletion": deletion.pk if deletion else None}
-    if job_transition(job.pk, frm=(JobState.VERIFYING,), to=JobState.COMPLETED, action="move.complete", after=after):
-        return JobState.COMPLETED
-    return PromotionJob.objects.get(pk=job.pk).state
-
-
-def due_verifying() -> list[int]:
-    """Moves beat should move on: verified and waiting for the catalog, or verifying with no fresh heartbeat."""
-    lost = timezone.now() - timedelta(seconds=settings.PROMOTION_LEASE_SECONDS)
-    return list(
-        PromotionJob.objects.filter(state=JobState.VERIFYING)
-        .filter(Q(verified_at__isnull=False) | Q(heartbeat_at__lt=lost) | Q(heartbeat_at__isnull=True))
-        .values_list("pk", flat=True)[:100]
-    )
-
-
-__all__ = [
-    "FREED_BY_DELETION",
-    "FREED_IN_PLACE",
-    "Excluded",
-    "MoveLine",
-    "MovePlan",
-    "copied",
-    "free_source",
-    "move_plan",
-    "request_move",
-    "verify_object",
-]
+        return location.bucket
+    except Bucket.DoesNotExist:
+        return None
