@@ -154,6 +154,10 @@ bench: venv services ## Run the ingestion benchmark against PostgreSQL and Redis
 bench-scan: venv services ## Run the bucket-scan benchmark: a local S3 endpoint, PostgreSQL, Redis and the aws CLI (BENCH_ARGS=...)
 	$(PY) bench/scan_bench.py $(BENCH_ARGS)
 
+.PHONY: bench-move
+bench-move: venv services ## Run the move benchmark: 10,000 files host -> bucket (agent) and bucket -> bucket, beside the aws CLI (BENCH_ARGS=...)
+	$(PY) bench/move_bench.py $(BENCH_ARGS)
+
 # The production environment of the README's "Production shape", word for word, but for the key files and
 # the database: throw-away keys and an SQLite file in a temporary folder (tests/ckptfleet/test_deploy_check.py
 # holds the two to the same list). `env -i` keeps the caller's own settings out of the check.

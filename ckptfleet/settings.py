@@ -392,6 +392,13 @@ PROMOTION_MULTIPART_THRESHOLD = env_int(
 PROMOTION_MULTIPART_PART_SIZE = env_int(
     "CKPTFLEET_PROMOTION_MULTIPART_PART_SIZE", 512 * 1024**2, minimum=5 * 1024**2, maximum=5 * 1024**3
 )
+# Offloads pushed by a host's agent: a file larger than the threshold is uploaded in parts of PART_SIZE (the
+# server starts the multipart upload, signs one URL per part and completes it); smaller ones with one PUT, which
+# S3 takes up to 5 GiB. A part is 5 MiB to 5 GiB, and an upload has at most 10,000 parts.
+OFFLOAD_MULTIPART_THRESHOLD = env_int(
+    "CKPTFLEET_OFFLOAD_MULTIPART_THRESHOLD", 64 * 1024**2, minimum=0, maximum=5 * 1024**3
+)
+OFFLOAD_PART_SIZE = env_int("CKPTFLEET_OFFLOAD_PART_SIZE", 64 * 1024**2, minimum=5 * 1024**2, maximum=5 * 1024**3)
 # Server-side copies of one promotion or move in flight at once (the store does the work; threads wait on it).
 PROMOTION_COPY_CONCURRENCY = env_int("CKPTFLEET_PROMOTION_COPY_CONCURRENCY", 8, minimum=1, maximum=64)
 # Tiering what-if: minimum storage durations (days) and request prices (USD per 1,000 PUTs or transitions) by

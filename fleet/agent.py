@@ -20,6 +20,7 @@ Usage::
     ckptfleet-agent --root /mnt/nvme0/checkpoints --dry-run   # print the NDJSON, contact nobody
     ckptfleet-agent --root /mnt/nvme0/checkpoints --deletions # delete what the server scheduled, report back
     ckptfleet-agent --root /mnt/nvme0/checkpoints --pulls     # fetch what promotions asked for, report back
+    ckptfleet-agent --root /mnt/nvme0/checkpoints --offloads  # upload what offloads move to a bucket, report back
 
 The token is never taken from the command line (it would show in ``ps`` and shell history) and is
 never printed. Every error is one line on stderr starting with ``ckptfleet-agent:`` and the exit
@@ -43,6 +44,14 @@ checked (size; sha256 when the server knows it; the MD5 of a single-part ETag, n
 counts as pulled). Paths must be plain relative paths below the root with no symlink on the way. Each
 file is reported back; a root that received files is then reported (an inventory) as usual. Trouble
 that may pass (the network, the store's 5xx, an expired URL) leaves the file for the next run.
+
+With ``--offloads`` the agent uploads the files offloads asked of this host (``/api/v1/agent/offloads/``)
+with URLs the server signs, so the host needs no S3 credentials: ``--jobs`` files at once (default 8),
+each read once for its sha256 and MD5 while it is sent, by one PUT that the store refuses if the key
+exists (If-None-Match: *) or, for a large file, part by part into a multipart upload the server started
+and completes. A part the store holds already (a killed run) is read but not sent again. Paths must be
+plain relative paths below the root, with no symlink on the way or at the end. Each file is reported;
+the server checks the store's copy before counting it. Trouble that may pass is retried, then left.
 
 With ``--checksums`` every file is read once for its sha256 and, in the same pass, its CRCs: crc32
 (zlib) always, crc32c and crc64nvme when the optional module ``awscrt`` imports (``pip install
@@ -86,6 +95,7 @@ import base64
 import bisect
 import builtins
 import collections
+import concurrent.futures
 import contextlib
 import dataclasses
 import errno
@@ -152,6 +162,8 @@ DELETIONS_PATH = "/api/v1/agent/deletions/"
 _TRASH_WORDS = (("trashed", "moved to the trash"), ("purged", "purged"), ("restored", "restored"))
 TRASH_DIR = ".ckptfleet-trash"  # below each root: soft-deleted files until the server says purge or restore
 PULLS_PATH = "/api/v1/agent/promotions/"
+OFFLOADS_PATH = "/api/v1/agent/offloads/"
+DEFAULT_JOBS = 8  # files uploaded at once by --offloads
 PULL_TEMP_PREFIX = ".ckptfleet-pull-"  # a download in progress, beside its target: .ckptfleet-pull-<random>.tmp
 PULL_TEMP_SUFFIX = ".tmp"
 URL_MARGIN_SECONDS = 60.0  # a presigned URL this close to expiring is asked for again before its download
@@ -2844,6 +2856,477 @@ def _pull_root(args: argparse.Namespace, root: str, server: str, token: str, cac
     return counts["skipped"] == 0 and counts["failed"] == 0 and counts["later"] == 0
 
 
+# --- offloads: the files the server asked this host to upload to a bucket (agent_push) -------------
+
+
+class _StoreAnswer(Exception):
+    """The store answered a request with an error status; ``text`` is its one-line reason."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+def _store_reason(status: int, reason: str, body: bytes) -> str:
+    text = body[:8192].decode("utf-8", "replace")
+    code = re.search(r"<Code>([^<]{1,100})</Code>", text)
+    message = re.search(r"<Message>([^<]{1,300})</Message>", text)
+    line = f"the store answered {status} {reason}".rstrip()
+    if code:
+        line += f": {code.group(1)}"
+    if message:
+        line += f" ({message.group(1)})"
+    return _one_line(line)
+
+
+def _may_pass(status: int, text: str) -> bool:
+    """Trouble worth trying again: throttling, the store's 5xx, a URL that expired."""
+    return status in (408, 429) or status >= 500 or (status == 403 and "expired" in text.lower())
+
+
+class _StoreConnections:
+    """One kept-alive connection per store address, per thread: 10,000 small PUTs need not 10,000 handshakes."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.local = threading.local()
+
+    def get(self, url: urllib.parse.SplitResult) -> tuple[http.client.HTTPConnection, str, list[tuple[str, str]], bool]:
+        """A connection for ``url``'s store, its request target, the proxy's headers, and whether it was used before."""
+        pool = self.local.__dict__.setdefault("pool", {})
+        key = (url.scheme, url.netloc)
+        found = pool.get(key)
+        target = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        if found is not None:
+            conn, proxy_target, headers = found
+            return conn, (url.geturl() if proxy_target else target), headers, True
+        conn, request_target, headers = _connection(url, self.timeout)
+        pool[key] = (conn, request_target != target, headers)
+        return conn, request_target, headers, False
+
+    def drop(self, url: urllib.parse.SplitResult) -> None:
+        pool = self.local.__dict__.setdefault("pool", {})
+        found = pool.pop((url.scheme, url.netloc), None)
+        if found is not None:
+            found[0].close()
+
+
+def _put_range(
+    conns: _StoreConnections,
+    url: str,
+    f: BinaryIO,
+    *,
+    offset: int,
+    length: int,
+    headers: dict[str, str],
+    hashers: list[Any],
+) -> tuple[int, str, bool, list[Any]]:
+    """PUT ``length`` bytes of ``f`` from ``offset`` to a presigned URL, hashing them as they go.
+
+    ``hashers`` are left as they are: copies of them are fed and returned. Returns (bytes sent, the
+    store's ETag, whether the store encrypted with KMS or a customer key, which makes an ETag no MD5,
+    the fed hashers). Raises _StoreAnswer for an error status, OSError for the network or the file.
+    A kept-alive connection the store closed meanwhile is replaced at once, once.
+    """
+    parts = urllib.parse.urlsplit(url)
+    for attempt in (1, 2):
+        conn, target, proxy_headers, reused = conns.get(parts)
+        fed = [h.copy() for h in hashers]
+        f.seek(offset)
+        sent = 0
+        try:
+            conn.putrequest("PUT", target, skip_host=False, skip_accept_encoding=True)
+            conn.putheader("User-Agent", AGENT)
+            conn.putheader("Content-Length", str(length))
+            for name, value in [*proxy_headers, *headers.items()]:
+                conn.putheader(name, value)
+            conn.endheaders()
+            send_error: OSError | None = None
+            while sent < length:
+                block = f.read(min(HASH_BLOCK, length - sent))
+                if not block:
+                    raise _Failed(f"the file ended after {offset + sent} bytes: it changed while it was read")
+                for h in fed:
+                    h.update(block)
+                sent += len(block)
+                try:
+                    conn.send(block)
+                except OSError as exc:  # the store may answer (412, 400) before taking the whole body
+                    send_error = exc
+                    break
+            response = conn.getresponse()
+            answer = response.read()
+        except (BrokenPipeError, ConnectionResetError) as exc:  # RemoteDisconnected among them
+            conns.drop(parts)
+            if attempt == 1 and reused:
+                continue  # a kept-alive connection the store had closed: once more, at once, on a fresh one
+            raise OSError(exc.errno or 0, f"the connection broke off: {_os_reason(exc)}") from None
+        except (OSError, http.client.HTTPException) as exc:
+            conns.drop(parts)
+            if isinstance(exc, OSError):
+                raise
+            raise OSError(0, f"the store's answer was garbled: {_one_line(exc)}") from None
+        if response.will_close:
+            conns.drop(parts)
+        if response.status >= 300:
+            raise _StoreAnswer(response.status, _store_reason(response.status, response.reason, answer))
+        if send_error is not None:
+            raise OSError(send_error.errno or 0, f"the upload broke off: {_os_reason(send_error)}")
+        sse = (response.getheader("x-amz-server-side-encryption") or "").lower()
+        keyed = sse.startswith(("aws:kms", "aws:kms:dsse")) or bool(
+            response.getheader("x-amz-server-side-encryption-customer-algorithm")
+        )
+        return sent, _strip_etag(response.getheader("ETag")), keyed, fed
+    raise OSError(0, "the connection broke off")  # pragma: no cover - the loop returns or raises
+
+
+def _with_retries(work: Callable[[], Any], what: str, retries: int) -> Any:
+    """Run ``work``, again after a pause while the trouble may pass; _Later when it does not, _Failed for good."""
+    delay = 0.5
+    for attempt in range(1, retries + 1):
+        try:
+            return work()
+        except _StoreAnswer as exc:
+            if not _may_pass(exc.status, exc.text):
+                raise _Failed(f"{what}: {exc.text}") from None
+            if attempt == retries or exc.status == 403:
+                raise _Later(f"{what}: {exc.text}") from None
+        except OSError as exc:
+            if attempt == retries:
+                raise _Later(f"{what}: cannot reach the store: {_os_reason(exc)}") from None
+        time.sleep(delay)
+        delay *= 2
+    raise _Later(what)  # pragma: no cover
+
+
+def _hash_rest(f: BinaryIO, offset: int, hashers: list[Any]) -> int:
+    f.seek(offset)
+    n = offset
+    for block in iter(lambda: f.read(HASH_BLOCK), b""):
+        for h in hashers:
+            h.update(block)
+        n += len(block)
+    return n
+
+
+def _layout(item: dict[str, Any], size: int) -> list[dict[str, Any]] | None:
+    """The parts of a multipart item, checked to cover the file end to end in order; None when they do not."""
+    parts = item.get("parts")
+    if not isinstance(parts, list) or not parts:
+        return None
+    offset = 0
+    for n, part in enumerate(parts, start=1):
+        if not isinstance(part, dict) or part.get("n") != n or part.get("offset") != offset:
+            return None
+        length, url = part.get("size"), part.get("url")
+        if not isinstance(length, int) or length <= 0 or not isinstance(url, str):
+            return None
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            return None
+        offset += length
+    return parts if offset == size else None
+
+
+def _open_source(root: str, rel: str) -> tuple[BinaryIO | None, str, str]:
+    """Open ``root/rel`` for reading without following any symlink: (file, "", "") or (None, result, why)."""
+    parts = rel.split("/")
+    try:
+        fd = _open_dirs(root, parts[:-1])
+    except FileNotFoundError:
+        return None, "failed", "missing: its directory is gone"
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            return None, "skipped", "refused: a directory on its path is a symlink or not a directory"
+        return None, "failed", f"cannot open its directory: {_os_reason(exc)}"
+    try:
+        try:
+            file_fd = os.open(parts[-1], os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0), dir_fd=fd)
+        except FileNotFoundError:
+            return None, "failed", "missing: no such file"
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return None, "skipped", "refused: it is a symlink; never followed"
+            return None, "failed", f"cannot open it: {_os_reason(exc)}"
+    finally:
+        os.close(fd)
+    return os.fdopen(file_fd, "rb"), "", ""
+
+
+def push_file(
+    root: str,
+    item: dict[str, Any],
+    *,
+    conns: _StoreConnections | None = None,
+    timeout: float = 60.0,
+    retries: int = 3,
+    dry_run: bool = False,
+) -> tuple[str, str, dict]:
+    """Upload one file the server asked for from ``root`` to its bucket, reading it once.
+
+    Returns (result, detail, measured): "uploaded" with measured {"size", "sha256", "md5"} (and the
+    "parts" of a multipart upload); "skipped" when the path is not a plain relative path below the
+    root, leads through a symlink, or an object is at the target already (measured then says
+    "exists", for the server to judge whether it is identical); "failed" when the file is missing,
+    changed size, or the store refused the bytes. Each PUT is conditional (If-None-Match: *), so
+    nothing is replaced. A part the store holds already is read (for the checksums) but not sent
+    again when its MD5 is the part's ETag. Raises _Later for trouble that may pass.
+    """
+    try:
+        rel, source, size = item["path"], item["source"], item["size"]
+        method = item["method"]
+        sha256 = item.get("sha256") or ""
+    except (KeyError, TypeError):
+        return "skipped", "refused: the server sent an incomplete item", {}
+    if not all(isinstance(v, str) for v in (rel, source, sha256)) or not isinstance(size, int) or size < 0:
+        return "skipped", "refused: the server sent an incomplete item", {}
+    if sha256 and not SHA256_HEX.match(sha256):
+        return "skipped", "refused: the server sent a malformed sha256", {}
+    if path_problem(rel):
+        return "skipped", "refused: not a plain relative path below the root", {}
+    if source != root.rstrip("/") + "/" + rel:
+        return "skipped", "refused: the source is not the path below this root", {}
+    where = item.get("target") or "the bucket"
+    parts: list[dict[str, Any]] | None = None
+    if method == "multipart" and not dry_run:
+        parts = _layout(item, size)
+        if parts is None:
+            return "skipped", "refused: the server sent parts that do not cover the file", {}
+    elif method == "put" and not dry_run:
+        url, headers = item.get("url"), item.get("headers") or {}
+        if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            return "skipped", "refused: the upload URL is not http(s)", {}
+        if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+            return "skipped", "refused: the server sent malformed headers", {}
+    elif method not in ("put", "multipart"):
+        return "skipped", f"refused: unknown upload method {_printable(str(method))[:40]}", {}
+    f, result, why = _open_source(root, rel)
+    if f is None:
+        return result, why, {}
+    with f:
+        try:
+            st = os.fstat(f.fileno())
+        except OSError as exc:
+            return "failed", f"cannot stat it: {_os_reason(exc)}", {}
+        if not stat.S_ISREG(st.st_mode):
+            return "skipped", "refused: not a regular file", {}
+        if st.st_size != size:
+            return "failed", f"changed: its size is {st.st_size} bytes, the offload froze {size}", {}
+        if dry_run:
+            return "would upload", f"{_human_bytes(size)} to {where} ({method})", {}
+        conns = conns or _StoreConnections(timeout)
+        try:
+            if parts is None:
+                measured = _push_whole(f, item, size, conns, retries)
+            else:
+                measured = _push_parts(f, parts, size, conns, retries)
+        except _Failed as exc:
+            return "failed", str(exc), {}
+        except OSError as exc:  # reading the file
+            return "failed", f"cannot read it: {_os_reason(exc)}", {}
+        try:
+            after = os.fstat(f.fileno())
+        except OSError as exc:
+            return "failed", f"cannot stat it: {_os_reason(exc)}", {}
+        if (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
+            return "failed", "changed while it was read: not counted as uploaded", measured
+    if measured.get("exists"):
+        return "skipped", f"an object is at {where} already; never replaced", measured
+    checked = "sha256 matches the catalog" if sha256 and measured["sha256"] == sha256 else "sha256 measured"
+    how = f"in {len(measured['parts'])} parts" if "parts" in measured else "in one PUT"
+    return "uploaded", f"uploaded {_human_bytes(size)} {how}; {checked}", measured
+
+
+def _push_whole(f: BinaryIO, item: dict[str, Any], size: int, conns: _StoreConnections, retries: int) -> dict:
+    state: dict[str, Any] = {}
+
+    def attempt() -> None:
+        try:
+            _n, state["etag"], state["keyed"], (state["sha"], state["md5"]) = _put_range(
+                conns,
+                item["url"],
+                f,
+                offset=0,
+                length=size,
+                headers=item["headers"] or {},
+                hashers=[hashlib.sha256(), _md5()],
+            )
+        except _StoreAnswer as exc:
+            if exc.status != 412:
+                raise
+            # If-None-Match: an object is at the key already. The server judges it from what the file holds.
+            state["sha"], state["md5"] = hashlib.sha256(), _md5()
+            _hash_rest(f, 0, [state["sha"], state["md5"]])
+            state["exists"] = True
+
+    _with_retries(attempt, "the upload", retries)
+    measured = {"size": size, "sha256": state["sha"].hexdigest(), "md5": state["md5"].hexdigest()}
+    if state.get("exists"):
+        return {**measured, "exists": True}
+    etag = state["etag"]
+    if _SINGLE_PART_ETAG.match(etag) and not state["keyed"] and etag != measured["md5"]:
+        raise _Failed(f"the store's ETag {etag} is not the MD5 {measured['md5']} of what was sent")
+    return measured
+
+
+def _push_parts(f: BinaryIO, parts: list[dict[str, Any]], size: int, conns: _StoreConnections, retries: int) -> dict:
+    sha, md5 = hashlib.sha256(), _md5()
+    etags: list[dict[str, Any]] = []
+    for part in parts:
+        n, offset, length = part["n"], part["offset"], part["size"]
+        held = _strip_etag(part.get("etag"))
+        if held:
+            whole = (sha.copy(), md5.copy())
+            piece = _md5()
+            f.seek(offset)
+            left = length
+            while left:
+                block = f.read(min(HASH_BLOCK, left))
+                if not block:
+                    raise _Failed(f"the file ended inside part {n}: it changed while it was read")
+                for h in (sha, md5, piece):
+                    h.update(block)
+                left -= len(block)
+            if piece.hexdigest() == held:
+                etags.append({"n": n, "etag": held})
+                continue  # the store holds this part already: not sent again
+            sha, md5 = whole  # the store's part is other bytes: send this one again
+        sha, md5, piece, etag, keyed = _send_part(conns, part["url"], f, n, offset, length, (sha, md5), retries)
+        if _SINGLE_PART_ETAG.match(etag) and not keyed and etag != piece.hexdigest():
+            raise _Failed(f"the store's ETag {etag} of part {n} is not the MD5 {piece.hexdigest()} of what was sent")
+        etags.append({"n": n, "etag": etag or piece.hexdigest()})
+    return {"size": size, "sha256": sha.hexdigest(), "md5": md5.hexdigest(), "parts": etags}
+
+
+def _send_part(
+    conns: _StoreConnections,
+    url: str,
+    f: BinaryIO,
+    n: int,
+    offset: int,
+    length: int,
+    whole: tuple[Any, Any],
+    retries: int,
+) -> tuple[Any, Any, Any, str, bool]:
+    """Upload one part, each try from the hash state ``whole`` had before it: (sha256, MD5, part MD5, ETag, keyed)."""
+    state: dict[str, Any] = {}
+
+    def attempt() -> None:
+        _sent, state["etag"], state["keyed"], state["hashers"] = _put_range(
+            conns, url, f, offset=offset, length=length, headers={}, hashers=[whole[0], whole[1], _md5()]
+        )
+
+    _with_retries(attempt, f"part {n}", retries)
+    sha, md5, piece = state["hashers"]
+    return sha, md5, piece, state["etag"], state["keyed"]
+
+
+def fetch_offloads(
+    server: str, token: str, root: str, *, after: int = 0, dry_run: bool = False, timeout: float = 60.0
+) -> dict[str, Any]:
+    """The files this host was asked to upload from ``root``, each with presigned URLs: {"items": [...], ...}."""
+    extra = {"after": str(after)} if after else {}
+    if dry_run:
+        extra["dry_run"] = "1"
+    return _fetch_work(OFFLOADS_PATH, server, token, root, timeout=timeout, extra=extra)
+
+
+def report_offloads(server: str, token: str, results: list[dict[str, Any]], *, timeout: float = 60.0) -> dict:
+    return _report_work(OFFLOADS_PATH, server, token, results, timeout=timeout)
+
+
+def _offload_root(args: argparse.Namespace, root: str, server: str, token: str) -> bool:
+    """Upload this root's files with ``--jobs`` threads, reporting as they finish. True when none is left over."""
+    label = f"{args.host}:{root}"
+    counts: collections.Counter[str] = collections.Counter()
+    conns = _StoreConnections(args.timeout)
+    tried: set[int] = set()
+    after = 0
+    exhausted = False
+    results: list[dict[str, Any]] = []
+    reported = time.monotonic()
+
+    def one(item: dict[str, Any], fetched: float) -> tuple[dict[str, Any], str, str, dict]:
+        if item.get("root") != root:
+            return item, "skipped", "refused: the item is not below this root", {}
+        lifetime = item.get("expires_in")
+        if isinstance(lifetime, (int, float)) and time.monotonic() > fetched + lifetime - min(
+            URL_MARGIN_SECONDS, lifetime / 4
+        ):
+            return item, "later", "its URL expired before the upload could start", {}
+        try:
+            return (item, *push_file(root, item, conns=conns, timeout=args.timeout, dry_run=args.dry_run))
+        except _Later as exc:
+            return item, "later", str(exc), {}
+
+    def flush(force: bool) -> None:
+        nonlocal results, reported
+        if results and (force or len(results) >= REPORT_EVERY or time.monotonic() - reported >= REPORT_SECONDS):
+            answer = report_offloads(server, token, results, timeout=args.timeout)
+            counts["later"] += int(answer.get("pending") or 0)
+            counts["done"] += int(answer.get("done") or 0)
+            counts["not done"] += int(answer.get("failed") or 0) + int(answer.get("blocked") or 0)
+            results, reported = [], time.monotonic()
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            running: set[concurrent.futures.Future] = set()
+            while running or not exhausted:
+                if not exhausted and len(running) < 2 * args.jobs:
+                    doc = fetch_offloads(server, token, root, after=after, dry_run=args.dry_run, timeout=args.timeout)
+                    fetched = time.monotonic()
+                    for note in doc.get("unavailable") or []:
+                        _stderr_warn(f"{label}: {_one_line(note)}")
+                    items = [
+                        i
+                        for i in doc["items"]
+                        if isinstance(i, dict) and isinstance(i.get("id"), int) and i["id"] not in tried
+                    ]
+                    if not items:
+                        exhausted = True
+                    for item in items:
+                        tried.add(item["id"])
+                        after = max(after, item["id"])
+                        running.add(pool.submit(one, item, fetched))
+                    continue
+                finished, running = concurrent.futures.wait(
+                    running, timeout=REPORT_SECONDS, return_when=concurrent.futures.FIRST_COMPLETED
+                )
+                for future in finished:
+                    item, result, detail, measured = future.result()
+                    where = _printable(str(item.get("path")))
+                    counts[result] += 1
+                    if args.dry_run:
+                        print(f"{label}: {where}: {result}: {detail}", flush=True)
+                        continue
+                    if result == "later":
+                        _stderr_warn(f"{label}: {where}: left for the next run: {detail}")
+                        continue
+                    if measured.get("exists"):
+                        counts["exists"] += 1
+                        counts[result] -= 1
+                    elif result != "uploaded":
+                        _stderr_warn(f"{label}: {where}: {result}: {detail}")
+                    results.append({"id": item["id"], "result": result, "detail": detail, **measured})
+                flush(False)
+            flush(True)
+    except AgentError as exc:
+        raise AgentError(f"{label}: {exc}", fatal=exc.fatal) from None
+    if args.dry_run:
+        print(
+            f"{label}: {counts['would upload']} would be uploaded, {counts['skipped']} refused, "
+            f"{counts['failed']} failing (dry run: nothing sent or reported)",
+            flush=True,
+        )
+        return counts["skipped"] == 0 and counts["failed"] == 0
+    later = f", {counts['later']} left for the next run" if counts["later"] else ""
+    found = f", {counts['exists']} found at the target" if counts["exists"] else ""
+    done = f"{counts['uploaded']} uploaded{found}, {counts['skipped']} refused, {counts['failed']} failed"
+    judged = f"the server counts {counts['done']} done, {counts['not done']} blocked or failed"
+    print(f"{label}: {done}; {judged}{later}", flush=True)
+    return not (counts["skipped"] or counts["failed"] or counts["later"] or counts["not done"])
+
+
 # --- command line ---------------------------------------------------------------------------------
 
 
@@ -2949,6 +3432,20 @@ def _parser() -> argparse.ArgumentParser:
         "(promotions): each checked for size and checksum, never replacing a file; report each, then the root. "
         "With --dry-run: say what would be pulled, write and report nothing",
     )
+    parser.add_argument(
+        "--offloads",
+        action="store_true",
+        help="instead of reporting, upload the files the server asked this host to move to a bucket (offloads) "
+        "with the presigned URLs it signs: each read once for its sha256 and MD5, never replacing an object; "
+        "report each. With --dry-run: say what would be uploaded, send and report nothing",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=_count,
+        default=DEFAULT_JOBS,
+        metavar="N",
+        help="with --offloads, upload this many files at once (default: %(default)s)",
+    )
     parser.add_argument("--version", action="version", version=AGENT)
     return parser
 
@@ -2958,6 +3455,16 @@ def _number(text: str) -> float:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 64, not {text}")
+    return value
 
 
 def _fraction(text: str) -> float:
@@ -3043,11 +3550,15 @@ def _run(argv: list[str] | None) -> int:
     for root in roots:
         _check_root(root)  # all roots are checked before anything is sent: a typo is a config error
     server = token = None
-    if args.deletions and args.pulls:
-        raise AgentError("--deletions and --pulls do not go together: run one, then the other")
-    if not args.dry_run or args.pulls:
+    chosen = [name for name in ("deletions", "pulls", "offloads") if getattr(args, name)]
+    if len(chosen) > 1:
+        raise AgentError(f"--{' and --'.join(chosen)} do not go together: run one, then the other")
+    if not args.dry_run or args.pulls or args.offloads:
         server = _check_server(args.server)
         token = _read_token(args)
+    if args.offloads:
+        failed = _for_each_root(roots, lambda root: _offload_root(args, root, server or "", token or ""))
+        return 1 if failed else 0
     if args.pulls:
         return _pulls(args, roots, server or "", token or "")
     if args.deletions:

@@ -317,6 +317,9 @@ def make_client(
     config = Config(
         region_name=region_name or None,
         s3={"addressing_style": addressing_style or "auto"},
+        # SigV4 for presigned URLs too (botocore may pick the deprecated SigV2 for them): a URL an agent
+        # uploads with signs the headers it must send (If-None-Match, the checksum) and works in every region.
+        signature_version="s3v4",
         retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS},
         connect_timeout=CONNECT_TIMEOUT,
         read_timeout=READ_TIMEOUT,
@@ -1232,6 +1235,155 @@ def presign_get(client: Any, bucket: str, key: str, *, version_id: str = "", exp
         return client.generate_presigned_url("get_object", Params=params, ExpiresIn=seconds)
     except (ClientError, BotoCoreError) as exc:
         raise describe(exc, f"presigning GetObject of s3://{bucket}/{key}") from None
+
+
+# --- offloads: a host's agent uploads with URLs the server signs (``promotion.pushes``) -------------
+#
+# The host holds no S3 credentials: the server signs each PUT (or each part of a multipart upload it
+# starts itself), and completes the upload once the agent says every part is there. Every write is
+# conditional on the key being free (If-None-Match: *), so nothing is ever replaced.
+
+MAX_PARTS = 10_000  # S3's own limit on the parts of one upload
+
+
+def presign_put(
+    client: Any,
+    bucket: str,
+    key: str,
+    *,
+    storage_class: str = "",
+    sha256_hex: str = "",
+    expires: int = PRESIGN_SECONDS,
+) -> tuple[str, dict[str, str]]:
+    """A URL for one PUT of ``key`` that fails if the key exists, and the headers its holder must send.
+
+    The headers are signed into the URL, so the holder cannot drop them: If-None-Match: * (the store
+    refuses to replace an object, 412), the storage class, and, when the content's sha256 is known,
+    x-amz-checksum-sha256: the store refuses bytes with another sha256 (400 BadDigest) and keeps the
+    checksum, which HEAD with ChecksumMode shows.
+    """
+    params: dict[str, Any] = {"Bucket": bucket, "Key": key, "IfNoneMatch": "*"}
+    headers = {"If-None-Match": "*"}
+    if storage_class:
+        params["StorageClass"] = storage_class
+        headers["x-amz-storage-class"] = storage_class
+    if sha256_hex:
+        value = base64.b64encode(bytes.fromhex(sha256_hex)).decode()
+        params.update(ChecksumSHA256=value, ChecksumAlgorithm="SHA256")
+        headers.update({"x-amz-checksum-sha256": value, "x-amz-sdk-checksum-algorithm": "SHA256"})
+    seconds = max(1, min(int(expires), PRESIGN_MAX_SECONDS))
+    try:
+        url = client.generate_presigned_url("put_object", Params=params, ExpiresIn=seconds)
+    except (ClientError, BotoCoreError) as exc:
+        raise describe(exc, f"presigning PutObject of s3://{bucket}/{key}") from None
+    return url, headers
+
+
+def multipart_start(client: Any, bucket: str, key: str, *, storage_class: str = "") -> str:
+    """Start a multipart upload of ``key``; return its UploadId."""
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
+    if storage_class:
+        kwargs["StorageClass"] = storage_class
+    try:
+        return str(client.create_multipart_upload(**kwargs)["UploadId"])
+    except (ClientError, BotoCoreError) as exc:
+        raise describe(exc, f"CreateMultipartUpload of s3://{bucket}/{key}") from None
+
+
+def multipart_parts(client: Any, bucket: str, key: str, upload_id: str) -> dict[int, tuple[int, str]] | None:
+    """The parts an upload holds so far, {number: (size, ETag)}; None when the upload is gone (NoSuchUpload)."""
+    parts: dict[int, tuple[int, str]] = {}
+    marker = 0
+    while True:
+        try:
+            answer = client.list_parts(Bucket=bucket, Key=key, UploadId=upload_id, PartNumberMarker=marker)
+        except (ClientError, BotoCoreError) as exc:
+            error = describe(exc, f"ListParts of s3://{bucket}/{key}")
+            if error.code in ("NoSuchUpload", "404", "NotFound"):
+                return None
+            raise error from None
+        for part in answer.get("Parts") or []:
+            parts[int(part["PartNumber"])] = (int(part.get("Size") or 0), _etag(part.get("ETag")))
+        if not answer.get("IsTruncated"):
+            return parts
+        following = int(answer.get("NextPartNumberMarker") or 0)
+        if following <= marker:
+            return parts
+        marker = following
+
+
+def presign_part(
+    client: Any, bucket: str, key: str, upload_id: str, number: int, *, expires: int = PRESIGN_SECONDS
+) -> str:
+    """A URL for one UploadPart of an upload the server started."""
+    params = {"Bucket": bucket, "Key": key, "UploadId": upload_id, "PartNumber": int(number)}
+    seconds = max(1, min(int(expires), PRESIGN_MAX_SECONDS))
+    try:
+        return client.generate_presigned_url("upload_part", Params=params, ExpiresIn=seconds)
+    except (ClientError, BotoCoreError) as exc:
+        raise describe(exc, f"presigning UploadPart of s3://{bucket}/{key}") from None
+
+
+def multipart_complete(client: Any, bucket: str, key: str, upload_id: str, etags: list[str]) -> str:
+    """Complete an upload from its parts' ETags (1..N, in order), unless the key exists meanwhile.
+
+    Returns the object's ETag. An existing key raises S3Error with code PreconditionFailed: it is
+    never replaced.
+    """
+    parts = [{"PartNumber": n, "ETag": f'"{_etag(etag)}"'} for n, etag in enumerate(etags, start=1)]
+    try:
+        answer = client.complete_multipart_upload(
+            Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
+        )
+    except (ClientError, BotoCoreError) as exc:
+        raise describe(exc, f"CompleteMultipartUpload of s3://{bucket}/{key}") from None
+    return _etag(answer.get("ETag"))
+
+
+def multipart_abort(client: Any, bucket: str, key: str, upload_id: str) -> None:
+    """Abort an upload, so that no billed parts stay behind; one already gone is fine."""
+    try:
+        client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+    except (ClientError, BotoCoreError) as exc:
+        error = describe(exc, f"AbortMultipartUpload of s3://{bucket}/{key}")
+        if error.code not in ("NoSuchUpload", "404", "NotFound"):
+            raise error from None
+
+
+@dataclass(slots=True)
+class Written:
+    """What HEAD says about an object an offload wrote: enough to tell whether it holds the host's bytes."""
+
+    size: int
+    etag: str
+    sha256: str = ""  # the store's full-object SHA256, hex, when it keeps one
+    md5: str = ""  # the ETag, when it is the content's MD5 (single part, not KMS or SSE-C)
+    storage_class: str = "STANDARD"
+
+
+def written(client: Any, bucket: str, key: str) -> Written | None:
+    """HEAD ``key`` with ChecksumMode ENABLED: None when there is no such object."""
+    try:
+        answer = client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    except (ClientError, BotoCoreError) as exc:
+        error = describe(exc, f"HeadObject of s3://{bucket}/{key}")
+        if error.code in ("NoSuchKey", "404", "NotFound"):
+            return None
+        raise error from None
+    digests = stored_digests(answer, now=time.time())
+    return Written(
+        size=int(answer.get("ContentLength") or 0),
+        etag=_etag(answer.get("ETag")),
+        sha256=str(digests.get("sha256") or ""),
+        md5=str(digests.get("md5") or ""),
+        storage_class=str(answer.get("StorageClass") or "STANDARD"),
+    )
+
+
+def multipart_etag(part_etags: list[str]) -> str:
+    """The ETag S3 gives an object uploaded in these parts (each a part's MD5): MD5 of the MD5s, then -N."""
+    joined = b"".join(bytes.fromhex(_etag(e)) for e in part_etags)
+    return f"{hashlib.md5(joined, usedforsecurity=False).hexdigest()}-{len(part_etags)}"
 
 
 # --- deletions: the frozen items of a deletion job (``actions.execution``) -------------------------

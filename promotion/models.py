@@ -124,6 +124,10 @@ class PromotionItem(models.Model):
     restore_requested_at = models.DateTimeField(null=True, blank=True)
     done_at = models.DateTimeField(null=True, blank=True)
     verified_at = models.DateTimeField(null=True, blank=True, help_text="A move's new object checked out.")
+    upload_id = models.CharField(
+        max_length=1024, blank=True, help_text="An offload's multipart upload, started by the server for the agent."
+    )
+    part_size = models.BigIntegerField(default=0, help_text="The part size of that upload (0: none).")
 
     class Meta:
         ordering = ["job", "path"]

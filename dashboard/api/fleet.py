@@ -17,6 +17,8 @@ from audit.actor import Actor
 from audit.choices import EventSource
 from ckptfleet.errors import DomainError, PermissionRefused, TooLarge
 from dashboard.api.fleet_serializers import (
+    AgentOffloadListSerializer,
+    AgentOffloadReportSerializer,
     AgentPullListSerializer,
     AgentPullReportSerializer,
     HostSerializer,
@@ -27,6 +29,7 @@ from fleet.api.auth import HostPrincipal, HostTokenAuthentication
 from fleet.models import Host, Inventory, StorageLocation
 from fleet.services import host_mark_down, host_mark_up, inventory_receive, location_set_soft_delete
 from ingest.scan import scan_start
+from promotion import pushes
 from promotion.pulls import pending, report
 
 
@@ -269,3 +272,49 @@ class AgentPromotionsView(APIView):
 
         results = request.data.get("results") if isinstance(request.data, dict) else None
         return Response(report(host=request.user.host, results=results))
+
+
+class IsPushingHost(IsHost):
+    message = "only a host agent's token may fetch or report the files it was asked to upload"
+
+
+class AgentOffloadsView(APIView):
+    """A host agent's offloads: GET the files it should upload (its own roots only), POST what it did.
+
+    GET ``?root=/abs/root`` narrows to one root (``&after=<id>``: the next page; ``&dry_run=1``: list only,
+    nothing signed or started);
+    each file comes with a presigned PUT URL and the headers signed into it, or, above
+    ``OFFLOAD_MULTIPART_THRESHOLD``, the parts of a multipart upload the server started, each with a
+    presigned URL (and the ETag of a part the store holds already). POST ``{"results": [{"id": 1,
+    "result": "uploaded|skipped|failed", "detail": "...", "size": 123, "sha256": "...", "md5": "...",
+    "parts": [{"n": 1, "etag": "..."}]}]}``; an item of another host refuses the whole report
+    (``promotion.pushes``).
+    """
+
+    authentication_classes = [HostTokenAuthentication]
+    permission_classes = [IsPushingHost]
+
+    @extend_schema(
+        summary="Files this host's agent should upload to a bucket",
+        responses={
+            200: AgentOffloadListSerializer,
+            400: OpenApiResponse(description="unknown root"),
+            403: OpenApiResponse(),
+        },
+    )
+    def get(self, request):
+        dry = request.query_params.get("dry_run", "") in ("1", "true")
+        after = request.query_params.get("after", "0")
+        if not after.isdigit():
+            raise DomainError("after must be an item id (a whole number)", code="bad_after")
+        root = request.query_params.get("root", "")
+        return Response(pushes.pending(host=request.user.host, root=root, after=int(after), sign=not dry))
+
+    @extend_schema(
+        summary="Report what this host's agent uploaded",
+        request=AgentOffloadReportSerializer,
+        responses={200: OpenApiResponse(description="recorded"), 400: OpenApiResponse(), 403: OpenApiResponse()},
+    )
+    def post(self, request):
+        results = request.data.get("results") if isinstance(request.data, dict) else None
+        return Response(pushes.report(host=request.user.host, results=results))

@@ -118,3 +118,58 @@ class AgentPullResultSerializer(serializers.Serializer):
 
 class AgentPullReportSerializer(serializers.Serializer):
     results = AgentPullResultSerializer(many=True)
+
+
+class AgentOffloadPartSerializer(serializers.Serializer):
+    n = serializers.IntegerField(help_text="Part number, from 1.")
+    offset = serializers.IntegerField(help_text="Where the part starts in the file.")
+    size = serializers.IntegerField()
+    url = serializers.URLField(help_text="A presigned UploadPart URL.")
+    etag = serializers.CharField(required=False, help_text="Present when the store holds this part already.")
+
+
+class AgentOffloadItemSerializer(serializers.Serializer):
+    """One file a host's agent should upload (for the schema; ``promotion.pushes.pending`` builds it)."""
+
+    id = serializers.IntegerField()
+    job = serializers.IntegerField()
+    root = serializers.CharField()
+    path = serializers.CharField(help_text="Relative to the root.")
+    source = serializers.CharField(help_text="The absolute path of the file: root + '/' + path.")
+    target = serializers.CharField(help_text="s3://bucket/key, for messages.")
+    size = serializers.IntegerField()
+    sha256 = serializers.CharField(allow_null=True, help_text="Recorded before the offload, when known.")
+    method = serializers.ChoiceField(choices=["put", "multipart"])
+    expires_in = serializers.IntegerField(help_text="Seconds the URLs stay valid from now.")
+    url = serializers.URLField(required=False, help_text="put: a presigned PUT URL.")
+    headers = serializers.DictField(
+        child=serializers.CharField(), required=False, help_text="put: headers signed into the URL; send them all."
+    )
+    part_size = serializers.IntegerField(required=False)
+    parts = AgentOffloadPartSerializer(many=True, required=False)
+
+
+class AgentOffloadListSerializer(serializers.Serializer):
+    host = serializers.CharField()
+    items = AgentOffloadItemSerializer(many=True)
+    unavailable = serializers.ListField(child=serializers.CharField())
+
+
+class AgentOffloadPartEtagSerializer(serializers.Serializer):
+    n = serializers.IntegerField()
+    etag = serializers.CharField()
+
+
+class AgentOffloadResultSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    result = serializers.ChoiceField(choices=["uploaded", "skipped", "failed"])
+    detail = serializers.CharField(required=False, allow_blank=True)
+    exists = serializers.BooleanField(required=False, help_text="skipped because an object is at the target key.")
+    size = serializers.IntegerField(required=False, min_value=0, help_text="Bytes the agent read.")
+    sha256 = serializers.CharField(required=False, allow_null=True, help_text="What the agent measured.")
+    md5 = serializers.CharField(required=False, allow_null=True, help_text="What the agent measured.")
+    parts = AgentOffloadPartEtagSerializer(many=True, required=False, help_text="multipart: every part's ETag.")
+
+
+class AgentOffloadReportSerializer(serializers.Serializer):
+    results = AgentOffloadResultSerializer(many=True)

@@ -13,6 +13,11 @@ def test_the_agent_endpoints_require_the_host_token_scheme(monkeypatch):
     assert [line for line in said if "authenticator" in line] == []
     scheme = schema["components"]["securitySchemes"]["hostToken"]
     assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
-    for path in ("/api/v1/inventories/", "/api/v1/agent/deletions/", "/api/v1/agent/promotions/"):
+    for path in (
+        "/api/v1/inventories/",
+        "/api/v1/agent/deletions/",
+        "/api/v1/agent/promotions/",
+        "/api/v1/agent/offloads/",
+    ):
         for operation in schema["paths"][path].values():
             assert {"hostToken": []} in operation["security"], path
