@@ -102,6 +102,33 @@ _audit = audit_job
 # --- the promises, checked again at the moment of execution -----------------------------------------
 
 
+def wait_for_lease(job: DeletionJob, *, actor: Actor) -> bool:
+    """A job whose checkpoint a live lease covers goes back to scheduled until the lease ends (promise 11): it
+    waits, it is not blocked for good, since a lease ends by itself. Audited ``deletion.wait``, naming the lease.
+    Call it with the job locked and running; True when it now waits."""
+    if job.checkpoint_id is None:
+        return False
+    from actions.leases import describe, live
+
+    lease = live([job.checkpoint_id]).order_by("-expires_at").first()
+    if lease is None:
+        return False
+    until = lease.expires_at + timedelta(minutes=1)
+    moved = DeletionJob.objects.filter(pk=job.pk, state=DeletionState.RUNNING).update(
+        state=DeletionState.SCHEDULED, execute_after=until, heartbeat_at=None
+    )
+    if moved == 1:
+        _audit(
+            job,
+            actor,
+            "deletion.wait",
+            reason=f"in use: {describe(lease)}",
+            before={"state": DeletionState.RUNNING, "execute_after": job.execute_after.isoformat()},
+            after={"state": DeletionState.SCHEDULED, "execute_after": until.isoformat(), "lease": lease.pk},
+        )
+    return True
+
+
 def blocker(job: DeletionJob) -> str:
     """Why the job must not delete anything more now, or "" when every promise allows it (promise 4).
 
@@ -113,7 +140,12 @@ def blocker(job: DeletionJob) -> str:
     if job.is_orphans:
         return ""  # no checkpoint to protect as a whole: every item is asked again (``orphans.recheck``)
     checkpoint, copy = job.checkpoint, job.copy
-    refusal = promises.held(checkpoint) or promises.pinned(checkpoint) or promises.disputed_copy(copy)
+    refusal = (
+        promises.held(checkpoint)
+        or promises.pinned(checkpoint)
+        or promises.leased(checkpoint)
+        or promises.disputed_copy(copy)
+    )
     if refusal is None and copy is not None:
         others_going = DeletionJob.objects.filter(
             checkpoint=checkpoint, state__in=OPEN_DELETION_STATES, copy__isnull=False
@@ -313,6 +345,8 @@ def run_batch(
         if not pending.exists():
             _finish(job, *_verdict(job), actor=WORKER)
             return BatchResult("done")
+        if wait_for_lease(job, actor=WORKER):
+            return BatchResult("stopped")
         why = blocker(job)
         if why:
             _finish(job, DeletionState.BLOCKED, _stopped(job, why), actor=WORKER)
@@ -728,9 +762,11 @@ def agent_pending(*, host: Host, root: str = "", limit: int = BATCH, soft: bool 
             job = _lock(job_id)
             if job is None or job.state != DeletionState.RUNNING:
                 continue
+            actor = Actor.system("deletion check", EventSource.AGENT)
+            if wait_for_lease(job, actor=actor):
+                continue
             why = blocker(job)
             if why:
-                actor = Actor.system("deletion check", EventSource.AGENT)
                 _finish(job, DeletionState.BLOCKED, _stopped(job, why), actor=actor)
                 continue
             if job.is_orphans and not _orphans_for_agent(job, items.filter(job_id=job_id)[:limit]):

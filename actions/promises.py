@@ -33,6 +33,7 @@ PROMISE_PIN = 2
 PROMISE_NEWEST_AND_LAST_VERIFIED = 5
 PROMISE_VERIFIED_SURVIVOR = 6
 PROMISE_DISPUTED = 10
+PROMISE_LEASE = 11
 PROMISE_FAIL_CLOSED = 12
 
 
@@ -46,6 +47,7 @@ PROMISES = {
     ),
     PROMISE_VERIFIED_SURVIVOR: "a copy goes only after another copy that stays has been verified",
     PROMISE_DISPUTED: "a copy is never condemned on the word of another copy alone",
+    PROMISE_LEASE: "a checkpoint under a live lease (a job resuming from or evaluating it) is not deleted or demoted",
     PROMISE_FAIL_CLOSED: "what cannot be positively identified is never deleted by a policy",
 }
 
@@ -86,6 +88,21 @@ def pinned(checkpoint: Checkpoint) -> Refusal | None:
         return None
     return Refusal(
         "pinned", f"{checkpoint} is pinned by {pin.pinned_label} ({pin.reason}); unpin it first", PROMISE_PIN
+    )
+
+
+def leased(checkpoint: Checkpoint) -> Refusal | None:
+    """Promise 11: while a job holds a live lease on the checkpoint (resuming from it, evaluating it), nothing
+    deletes it, by hand or by a policy; the deletion waits until the lease is released or lapses."""
+    from actions.leases import describe, live
+
+    lease = live([checkpoint.pk]).order_by("-expires_at").first()
+    if lease is None:
+        return None
+    return Refusal(
+        "leased",
+        f"{checkpoint} is in use: {describe(lease)}; it can go once the lease is released or lapses",
+        PROMISE_LEASE,
     )
 
 

@@ -785,6 +785,7 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
     refusal = (
         promises.held(checkpoint)
         or promises.pinned(checkpoint)
+        or promises.leased(checkpoint)
         or _already_scheduled(checkpoint, copy, overlapping)
         or _no_copy(checkpoint, going)
         or promises.disputed_copy(copy)

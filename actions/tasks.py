@@ -32,3 +32,11 @@ def restore_deletion(job_id: int) -> int:
 def purge_trash() -> dict:
     """Purge the trashed bucket objects whose recovery window ended (hourly, from beat)."""
     return softdelete.purge_due()
+
+
+@shared_task(acks_late=True)
+def record_lease_lapses() -> dict:
+    """Write ``lease.lapse`` for each lease that expired unreleased (beat, every 5 minutes)."""
+    from actions.leases import record_lapses
+
+    return {"lapsed": record_lapses()}

@@ -20,9 +20,9 @@ from django.views.decorators.http import require_POST
 from access.middleware import request_id_of
 from access.roles import Role, has_role
 from access.scoping import restrict, scoped_team_names
-from actions import orphans, services, softdelete
+from actions import leases, orphans, services, softdelete
 from actions.execution import last_progress
-from actions.models import DeletionJob, DeletionState, Hold, HoldMode, Pin
+from actions.models import DeletionJob, DeletionState, Hold, HoldMode, Lease, Pin
 from actions.protection import OPEN_DELETION_STATES
 from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run
@@ -65,6 +65,50 @@ def pin(request, pk: int):
     else:
         messages.success(request, f"Pinned {checkpoint}: it cannot be scheduled for deletion until it is unpinned.")
     return _back(request, _checkpoint_url(pk))
+
+
+@login_required
+@require_POST
+def lease_take(request, pk: int):
+    checkpoint = get_object_or_404(restrict(Checkpoint.objects.select_related("run__team"), request.user), pk=pk)
+    hours = (request.POST.get("hours") or "").strip()
+    try:
+        if not hours.isdigit():
+            raise DomainError("for how many hours: a whole number")
+        lease = leases.take(
+            checkpoint=checkpoint,
+            owner=request.POST.get("owner", ""),
+            purpose=request.POST.get("purpose", ""),
+            ttl_seconds=int(hours) * 3600,
+            actor=Actor.for_request(request),
+        )
+    except DomainError as exc:
+        messages.error(request, f"No lease taken: {exc.message}")
+    else:
+        messages.success(
+            request,
+            f"Leased {checkpoint} to {lease.owner} until {lease.expires_at:%Y-%m-%d %H:%M} UTC: nothing deletes "
+            "or demotes it meanwhile.",
+        )
+    return _back(request, _checkpoint_url(pk))
+
+
+@login_required
+@require_POST
+def lease_release(request, pk: int):
+    current = get_object_or_404(
+        Lease.objects.select_related("checkpoint__run__team").filter(
+            checkpoint__in=restrict(Checkpoint.objects.all(), request.user)
+        ),
+        pk=pk,
+    )
+    try:
+        leases.release(lease=current, actor=Actor.for_request(request), reason=request.POST.get("reason", ""))
+    except DomainError as exc:
+        messages.error(request, f"Not released: {exc.message}")
+    else:
+        messages.success(request, f"Lease {current.pk} by {current.owner} released.")
+    return _back(request, _checkpoint_url(current.checkpoint_id))
 
 
 @login_required

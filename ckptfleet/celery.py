@@ -20,6 +20,8 @@ app.conf.beat_schedule = {
     "carry-usage-forward": {"task": "ingest.tasks.carry_usage_forward", "schedule": 3600.0},
     # Retention policies propose deletions once a day; each still waits for approval and the grace period.
     "propose-retention-deletions": {"task": "retention.tasks.propose_retention_deletions", "schedule": 86400.0},
+    # Leases that expired unreleased: they lapsed by themselves; this writes the lease.lapse audit event.
+    "record-lease-lapses": {"task": "actions.tasks.record_lease_lapses", "schedule": 300.0},
     # Restore drills: a sample of each team's trusted checkpoints read back and checked (catalog.drills).
     "run-restore-drills": {"task": "catalog.tasks.run_restore_drills", "schedule": 86400.0},
     # Tiering policies: each enabled one runs every `every_hours`; this looks for the due ones.

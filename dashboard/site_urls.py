@@ -6,6 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from actions.api import OrphanCleanupPreviewView, OrphanCleanupView
+from actions.api_leases import AgentLeaseChangeView, AgentLeaseView
 from ckptfleet.health import healthz
 from ckptfleet.metrics import metrics
 from ckptfleet.middleware import not_found
@@ -38,6 +39,9 @@ api = [
     path("inventories/<int:pk>/", InventoryDetailView.as_view(), name="inventory-detail-status"),
     path("agent/deletions/", AgentDeletionsView.as_view(), name="agent-deletions"),
     path("agent/promotions/", AgentPromotionsView.as_view(), name="agent-promotions"),
+    path("agent/leases/", AgentLeaseView.as_view(), name="agent-leases"),
+    path("agent/leases/<int:pk>/renew/", AgentLeaseChangeView.as_view(change="renew"), name="agent-lease-renew"),
+    path("agent/leases/<int:pk>/release/", AgentLeaseChangeView.as_view(change="release"), name="agent-lease-release"),
     path("agent/offloads/", AgentOffloadsView.as_view(), name="agent-offloads"),
     path("orphans/", OrphanListView.as_view(), name="orphan-list"),
     path("orphans/cleanup/preview/", OrphanCleanupPreviewView.as_view(), name="orphan-cleanup-preview"),

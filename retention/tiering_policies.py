@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from access.roles import Role, require_role
 from actions import services as actions_services
+from actions.leases import leased_ids
 from actions.models import DeletionJob
 from actions.promises import unidentified_ids
 from actions.protection import OPEN_DELETION_STATES, protected_ids
@@ -406,6 +407,7 @@ def select(policy: TieringPolicy, *, now: datetime | None = None) -> Selection:
     if not run_ids:
         return selection
     held, pinned = protected_ids(run_ids)
+    leased = leased_ids(Checkpoint.objects.filter(run_id__in=run_ids).values_list("pk", flat=True), now=now)
     disputed = set(Checkpoint.objects.filter(disputed_checkpoints(), run_id__in=run_ids).values_list("pk", flat=True))
     unknown = unidentified_ids(run_ids, now=now)
     newest = _newest_complete_ids(run_ids)
@@ -430,6 +432,8 @@ def select(policy: TieringPolicy, *, now: datetime | None = None) -> Selection:
             reason = "held: never moved or freed by anyone (promise 1)"
         elif pk in pinned:
             reason = "pinned: an operator keeps it where it is"
+        elif pk in leased:
+            reason = "leased: a job is using it (promise 11); it waits until the lease ends"
         elif pk in disputed:
             reason = "disputed: its copies disagree and nothing says which is right (promise 12)"
         elif pk in unknown:

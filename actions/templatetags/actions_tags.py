@@ -14,7 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from access.roles import Role, has_role
-from actions.models import HOLD_MODE_HELP, DeletionJob, Hold, HoldMode, Pin
+from actions.models import HOLD_MODE_HELP, DeletionJob, Hold, HoldMode, Lease, LeasePurpose, Pin
 from actions.protection import OPEN_DELETION_STATES
 from actions.services import may_release
 from catalog.models import Checkpoint, CheckpointCopy, Run
@@ -63,6 +63,10 @@ def actions_panel(context, target):
     today = now.date()
     pins = list(pins.order_by("-pinned_at", "-pk")[:LISTED])
     deletions = list(deletions.order_by("execute_after", "pk")[:LISTED])
+    live_leases = Lease.objects.filter(released_at__isnull=True, expires_at__gt=now)
+    live_leases = (
+        live_leases.filter(checkpoint=checkpoint) if checkpoint is not None else live_leases.filter(checkpoint__run=run)
+    )
     return {
         "request": request,
         "user": user,
@@ -78,6 +82,8 @@ def actions_panel(context, target):
         "pins": pins,
         "deletions": deletions,
         "copies": copies,
+        "leases": list(live_leases.select_related("checkpoint").order_by("expires_at")[:LISTED]),
+        "lease_purposes": LeasePurpose.choices,
         "listed": LISTED,
         "can_operate": has_role(user, Role.OPERATOR),
         "can_approve": has_role(user, Role.APPROVER),

@@ -20,6 +20,8 @@ from django.conf import settings
 from django.db.models import Count, Sum
 from django.utils import timezone
 
+from actions.leases import describe as describe_lease
+from actions.leases import live as live_leases
 from actions.models import DeletionJob
 from actions.protection import OPEN_DELETION_STATES, active_holds
 from catalog.choices import CopyState, Verification
@@ -430,6 +432,9 @@ def _refuse_for_promises(checkpoint: Checkpoint, copy: CheckpointCopy, origin: s
     if holds:
         cases = ", ".join(sorted({h.case_ref for h in holds}))
         raise _Skip("held", f"it is on hold (case {cases}): a held checkpoint is never demoted")
+    lease = live_leases([checkpoint.pk]).order_by("-expires_at").first()
+    if lease is not None:
+        raise _Skip("leased", f"it is in use: {describe_lease(lease)}; it waits until the lease ends (promise 11)")
     deletion = DeletionJob.objects.filter(checkpoint=checkpoint, state__in=OPEN_DELETION_STATES).first()
     if deletion is not None:
         raise _Skip("deletion_open", f"deletion {deletion.pk} of it is open; cancel it or let it run first")
