@@ -899,5 +899,72 @@ class Command(BaseCommand):
                     reason="demo: ended runs are read only in a disaster",
                 )
             lines.append("tiering policies: 'Free NVMe once a verified object copy exists' (enabled by demo-approver)")
+        lines += self._demo_offload(operator)
         for line in lines:
             self.stdout.write(f"demo: {line}")
+
+    def _demo_offload(self, operator: Actor) -> list[str]:
+        """An offload in progress: the finished vision/resnet-tiny asked off its GPU host's NVMe into a bucket, and
+        the first of its files uploaded by the host's agent code (``push_file``, then the report an agent run makes),
+        as if that run had been cut short: the job page shows it part done, awaiting the agent for the rest."""
+        from catalog.lifecycle import run_status_set
+        from catalog.models import CheckpointCopy, Run
+        from promotion import pushes
+        from promotion.choices import Direction
+        from promotion.models import PromotionJob
+        from promotion.moves import request_move
+
+        if PromotionJob.objects.filter(direction=Direction.OFFLOAD).exists():
+            return []
+        target = StorageLocation.objects.filter(name="s3:ckpt-demo-eu").first()
+        ds = Run.objects.filter(team__name="speech", name="ds-tiny").first()
+        if target is None or ds is None:
+            return []
+        if ds.status == "active":
+            run_status_set(run=ds, status="finished", actor=operator, source="operator", reason="demo: converged")
+        # A small, complete checkpoint of several files on a host: one file goes now, the rest wait for the agent.
+        source = (
+            CheckpointCopy.objects.filter(
+                checkpoint__run=ds,
+                location__host__isnull=False,
+                gone_at__isnull=True,
+                state="complete",
+                file_count__gte=2,
+                bytes__lt=256 * MIB,
+            )
+            .select_related("location__host", "checkpoint__run__team")
+            .order_by("checkpoint__step")
+            .first()
+        )
+        if source is None:
+            return []
+        resnet = source.checkpoint
+        try:
+            jobs = request_move(
+                checkpoints=[resnet],
+                target_location=target,
+                target_storage_class="STANDARD_IA",
+                source_location=source.location,
+                actor=operator,
+                reason="demo: a finished run does not need the GPU host's NVMe",
+            )
+        except DomainError as exc:
+            return [f"offload not requested: {exc.message}"]
+        host = source.location.host
+        listing = pushes.pending(host=host, root=source.location.root_path, limit=1)
+        results = []
+        conns = agent._StoreConnections(30.0)
+        for item in listing.get("items", [])[:1]:
+            try:
+                result, detail, measured = agent.push_file(source.location.root_path, item, conns=conns, timeout=30.0)
+            except Exception as exc:
+                return [f"offload {jobs[0].pk} requested; its first upload failed: {exc}"]
+            results.append({"id": item["id"], "result": result, "detail": detail, **measured})
+        if results:
+            pushes.report(host=host, results=results)
+        job = PromotionJob.objects.get(pk=jobs[0].pk)
+        rest = f" (the rest when `ckptfleet-agent --offloads` runs on {host.name})" if job.open else ""
+        return [
+            f"offload {job.pk} of {resnet} from {source.location.name} to {target.name}: "
+            f"{job.get_state_display().lower()}, {job.items_done} of {job.items_total} files uploaded{rest}"
+        ]
