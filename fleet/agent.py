@@ -21,6 +21,8 @@ Usage::
     ckptfleet-agent --root /mnt/nvme0/checkpoints --deletions # delete what the server scheduled, report back
     ckptfleet-agent --root /mnt/nvme0/checkpoints --pulls     # fetch what promotions asked for, report back
     ckptfleet-agent --root /mnt/nvme0/checkpoints --offloads  # upload what offloads move to a bucket, report back
+    ckptfleet-agent lease take 42 --owner resume-job-7 --ttl 3600   # nothing deletes or demotes it meanwhile
+    ckptfleet-agent lease renew 5 --ttl 3600; ckptfleet-agent lease release 5
 
 The token is never taken from the command line (it would show in ``ps`` and shell history) and is
 never printed. Every error is one line on stderr starting with ``ckptfleet-agent:`` and the exit
@@ -3537,7 +3539,61 @@ def _check_server(server: str | None) -> str:
     return server.rstrip("/")
 
 
+LEASES_PATH = "/api/v1/agent/leases/"
+LEASE_PURPOSES = ("resuming", "evaluating", "exporting", "other")
+
+
+def _lease_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ckptfleet-agent lease",
+        description="Take, renew or release a lease on a checkpoint this host holds a copy of: while it is live "
+        "nothing deletes or demotes the checkpoint. Prints the lease as JSON (take: its id).",
+    )
+    parser.add_argument("action", choices=("take", "renew", "release"))
+    parser.add_argument(
+        "target", type=_count, metavar="ID", help="take: the checkpoint's id; renew/release: the lease's"
+    )
+    parser.add_argument("--owner", default="", help="take: who uses it, e.g. the job's name")
+    parser.add_argument("--purpose", choices=LEASE_PURPOSES, default="resuming", help="take (default: %(default)s)")
+    parser.add_argument("--ttl", type=int, default=3600, metavar="SECONDS", help="take/renew (default: %(default)s)")
+    parser.add_argument("--server", default=os.environ.get("CKPTFLEET_SERVER"), help="default: $CKPTFLEET_SERVER")
+    parser.add_argument("--token-file", help="file holding the host token (default: $CKPTFLEET_TOKEN_FILE)")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS")
+    return parser
+
+
+def lease_command(argv: list[str]) -> int:
+    """``ckptfleet-agent lease take|renew|release``: one call to the server, with the host's token."""
+    args = _lease_parser().parse_args(argv)
+    server, token = _check_server(args.server), _read_token(args)
+    if args.action == "take":
+        if not args.owner.strip():
+            raise AgentError("lease take needs --owner: the job or person using the checkpoint")
+        path = LEASES_PATH
+        doc = {"checkpoint": args.target, "owner": args.owner, "purpose": args.purpose, "ttl_seconds": args.ttl}
+    else:
+        path = f"{LEASES_PATH}{args.target}/{args.action}/"
+        doc = {"ttl_seconds": args.ttl} if args.action == "renew" else {}
+    body = json.dumps(doc).encode()
+    status, reason, answer = _request(
+        "POST",
+        server + path,
+        token,
+        timeout=args.timeout,
+        body=io.BytesIO(body),
+        length=len(body),
+        headers=[("Content-Type", "application/json")],
+    )
+    if status not in (200, 201):
+        raise AgentError(_refusal(status, reason, answer), fatal=True)
+    print(json.dumps(_answer_json(answer) or {}, sort_keys=True), flush=True)
+    return 0
+
+
 def _run(argv: list[str] | None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "lease":
+        return lease_command(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.scrub_share and not args.checksums:

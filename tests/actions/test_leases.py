@@ -180,3 +180,43 @@ def test_the_checkpoint_page_shows_the_lease_and_an_operator_can_take_and_releas
     lease = Lease.objects.get()
     client.post(f"/actions/leases/{lease.pk}/release/")
     assert Lease.objects.get().released_at is not None
+
+
+def test_the_real_agent_takes_renews_and_releases_a_lease(fleet, live_server, tmp_path):
+    """The agent's `lease` command, as a separate process against a live server, with the host's token file."""
+    import json
+    import subprocess
+    import sys
+
+    token_file = tmp_path / "token"
+    token_file.write_text(host_token_issue(host=fleet.nvme.host, actor=OPERATOR))
+    env = {"CKPTFLEET_SERVER": live_server.url, "CKPTFLEET_TOKEN_FILE": str(token_file), "PATH": "/usr/bin:/bin"}
+    agent = [sys.executable, "-m", "fleet.agent", "lease"]
+    ckpt = fleet.checkpoints[100].pk
+    took = subprocess.run(
+        [*agent, "take", str(ckpt), "--owner", "resume-7", "--ttl", "600"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert took.returncode == 0, took.stderr
+    lease = json.loads(took.stdout)
+    assert lease["live"] and lease["owner"] == "resume-7"
+    renewed = subprocess.run(
+        [*agent, "renew", str(lease["id"]), "--ttl", "1200"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert renewed.returncode == 0 and json.loads(renewed.stdout)["renewed_at"]
+    bad = subprocess.run(
+        [*agent, "take", str(ckpt), "--owner", "x", "--ttl", "0"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode != 0 and "ckptfleet-agent" in bad.stderr
+    released = subprocess.run(
+        [*agent, "release", str(lease["id"])], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert released.returncode == 0 and json.loads(released.stdout)["live"] is False
+    assert [e.action for e in AuditEvent.objects.filter(action__startswith="lease.").order_by("id")] == [
+        "lease.take",
+        "lease.renew",
+        "lease.release",
+    ]
