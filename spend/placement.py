@@ -97,7 +97,7 @@ def flag_help(flag: str) -> str:
             "another host or region and verify the copy."
         ),
         Flag.FINISHED_ON_NVME: (
-            f"The run has ended (finished, failed or abandoned), its newest checkpoint was first seen more than "
+            f"The run has ended (finished, failed or abandoned), its newest checkpoint was saved more than "
             f"{days} days ago, and this "
             "checkpoint still has a copy on GPU-host NVMe, the most expensive tier, which training jobs need. "
             "Move it to object storage or delete that copy."
