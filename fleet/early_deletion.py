@@ -41,6 +41,29 @@ MIN_STORAGE_DAYS: dict[str, int] = {
 }
 
 
+# USD per 1,000 PUT, COPY or lifecycle-transition requests into the class (AWS S3 pricing, "Requests & data
+# retrievals"; Google Cloud Storage's class A operations for its classes), for the one-off charges of a move.
+# Override with ``RETENTION_REQUEST_PRICE_PER_1000`` (a dict by storage class, merged over these).
+REQUEST_PRICE_PER_1000: dict[str, Decimal] = {
+    "STANDARD": Decimal("0.005"),
+    "INTELLIGENT_TIERING": Decimal("0.005"),
+    "STANDARD_IA": Decimal("0.01"),
+    "ONEZONE_IA": Decimal("0.01"),
+    "GLACIER_IR": Decimal("0.02"),
+    "GLACIER": Decimal("0.03"),
+    "DEEP_ARCHIVE": Decimal("0.05"),
+    "NEARLINE": Decimal("0.01"),
+    "COLDLINE": Decimal("0.02"),
+    "ARCHIVE": Decimal("0.05"),
+}
+
+
+def request_prices() -> dict[str, Decimal]:
+    """The price of 1,000 requests into each storage class: the defaults with the settings' overrides."""
+    overrides = settings.RETENTION_REQUEST_PRICE_PER_1000
+    return {**REQUEST_PRICE_PER_1000, **{k: Decimal(str(v)) for k, v in overrides.items()}}
+
+
 def min_storage_days() -> dict[str, int]:
     """The minimum storage duration of each storage class, in days: the defaults with the settings' overrides."""
     return {**MIN_STORAGE_DAYS, **settings.RETENTION_MIN_STORAGE_DAYS}

@@ -29,6 +29,7 @@ from ckptfleet.celery import task
 from ckptfleet.errors import DomainError
 from ckptfleet.rules import is_storage_class
 from fleet.choices import LocationKind, Tier
+from fleet.early_deletion import min_storage_days
 from fleet.models import Bucket, StorageLocation
 from fleet.pricebook import GIB, PriceBook, book_currency, utc_today
 from fleet.s3 import RESTORE_CLASSES
@@ -39,8 +40,6 @@ TIER_ORDER: tuple[str, ...] = tuple(Tier.values)  # hottest first
 MAX_RESTORE_DAYS = 365
 ITEM_BATCH = 1000
 HOST_KINDS = (LocationKind.NVME, LocationKind.PFS)
-# S3's minimum storage durations: an object removed or rewritten sooner is billed for the rest.
-MINIMUM_DAYS = {"STANDARD_IA": 30, "ONEZONE_IA": 30, "GLACIER_IR": 90, "GLACIER": 90, "DEEP_ARCHIVE": 180}
 
 
 def tier_rank(tier: str) -> int:
@@ -445,7 +444,7 @@ def _early_deletion_notes(copy: CheckpointCopy, groups: list[SourceGroup]) -> li
     notes = []
     now = timezone.now()
     for group in groups:
-        days = MINIMUM_DAYS.get(group.storage_class)
+        days = min_storage_days().get(group.storage_class)
         if not days:
             continue
         young = ShardFile.objects.filter(

@@ -12,7 +12,7 @@ One-off charges modelled:
   month, at the source's price. How long bytes have been stored is counted from the copy's newest
   file time, so the charge is an upper bound;
 - **requests**: one PUT (for bytes leaving a host or file system) or lifecycle transition (between
-  storage classes) per file, at ``REQUEST_PRICE_PER_1000`` of the destination class.
+  storage classes) per file, at ``fleet.early_deletion.REQUEST_PRICE_PER_1000`` of the destination class.
 
 Also shown, not charged: the **minimum commitment** at the destination, what the moved bytes cost
 for its minimum storage duration however soon they are deleted.
@@ -41,37 +41,16 @@ from dataclasses import dataclass, field
 from datetime import date
 from decimal import ROUND_HALF_UP, Decimal
 
-from django.conf import settings
-
 from catalog.choices import ENDED_STATUSES
 from catalog.models import Run
 from ckptfleet.errors import DomainError
 from fleet.choices import DEFAULT_STORAGE_CLASS_TIERS, LocationKind, Tier
-from fleet.early_deletion import DAYS_PER_BILLING_MONTH, early_deletion_charge, min_storage_days
+from fleet.early_deletion import DAYS_PER_BILLING_MONTH, early_deletion_charge, min_storage_days, request_prices
 from fleet.models import StorageLocation
 from fleet.pricebook import GIB, utc_today
 from retention.selectors import Pricer, Scope, load_facts
 
-# USD per 1,000 PUT or lifecycle-transition requests into the class.
-REQUEST_PRICE_PER_1000: dict[str, Decimal] = {
-    "STANDARD": Decimal("0.005"),
-    "INTELLIGENT_TIERING": Decimal("0.005"),
-    "STANDARD_IA": Decimal("0.01"),
-    "ONEZONE_IA": Decimal("0.01"),
-    "GLACIER_IR": Decimal("0.02"),
-    "GLACIER": Decimal("0.03"),
-    "DEEP_ARCHIVE": Decimal("0.05"),
-    "NEARLINE": Decimal("0.01"),
-    "COLDLINE": Decimal("0.02"),
-    "ARCHIVE": Decimal("0.05"),
-}
-
 TARGET_CLASSES = ("STANDARD", "STANDARD_IA", "ONEZONE_IA", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE")
-
-
-def request_prices() -> dict[str, Decimal]:
-    overrides = settings.RETENTION_REQUEST_PRICE_PER_1000
-    return {**REQUEST_PRICE_PER_1000, **{k: Decimal(str(v)) for k, v in overrides.items()}}
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Prices: the price book (``fleet.pricebook``) per GiB-month. Request prices and t
 overhead are AWS S3's list prices, us-east-1 (https://aws.amazon.com/s3/pricing/, "Requests & data
 retrievals"; S3 User Guide, "Storage classes for archiving objects": GLACIER and DEEP_ARCHIVE add 32 KiB
 billed at the archive class's price and 8 KiB at STANDARD's per object). The request table mirrors
-``retention.tiering.REQUEST_PRICE_PER_1000`` (overridable by the same setting); retention sits above
+``fleet.early_deletion.REQUEST_PRICE_PER_1000`` (overridable by the same setting); retention sits above
 promotion, so it cannot be imported from here.
 """
 
@@ -30,34 +30,21 @@ from catalog.recovery import ARCHIVE_TIERS, restorable_copies, restorable_key
 from ckptfleet.errors import DomainError
 from fleet import s3
 from fleet.choices import Tier
+from fleet.early_deletion import min_storage_days, request_prices
 from fleet.models import Bucket, StorageLocation
 from fleet.pricebook import GIB, PriceBook, book_currency, utc_today
 from promotion.choices import OPEN_STATES, Direction, Method
 from promotion.models import PromotionJob
-from promotion.services import HOST_KINDS, MINIMUM_DAYS, tier_label, tier_rank
+from promotion.services import HOST_KINDS, tier_label, tier_rank
 
 DAYS_PER_BILLING_MONTH = 30  # how AWS pro-rates a minimum storage duration
 ARCHIVE_CLASSES = ("GLACIER", "DEEP_ARCHIVE")
 ARCHIVE_OVERHEAD_AT_CLASS = 32 * 1024  # bytes per object billed at the archive class's price
 ARCHIVE_OVERHEAD_AT_STANDARD = 8 * 1024  # bytes per object billed at STANDARD's price
-REQUEST_PRICE_PER_1000: dict[str, Decimal] = {
-    "STANDARD": Decimal("0.005"),
-    "INTELLIGENT_TIERING": Decimal("0.005"),
-    "STANDARD_IA": Decimal("0.01"),
-    "ONEZONE_IA": Decimal("0.01"),
-    "GLACIER_IR": Decimal("0.02"),
-    "GLACIER": Decimal("0.03"),
-    "DEEP_ARCHIVE": Decimal("0.05"),
-}
 MOVE_CLASSES = ("STANDARD", "STANDARD_IA", "ONEZONE_IA", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE")
 FREED_BY_DELETION = "two-phase deletion of the source copy after the new copy verifies"
 FREED_IN_PLACE = "the class change replaces the object in place"
 CENT = Decimal("0.01")
-
-
-def request_prices() -> dict[str, Decimal]:
-    overrides = settings.RETENTION_REQUEST_PRICE_PER_1000
-    return {**REQUEST_PRICE_PER_1000, **{k: Decimal(str(v)) for k, v in overrides.items()}}
 
 
 @dataclass
@@ -490,7 +477,9 @@ def _early_deletion(line: MoveLine, book: PriceBook) -> None:
     now = timezone.now()
     today = utc_today()
     source = line.source_copy.location
-    for storage_class, days in MINIMUM_DAYS.items():
+    for storage_class, days in min_storage_days().items():
+        if not days:
+            continue
         rows = ShardFile.objects.filter(
             copy=line.source_copy,
             gone_at__isnull=True,
