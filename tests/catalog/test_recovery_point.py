@@ -168,7 +168,9 @@ def test_a_parent_in_a_team_the_person_cannot_see_is_not_found(runs, client, set
 
 def test_an_operator_names_a_parent_and_the_deletion_needs_the_flag(runs, client, operator):
     child, parent = runs["llama-8b"], Checkpoint.objects.get(run__name="llama-7b", step=100)
-    r = post(client, f"/api/v1/runs/{child.pk}/parent/", {"checkpoint": parent.pk, "reason": "SFT of step 100"}, operator)
+    r = post(
+        client, f"/api/v1/runs/{child.pk}/parent/", {"checkpoint": parent.pk, "reason": "SFT of step 100"}, operator
+    )
     assert r.status_code == 200, r.content
     assert r.json()["parents"][0]["checkpoint"] == parent.pk and r.json()["parent_source"] == "operator"
     lineage = client.get(f"/api/v1/runs/{parent.run_id}/lineage/", **operator).json()
