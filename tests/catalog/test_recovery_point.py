@@ -193,3 +193,45 @@ def test_an_operator_names_a_parent_and_the_deletion_needs_the_flag(runs, client
 def test_the_recovery_point_does_not_move_backwards_in_time(runs):
     point = recovery_point_of(runs["llama-7b"], now=timezone.now())
     assert point.saved_at is not None and point.saved_at < timezone.now()
+
+
+def test_the_command_sets_and_shows_audited(runs):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    out = StringIO()
+    call_command("fleet_recovery", "gpus", "llm/llama-8b", "32", "--reason", "4 nodes", stdout=out)
+    call_command("fleet_recovery", "team-rpo", "llm", "100", stdout=out)
+    call_command("fleet_recovery", "show", "llm/llama-8b", stdout=out)
+    assert "ok 50.0 h since step 10 (objective 100 h, team)" in out.getvalue()
+    assert "2 GPUs (world size)" in out.getvalue()
+    event = AuditEvent.objects.get(action="run.gpus")
+    assert (event.source, event.after["gpus"], event.reason) == ("command", 32, "4 nodes")
+    with pytest.raises(CommandError, match="above 0"):
+        call_command("fleet_recovery", "rpo", "llm/llama-8b", "-1", stdout=out)
+    assert Run.objects.get(name="llama-8b").rpo_hours is None
+    call_command("fleet_recovery", "over", stdout=out)
+    assert out.getvalue().splitlines()[-1] == "every active run is within its objective"
+
+
+def test_the_deletion_page_names_the_runs_and_asks_for_the_checkbox(runs, client, django_user_model):
+    from tests.conftest import give_roles
+
+    olga = django_user_model.objects.create_user(username="olga2", password="a-long-password-1")
+    give_roles(olga, "operator")
+    client.force_login(olga)
+    parent = Checkpoint.objects.get(run__name="llama-7b", step=100)
+    Run.objects.filter(name="llama-8b").update(parent_checkpoint=parent, parent_ref="llm/llama-7b@100")
+    url = f"/actions/checkpoints/{parent.pk}/delete/"
+    page = client.get(url).content.decode()
+    assert 'id="child-runs"' in page and "llm/llama-8b" in page and 'name="confirm_children"' in page
+    r = client.post(url, {"reason": "superseded"}, follow=True)
+    assert "Not scheduled: run llm/llama-8b started from" in r.content.decode()
+    assert not DeletionJob.objects.exists()
+    client.post(url, {"reason": "superseded", "confirm_children": "yes"})
+    assert DeletionJob.objects.filter(checkpoint=parent).count() == 1
+    # The run page of the parent lists the fine-tune; the fine-tune's names its parent.
+    assert "llm/llama-8b" in client.get(f"/runs/{parent.run_id}/").content.decode()
+    child_page = client.get(f"/runs/{runs['llama-8b'].pk}/").content.decode()
+    assert f'href="/checkpoints/{parent.pk}/"' in child_page or "llm/llama-7b step 100" in child_page
