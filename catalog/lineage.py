@@ -66,9 +66,10 @@ def run_parent_set(*, run: Run, checkpoint_id, actor: Actor, reason: str = "", r
     _operator(actor, "setting a run's parent checkpoint", "run", run)
     checkpoint = None
     if checkpoint_id not in (None, ""):
-        if isinstance(checkpoint_id, bool) or not str(checkpoint_id).strip().isdigit():
+        text = str(checkpoint_id).strip()
+        if isinstance(checkpoint_id, bool) or not text.isdigit() or len(text) > 18:
             raise DomainError(f"checkpoint must be a checkpoint id; got {checkpoint_id!r}", code="bad_parent")
-        checkpoint = Checkpoint.objects.select_related("run__team").filter(pk=int(str(checkpoint_id).strip())).first()
+        checkpoint = Checkpoint.objects.select_related("run__team").filter(pk=int(text)).first()
         user = actor.user if actor.kind == ActorKind.USER else None
         if checkpoint is None or (user is not None and not may_see_run(user, checkpoint.run)):
             raise DomainError(f"checkpoint {checkpoint_id} does not exist", code="bad_parent")

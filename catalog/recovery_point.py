@@ -196,7 +196,7 @@ def gpus_clean(value) -> int | None:
         raise DomainError("gpus must be a whole number from 1 to 1,000,000", code="bad_gpus")
     if isinstance(value, str):
         text = value.strip()
-        value = int(text) if text.lstrip("-").isdigit() else text
+        value = int(text) if text.lstrip("-").isdigit() and len(text) <= 12 else text
     if not isinstance(value, int) or not 1 <= value <= MAX_GPUS:
         raise DomainError(f"gpus must be a whole number from 1 to 1,000,000; got {value!r}", code="bad_gpus")
     return value
@@ -235,7 +235,9 @@ def _operator(actor: Actor, doing: str, target_type: str, target) -> None:
 
 
 def _reason(reason) -> str:
-    text = " ".join(str(reason or "").split())
+    if reason is not None and not isinstance(reason, str):
+        raise DomainError("the reason must be text", code="bad_reason")
+    text = " ".join((reason or "").split())
     if len(text) > 500:
         raise DomainError("the reason is longer than 500 characters", code="bad_reason")
     return text
