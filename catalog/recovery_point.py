@@ -75,6 +75,7 @@ class RecoveryPoint:
     objective_hours: float
     objective_source: str  # "run", "team" or "default"
     active: bool
+    last_saved_at: datetime | None = None  # the run's newest save (catalog.lifecycle.last_saved's rule)
 
     @property
     def gpu_hours(self) -> float | None:
@@ -169,6 +170,7 @@ def recovery_point_of(run: Run, *, now: datetime | None = None) -> RecoveryPoint
         objective_hours=objective,
         objective_source=objective_source,
         active=active,
+        last_saved_at=stats["last"],
     )
 
 
@@ -343,3 +345,34 @@ def sidecar_gpus_apply(said: dict[int, int], *, actor: Actor) -> list[int]:
         )
         changed.append(run_id)
     return changed
+
+
+@dataclass(frozen=True)
+class ResumeCost:
+    """What resuming ``run`` from one checkpoint throws away (for a rung of ``catalog.ladder``)."""
+
+    lost_steps: int | None
+    lost_hours: float
+    gpus: int | None
+    gpus_source: str
+
+    @property
+    def gpu_hours(self) -> float | None:
+        return self.lost_hours * self.gpus if self.gpus is not None else None
+
+
+def resume_cost(point: RecoveryPoint, checkpoint: Checkpoint, *, now: datetime | None = None) -> ResumeCost:
+    """The cost of resuming from ``checkpoint`` instead, with the run's recovery point ``point`` already known
+    (its GPUs and highest step): one query for the checkpoint's save time."""
+    now = now or timezone.now()
+    saved = (
+        CheckpointCopy.objects.filter(checkpoint=checkpoint, newest_mtime__isnull=False).aggregate(
+            t=Min("newest_mtime")
+        )["t"]
+        or checkpoint.first_seen_at
+    )
+    end = now if point.active else max(saved, point.last_saved_at or saved)
+    steps = (
+        point.highest_step - checkpoint.step if point.highest_step is not None and checkpoint.step is not None else None
+    )
+    return ResumeCost(steps, _hours(end, saved), point.gpus, point.gpus_source)

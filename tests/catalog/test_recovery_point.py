@@ -235,3 +235,12 @@ def test_the_deletion_page_names_the_runs_and_asks_for_the_checkbox(runs, client
     assert "llm/llama-8b" in client.get(f"/runs/{parent.run_id}/").content.decode()
     child_page = client.get(f"/runs/{runs['llama-8b'].pk}/").content.decode()
     assert f'href="/checkpoints/{parent.pk}/"' in child_page or "llm/llama-7b step 100" in child_page
+
+
+def test_the_cost_of_resuming_from_an_older_checkpoint(runs):
+    from catalog.recovery_point import resume_cost
+
+    point = recovery_point_of(runs["llama-7b"])
+    newest = resume_cost(point, point.checkpoint)
+    assert newest.lost_steps == 100 and newest.lost_hours == pytest.approx(30, abs=0.05)
+    assert newest.gpu_hours == pytest.approx(120, abs=0.5) and newest.gpus_source == "world size"
