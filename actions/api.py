@@ -183,6 +183,11 @@ class DeletionInput(serializers.Serializer):
     checkpoint = serializers.IntegerField()
     copy = serializers.IntegerField(required=False, allow_null=True, default=None)
     reason = serializers.CharField(allow_blank=True, required=False, default="")
+    confirm_children = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="True to delete a checkpoint other runs started from (the preview's child_runs names them).",
+    )
 
 
 def _valid(serializer_class, request) -> dict:
@@ -302,6 +307,7 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             reason=data["reason"],
             actor=Actor.for_request(request),
             request_id=request_id_of(request),
+            confirm_children=data["confirm_children"],
         )
         return Response(DeletionJobSerializer(job).data, status=status.HTTP_201_CREATED)
 
@@ -329,6 +335,7 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                 "promise": p.promise,
                 "needs_approval": p.needs_approval,
                 "approval_reasons": p.approval_reasons,
+                "child_runs": [{"id": r.pk, "team": r.team.name, "name": r.name} for r in p.child_runs],
                 "copies": [
                     {
                         "copy": part.copy.pk,

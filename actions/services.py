@@ -63,6 +63,7 @@ from audit.actor import Actor
 from audit.choices import ActorKind
 from audit.services import audit
 from catalog.choices import Importance
+from catalog.lineage import child_runs
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, ShardFile
 from catalog.recovery import newest_restorable, newest_restorable_ids
 from ckptfleet.errors import DomainError, PermissionRefused
@@ -615,6 +616,9 @@ class DeletionPreview:
     sample: list[dict] = field(default_factory=list)
     # What deleting objects younger than their storage class's minimum duration is billed (``fleet.early_deletion``).
     early_deletion: EarlyDeletion = field(default_factory=EarlyDeletion)
+    # Runs that started from this checkpoint (catalog.lineage) when the deletion leaves no copy of it: scheduling
+    # then needs ``confirm_children=True``.
+    child_runs: list = field(default_factory=list)
 
     @property
     def allowed(self) -> bool:
@@ -886,6 +890,7 @@ def preview(*, checkpoint: Checkpoint, copy: CheckpointCopy | None = None, origi
     origin = _check_origin(origin)
     checkpoint = Checkpoint.objects.select_related("run__team").get(pk=checkpoint.pk)
     result = _assess(checkpoint, copy, origin, with_money=True)
+    result.child_runs = _children_at_stake(checkpoint, result)
     prefixes = bucket_prefixes([p.copy.location_id for p in result.parts])
     sample = (
         ShardFile.objects.filter(copy_id__in=[p.copy.pk for p in result.parts], gone_at__isnull=True)
@@ -925,8 +930,12 @@ def schedule_deletion(
     copy: CheckpointCopy | None = None,
     origin: str = "manual",
     request_id: str = "",
+    confirm_children: bool = False,
 ) -> DeletionJob:
     """Schedule the deletion of a whole checkpoint or one copy, freezing the exact list of objects and files.
+
+    When it leaves no copy of a checkpoint other runs started from (``catalog.lineage``), it is refused unless
+    ``confirm_children`` is True; the refusal names the runs.
 
     Refused when the checkpoint is held or pinned, already scheduled, when it would delete the last
     verified copy while the checkpoint stays, and when a policy would delete the run's newest
@@ -946,6 +955,13 @@ def schedule_deletion(
         assessed = _assess(checkpoint, copy, origin, with_money=False)
         if assessed.refusal:
             raise DomainError(assessed.refusal, code=assessed.refusal_code)
+        children = _children_at_stake(checkpoint, assessed)
+        if children and confirm_children is not True:
+            raise DomainError(
+                f"{children_text(children)} started from {checkpoint}: confirm that you mean to delete the "
+                "checkpoint they were initialised from (confirm_children)",
+                code="has_children",
+            )
         now = timezone.now()
         job = DeletionJob.objects.create(
             scope=DeletionScope.COPY if copy is not None else DeletionScope.CHECKPOINT,
@@ -983,10 +999,23 @@ def schedule_deletion(
                 "approvals_required": job.approvals_required,
                 "approval_reasons": job.approval_reasons,
                 "origin": origin,
+                **({"child_runs": [str(r) for r in children]} if children else {}),
             },
             request_id=request_id,
         )
     return job
+
+
+def _children_at_stake(checkpoint: Checkpoint, assessed: DeletionPreview) -> list:
+    """Runs that started from ``checkpoint``, when the deletion would leave no present copy of it."""
+    if assessed.surviving_copies:
+        return []
+    return child_runs(checkpoint.pk)
+
+
+def children_text(runs) -> str:
+    names = ", ".join(str(r) for r in runs)
+    return f"run {names}" if len(runs) == 1 else f"{len(runs)} runs ({names})"
 
 
 def _freeze_items(job: DeletionJob, copies: list[CheckpointCopy]) -> tuple[int, int]:

@@ -246,6 +246,7 @@ def schedule(request, pk: int):
                 reason=reason,
                 actor=Actor.for_request(request),
                 request_id=request_id_of(request),
+                confirm_children=request.POST.get("confirm_children") == "yes",
             )
         except DomainError as exc:
             messages.error(request, f"Not scheduled: {exc.message}")

@@ -18,6 +18,11 @@ class Team(models.Model):
 
     name = models.CharField(max_length=100, unique=True)
     cost_center = models.CharField(max_length=100, blank=True, help_text="In force today (catalog.teams).")
+    rpo_hours = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="The team's recovery point objective, hours: the default of its runs (catalog.recovery_point).",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -68,6 +73,20 @@ class Run(models.Model):
         max_length=150, blank=True, default="", help_text="Who set the status: a person, a host or the product."
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # GPUs the run trains on, as its sidecar says (``gpus``) and as an operator set it; the recovery point reads
+    # the sidecar first, then the newest checkpoint's world size, then the operator's (catalog.recovery_point).
+    sidecar_gpus = models.PositiveIntegerField(null=True, blank=True)
+    operator_gpus = models.PositiveIntegerField(null=True, blank=True)
+    rpo_hours = models.FloatField(
+        null=True, blank=True, help_text="This run's recovery point objective, hours; empty: its team's."
+    )
+    # Lineage (catalog.lineage): the checkpoint this run was initialised or fine-tuned from, who said so, and
+    # what was said when the checkpoint is not (yet) in the catalog ("team/run@step").
+    parent_checkpoint = models.ForeignKey(
+        "Checkpoint", on_delete=models.SET_NULL, null=True, blank=True, related_name="child_runs"
+    )
+    parent_ref = models.CharField(max_length=420, blank=True, default="")
+    parent_source = models.CharField(max_length=12, blank=True, default="", help_text="sidecar or operator")
 
     class Meta:
         ordering = ["team__name", "name"]

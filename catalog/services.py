@@ -15,8 +15,10 @@ from catalog.choices import Importance
 from catalog.formats.base import FileEntry, Found
 from catalog.layout import PathTemplate, group_files, subtree
 from catalog.lifecycle import runs_reactivate, sidecar_statuses_apply
+from catalog.lineage import sidecar_parents_apply
 from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
 from catalog.recognition import recognize
+from catalog.recovery_point import sidecar_gpus_apply
 from catalog.verification import FileFacts, carried_over, checkpoints_verify, relative_checksums
 from fleet.models import Inventory, StorageLocation
 
@@ -214,7 +216,7 @@ class Judge:
             seen_paths: set[str] = set()
             for f in found:
                 checkpoint = next(checkpoints)
-                if f.status is not None:
+                if f.status is not None or f.gpus is not None or f.parent is not None:
                     statuses.append((checkpoint.run_id, f))
                 if f.importance in Importance.values and checkpoint.importance != f.importance:
                     checkpoint.importance = f.importance
@@ -291,14 +293,23 @@ class Judge:
         """Runs' statuses from what this batch found: what the newest sidecar of each run says (``status``),
         and an inferred end taken back for runs that have a new checkpoint (``catalog.lifecycle``)."""
         said: dict[int, tuple[tuple[int, float], str, str, float | None]] = {}
+        facts: dict[str, dict[int, tuple[int, Any]]] = {"gpus": {}, "parent": {}}
         for run_id, f in statuses:
             rank = (f.step if f.step is not None else -1, f.status_at or 0.0)
-            if run_id not in said or rank > said[run_id][0]:
+            if f.status is not None and (run_id not in said or rank > said[run_id][0]):
                 said[run_id] = (rank, f.status or "", f.status_reason, f.status_at)
+            for name in ("gpus", "parent"):  # the newest sidecar that says it (catalog.recovery_point, lineage)
+                value = getattr(f, name)
+                if value is not None and (run_id not in facts[name] or rank[0] > facts[name][run_id][0]):
+                    facts[name][run_id] = (rank[0], value)
         new_runs, self._new_checkpoint_runs = self._new_checkpoint_runs, set()
-        if not said and not new_runs:
+        if not said and not new_runs and not facts["gpus"] and not facts["parent"]:
             return
         actor = self._actor()
+        if facts["gpus"]:
+            sidecar_gpus_apply({k: v for k, (_, v) in facts["gpus"].items()}, actor=actor)
+        if facts["parent"]:
+            sidecar_parents_apply({k: v for k, (_, v) in facts["parent"].items()}, actor=actor)
         if said:
             sidecar_statuses_apply(
                 {

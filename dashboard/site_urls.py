@@ -51,6 +51,7 @@ api = [
     path("overview/", dashboard_api.OverviewView.as_view(), name="api-overview"),
     path("recovery/<int:pk>/", dashboard_api.RecoveryView.as_view(), name="api-recovery"),
     path("jobs/", dashboard_api.JobListView.as_view(), name="api-jobs"),
+    path("", include("dashboard.api.urls_recovery_point")),  # recovery points and lineage
     path("spend/", include("spend.api_urls")),
     path("teams/", include("spend.api_urls_teams")),
     path("actions/", include("actions.urls_api")),

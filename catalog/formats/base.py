@@ -97,6 +97,10 @@ class Found:
     status: str | None = None
     status_reason: str = ""
     status_at: float | None = None
+    # GPUs the job trains on (sidecar ``gpus``) and the checkpoint it started from (sidecar ``parent``:
+    # {"team"?, "run", "step"}); None when the sidecar says nothing (catalog.recovery_point, catalog.lineage).
+    gpus: int | None = None
+    parent: dict | None = None
     # Checksums a writer recorded for member files: {relative path below the root: (algo, hexdigest)}.
     reference_checksums: dict[str, tuple[str, str]] = field(default_factory=dict)
 

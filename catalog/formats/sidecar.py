@@ -15,6 +15,10 @@ Schema ``ckptfleet/1`` (a JSON object, UTF-8, at most 1 MiB)::
       "importance": "milestone",            # optional: critical | milestone | routine | transient
       "status": "finished",                 # optional: the run's status, active | finished | failed | abandoned
       "status_reason": "reached 2000 steps",  # optional str (at most 500 characters): why
+      "gpus": 64,                           # optional int 1..1000000: GPUs the job trains on (recovery point)
+      "parent": {"team": "llm",             # optional: the checkpoint this run was initialised or fine-tuned
+                 "run": "llama-7b-pretrain",#   from; "team" defaults to this run's team; "step" int >= 0
+                 "step": 2000},
       "format": "pytorch_dcp",              # optional str: informational only
       "files": [                            # required: every file of the checkpoint except this one
         {"path": "__0_0.distcp",            #   '/'-separated, relative to the sidecar's directory,
@@ -31,6 +35,11 @@ checkpoint, so such a file wants a directory of its own.
 Judgement: a listed file missing -> partial; a size differing -> corrupt; a sha256 differing from the
 checksum the inventory carries -> corrupt (when the inventory has sha256s); an unreadable or malformed
 sidecar -> corrupt. The listed sha256s become ``Found.reference_checksums`` for later verification.
+
+GPUs and parent: the ingest keeps the newest sidecar's ``gpus`` as the run's GPU count (source "sidecar") and
+its ``parent`` as the run's parent checkpoint (``catalog.lineage``; an operator's parent is not replaced). A
+``gpus`` that is not a whole number from 1 to 1,000,000, or a ``parent`` that is not such an object, is
+ignored and the copy's reasons say why.
 
 Status: the ingest sets the run's status from the sidecar of its newest step that has one
 (``catalog.lifecycle``, source "sidecar"), unless the status changed after the sidecar was written. An
@@ -51,6 +60,7 @@ IMPORTANCE = ("critical", "milestone", "routine", "transient")
 # What a job may say of its run (catalog.lifecycle.JOB_STATUSES; formats sit below the catalog's services).
 STATUSES = ("active", "finished", "failed", "abandoned")
 MAX_STATUS_REASON = 500
+MAX_GPUS = 1_000_000
 
 
 class SidecarFormat(CheckpointFormat):
@@ -183,6 +193,32 @@ class SidecarFormat(CheckpointFormat):
         target.status_at = sidecar.mtime or None
 
     @staticmethod
+    def _apply_run_facts(target: Found, content: dict[str, Any]) -> None:
+        gpus = content.get("gpus")
+        if gpus is not None:
+            if isinstance(gpus, int) and not isinstance(gpus, bool) and 1 <= gpus <= MAX_GPUS:
+                target.gpus = gpus
+            else:
+                target.reasons.append(f"{SIDECAR}: gpus {gpus!r} ignored (a whole number from 1 to {MAX_GPUS:,})")
+        parent = content.get("parent")
+        if parent is not None:
+            ok = isinstance(parent, dict) and set(parent) <= {"team", "run", "step"}
+            run, team, step = (parent.get(k) for k in ("run", "team", "step")) if ok else (None, None, None)
+            ok = (
+                ok
+                and isinstance(run, str)
+                and 0 < len(run) <= 200
+                and (team is None or (isinstance(team, str) and 0 < len(team) <= 100))
+                and isinstance(step, int)
+                and not isinstance(step, bool)
+                and step >= 0
+            )
+            if ok:
+                target.parent = {"team": team, "run": run, "step": step}
+            else:
+                target.reasons.append(f'{SIDECAR}: parent ignored (an object {{"team"?, "run", "step"}})')
+
+    @staticmethod
     def _apply(target: Found, content: dict[str, Any], listed: list[dict[str, Any]], directory: DirView) -> None:
         schema = content.get("schema")
         if schema is not None and schema != SCHEMA:
@@ -197,6 +233,7 @@ class SidecarFormat(CheckpointFormat):
         elif importance is not None:
             target.reasons.append(f"{SIDECAR}: unknown importance {importance!r} ignored")
         SidecarFormat._apply_status(target, content, directory.files[SIDECAR])
+        SidecarFormat._apply_run_facts(target, content)
         step = content.get("step")
         if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
             if target.step is not None and target.step != step:

@@ -1,0 +1,378 @@
+"""Recovery point: how much training a run would lose if it had to restore now, in hours, steps and GPU-hours.
+
+Per run:
+
+- the checkpoint it would restore from: ``catalog.recovery.newest_restorable`` (verified first);
+- when that was saved: the earliest ``newest_mtime`` of its restorable copies (the save itself; a later copy
+  is an offload of the same bytes), else when the catalog first saw it;
+- the recovery point, hours: now minus that save;
+- what a restore throws away: steps (the highest step seen of the run minus the restorable step), wall hours
+  (until now for an active run, until its last save for an ended one: ``catalog.lifecycle.last_saved``), and
+  GPU-hours (wall hours times its GPUs);
+- its GPUs, with the source: the sidecar's ``gpus``, else the world size its newest checkpoint was saved with
+  (``catalog.reshard.layout_of``), else the number an operator set;
+- its objective (RPO), hours: the run's own, else its team's, else ``DEFAULT_RPO_HOURS``.
+
+A run with no restorable checkpoint has lost everything since it started: the recovery point counts from its
+first checkpoint (or the run's creation) and every step seen is lost.
+
+Setting GPUs and objectives goes through ``run_gpus_set``, ``run_rpo_set`` and ``team_rpo_set``: the operator
+role, the row locked, one audit event (``run.gpus``, ``run.rpo``, ``team.rpo``) in the same transaction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import F, Max, Min
+from django.utils import timezone
+
+from access.roles import Role, require_role
+from audit.actor import Actor
+from audit.choices import ActorKind
+from audit.services import audit
+from catalog.choices import ENDED_STATUSES
+from catalog.models import Checkpoint, CheckpointCopy, Run, Team
+from catalog.recovery import newest_restorable, restorable_copies
+from catalog.reshard import layout_of
+from ckptfleet.errors import DomainError
+
+DEFAULT_RPO_HOURS = 24.0
+MAX_RPO_HOURS = 24.0 * 366 * 10
+MAX_GPUS = 1_000_000
+FLEET_LIMIT = 500
+
+
+class GpuSource:
+    SIDECAR = "sidecar"
+    WORLD_SIZE = "world size"
+    OPERATOR = "operator"
+    NONE = ""
+
+    LABELS = {
+        SIDECAR: "the run's ckptfleet.json (gpus)",
+        WORLD_SIZE: "the world size its newest checkpoint was saved with",
+        OPERATOR: "set by an operator",
+        NONE: "unknown: no sidecar gpus, no world size, none set",
+    }
+
+
+@dataclass
+class RecoveryPoint:
+    run: Run
+    checkpoint: Checkpoint | None
+    verified: bool
+    saved_at: datetime | None
+    hours: float | None  # since the restorable save (or since the run began, when none is restorable)
+    highest_step: int | None
+    lost_steps: int | None
+    lost_hours: float | None
+    gpus: int | None
+    gpus_source: str
+    objective_hours: float
+    objective_source: str  # "run", "team" or "default"
+    active: bool
+    last_saved_at: datetime | None = None  # the run's newest save (catalog.lifecycle.last_saved's rule)
+
+    @property
+    def gpu_hours(self) -> float | None:
+        if self.lost_hours is None or self.gpus is None:
+            return None
+        return self.lost_hours * self.gpus
+
+    @property
+    def over(self) -> bool:
+        return self.hours is not None and self.hours > self.objective_hours
+
+    @property
+    def gpus_source_label(self) -> str:
+        return GpuSource.LABELS[self.gpus_source]
+
+    @property
+    def objective_source_label(self) -> str:
+        return {
+            "run": "this run's own objective",
+            "team": f"team {self.run.team.name}'s default",
+            "default": f"the product default ({DEFAULT_RPO_HOURS:g} h)",
+        }[self.objective_source]
+
+
+def objective_of(run: Run) -> tuple[float, str]:
+    if run.rpo_hours is not None:
+        return run.rpo_hours, "run"
+    if run.team.rpo_hours is not None:
+        return run.team.rpo_hours, "team"
+    return DEFAULT_RPO_HOURS, "default"
+
+
+def gpus_of(run: Run) -> tuple[int | None, str]:
+    """The run's GPUs and where the number comes from (``GpuSource``)."""
+    if run.sidecar_gpus:
+        return run.sidecar_gpus, GpuSource.SIDECAR
+    newest = (
+        CheckpointCopy.objects.filter(checkpoint__run=run, gone_at__isnull=True)
+        .select_related("checkpoint")
+        .order_by(F("checkpoint__step").desc(nulls_last=True), "-pk")
+        .first()
+    )
+    if newest is not None:
+        world = layout_of(newest).world_size
+        if world:
+            return world, GpuSource.WORLD_SIZE
+    if run.operator_gpus:
+        return run.operator_gpus, GpuSource.OPERATOR
+    return None, GpuSource.NONE
+
+
+def _hours(later: datetime, earlier: datetime) -> float:
+    return max(0.0, (later - earlier).total_seconds() / 3600.0)
+
+
+def recovery_point_of(run: Run, *, now: datetime | None = None) -> RecoveryPoint:
+    now = now or timezone.now()
+    checkpoint, verified = newest_restorable(run)
+    stats = Checkpoint.objects.filter(run=run).aggregate(
+        highest=Max("step"), first=Min("first_seen_at"), last=Max("copies__newest_mtime")
+    )
+    highest = stats["highest"]
+    active = run.status not in ENDED_STATUSES
+    saved_at = None
+    if checkpoint is not None:
+        saved_at = (
+            CheckpointCopy.objects.filter(restorable_copies(), checkpoint=checkpoint).aggregate(t=Min("newest_mtime"))[
+                "t"
+            ]
+            or checkpoint.first_seen_at
+        )
+        start = saved_at
+        lost_steps = (highest - checkpoint.step) if highest is not None and checkpoint.step is not None else None
+    else:
+        start = stats["first"] or run.created_at
+        lost_steps = highest
+    end = now if active else max(filter(None, [stats["last"], start]))
+    hours = _hours(now, start)
+    gpus, source = gpus_of(run)
+    objective, objective_source = objective_of(run)
+    return RecoveryPoint(
+        run=run,
+        checkpoint=checkpoint,
+        verified=verified,
+        saved_at=saved_at,
+        hours=hours,
+        highest_step=highest,
+        lost_steps=lost_steps,
+        lost_hours=_hours(end, start),
+        gpus=gpus,
+        gpus_source=source,
+        objective_hours=objective,
+        objective_source=objective_source,
+        active=active,
+        last_saved_at=stats["last"],
+    )
+
+
+def over_objective(runs, *, now: datetime | None = None, limit: int = FLEET_LIMIT) -> list[RecoveryPoint]:
+    """Active runs among ``runs`` whose recovery point exceeds their objective, most GPU-hours at risk first
+    (an unknown GPU count after every known one, then by hours)."""
+    now = now or timezone.now()
+    points = []
+    for run in runs.exclude(status__in=ENDED_STATUSES).select_related("team").order_by("pk")[:limit]:
+        point = recovery_point_of(run, now=now)
+        if point.over:
+            points.append(point)
+    points.sort(key=lambda p: (p.gpu_hours is None, -(p.gpu_hours or 0.0), -(p.hours or 0.0), p.run.pk))
+    return points
+
+
+# --- setting GPUs and objectives --------------------------------------------------------------------------
+
+
+def gpus_clean(value) -> int | None:
+    """A GPU count from 1 to a million, or None (empty) to clear it; anything else is a DomainError."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool):
+        raise DomainError("gpus must be a whole number from 1 to 1,000,000", code="bad_gpus")
+    if isinstance(value, str):
+        text = value.strip()
+        value = int(text) if text.lstrip("-").isdigit() and len(text) <= 12 else text
+    if not isinstance(value, int) or not 1 <= value <= MAX_GPUS:
+        raise DomainError(f"gpus must be a whole number from 1 to 1,000,000; got {value!r}", code="bad_gpus")
+    return value
+
+
+def hours_clean(value) -> float | None:
+    """An objective in hours, more than 0 and at most ten years, or None (empty) to clear it."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool):
+        raise DomainError("the objective must be a number of hours above 0", code="bad_rpo")
+    try:
+        hours = float(value)
+    except (TypeError, ValueError):
+        raise DomainError(f"the objective must be a number of hours above 0; got {value!r}", code="bad_rpo") from None
+    if not math.isfinite(hours) or hours <= 0 or hours > MAX_RPO_HOURS:
+        raise DomainError(
+            f"the objective must be above 0 and at most {MAX_RPO_HOURS:,.0f} hours; got {value!r}", code="bad_rpo"
+        )
+    return hours
+
+
+def _operator(actor: Actor, doing: str, target_type: str, target) -> None:
+    if actor.kind == ActorKind.USER:
+        if actor.user is None:
+            raise DomainError(f"{doing} by a person needs the signed-in user", code="not_authenticated")
+        require_role(
+            actor.user,
+            Role.OPERATOR,
+            doing=doing,
+            target_type=target_type,
+            target_id=target.pk,
+            target_label=str(target),
+            source=actor.source,
+        )
+
+
+def _reason(reason) -> str:
+    if reason is not None and not isinstance(reason, str):
+        raise DomainError("the reason must be text", code="bad_reason")
+    text = " ".join((reason or "").split())
+    if len(text) > 500:
+        raise DomainError("the reason is longer than 500 characters", code="bad_reason")
+    return text
+
+
+def run_gpus_set(*, run: Run, gpus, actor: Actor, reason: str = "", request_id: str = "") -> Run:
+    """Set (or clear, with None) the GPU count an operator gives ``run``; audited as ``run.gpus``."""
+    gpus = gpus_clean(gpus)
+    reason = _reason(reason)
+    _operator(actor, "setting a run's GPUs", "run", run)
+    with transaction.atomic():
+        locked = Run.objects.select_for_update(of=("self",)).select_related("team").get(pk=run.pk)
+        if locked.operator_gpus == gpus:
+            return locked
+        before = locked.operator_gpus
+        locked.operator_gpus = gpus
+        locked.save(update_fields=["operator_gpus"])
+        audit(
+            actor,
+            "run.gpus",
+            target_type="run",
+            target_id=locked.pk,
+            target_label=str(locked),
+            reason=reason,
+            before={"gpus": before, "source": "operator"},
+            after={"gpus": gpus, "source": "operator"},
+            request_id=(request_id or "")[:64],
+        )
+    return locked
+
+
+def run_rpo_set(*, run: Run, hours, actor: Actor, reason: str = "", request_id: str = "") -> Run:
+    """Set (or clear, with None: its team's applies) ``run``'s recovery point objective; audited as ``run.rpo``."""
+    hours = hours_clean(hours)
+    reason = _reason(reason)
+    _operator(actor, "setting a run's recovery point objective", "run", run)
+    with transaction.atomic():
+        locked = Run.objects.select_for_update(of=("self",)).select_related("team").get(pk=run.pk)
+        if locked.rpo_hours == hours:
+            return locked
+        before = locked.rpo_hours
+        locked.rpo_hours = hours
+        locked.save(update_fields=["rpo_hours"])
+        audit(
+            actor,
+            "run.rpo",
+            target_type="run",
+            target_id=locked.pk,
+            target_label=str(locked),
+            reason=reason,
+            before={"rpo_hours": before},
+            after={"rpo_hours": hours},
+            request_id=(request_id or "")[:64],
+        )
+    return locked
+
+
+def team_rpo_set(*, team: Team, hours, actor: Actor, reason: str = "", request_id: str = "") -> Team:
+    """Set (or clear) ``team``'s default recovery point objective; audited as ``team.rpo``."""
+    hours = hours_clean(hours)
+    reason = _reason(reason)
+    _operator(actor, "setting a team's recovery point objective", "team", team)
+    with transaction.atomic():
+        locked = Team.objects.select_for_update().get(pk=team.pk)
+        if locked.rpo_hours == hours:
+            return locked
+        before = locked.rpo_hours
+        locked.rpo_hours = hours
+        locked.save(update_fields=["rpo_hours"])
+        audit(
+            actor,
+            "team.rpo",
+            target_type="team",
+            target_id=locked.pk,
+            target_label=str(locked),
+            reason=reason,
+            before={"rpo_hours": before},
+            after={"rpo_hours": hours},
+            request_id=(request_id or "")[:64],
+        )
+    return locked
+
+
+def sidecar_gpus_apply(said: dict[int, int], *, actor: Actor) -> list[int]:
+    """Keep what sidecars said of runs' GPUs, ``{run id: gpus}``, as the ingest found them; audited as
+    ``run.gpus`` (source sidecar) when it changes."""
+    changed = []
+    for run_id, gpus in sorted(said.items()):
+        run = Run.objects.select_for_update(of=("self",)).select_related("team").filter(pk=run_id).first()
+        if run is None or run.sidecar_gpus == gpus:
+            continue
+        before = run.sidecar_gpus
+        run.sidecar_gpus = gpus
+        run.save(update_fields=["sidecar_gpus"])
+        audit(
+            actor,
+            "run.gpus",
+            target_type="run",
+            target_id=run.pk,
+            target_label=str(run),
+            before={"gpus": before, "source": "sidecar"},
+            after={"gpus": gpus, "source": "sidecar"},
+        )
+        changed.append(run_id)
+    return changed
+
+
+@dataclass(frozen=True)
+class ResumeCost:
+    """What resuming ``run`` from one checkpoint throws away (for a rung of ``catalog.ladder``)."""
+
+    lost_steps: int | None
+    lost_hours: float
+    gpus: int | None
+    gpus_source: str
+
+    @property
+    def gpu_hours(self) -> float | None:
+        return self.lost_hours * self.gpus if self.gpus is not None else None
+
+
+def resume_cost(point: RecoveryPoint, checkpoint: Checkpoint, *, now: datetime | None = None) -> ResumeCost:
+    """The cost of resuming from ``checkpoint`` instead, with the run's recovery point ``point`` already known
+    (its GPUs and highest step): one query for the checkpoint's save time."""
+    now = now or timezone.now()
+    saved = (
+        CheckpointCopy.objects.filter(checkpoint=checkpoint, newest_mtime__isnull=False).aggregate(
+            t=Min("newest_mtime")
+        )["t"]
+        or checkpoint.first_seen_at
+    )
+    end = now if point.active else max(saved, point.last_saved_at or saved)
+    steps = (
+        point.highest_step - checkpoint.step if point.highest_step is not None and checkpoint.step is not None else None
+    )
+    return ResumeCost(steps, _hours(end, saved), point.gpus, point.gpus_source)
