@@ -91,10 +91,31 @@ class Layout:
         }
 
 
-def _files(copy: CheckpointCopy) -> list[tuple[str, dict | None]]:
+NEEDS_FILES = ("pytorch_dcp", "megatron_dist", "deepspeed", "megatron", "hf_trainer")
+
+
+def _relative(copy: CheckpointCopy, rows) -> list[tuple[str, dict | None]]:
     prefix = copy.path.rstrip("/") + "/"
-    rows = ShardFile.objects.filter(copy=copy, gone_at__isnull=True).values_list("path", "facts")[:FILES_READ]
     return [(p[len(prefix) :] if p.startswith(prefix) else p, facts) for p, facts in rows]
+
+
+def _read_files(copy: CheckpointCopy) -> list[tuple[str, dict | None]]:
+    rows = ShardFile.objects.filter(copy=copy, gone_at__isnull=True).values_list("path", "facts")[:FILES_READ]
+    return _relative(copy, rows)
+
+
+def layouts_of(copies) -> dict[int, Layout]:
+    """``layout_of`` for many copies in one query of their files (a page of a checkpoint's copies)."""
+    copies = list(copies)
+    wanted = [c.pk for c in copies if c.format in NEEDS_FILES]
+    by_copy: dict[int, list] = {pk: [] for pk in wanted}
+    if wanted:
+        rows = ShardFile.objects.filter(copy_id__in=wanted, gone_at__isnull=True).values_list(
+            "copy_id", "path", "facts"
+        )[: FILES_READ * len(wanted)]
+        for copy_id, path, facts in rows:
+            by_copy[copy_id].append((path, facts))
+    return {c.pk: layout_of(c, files=_relative(c, by_copy.get(c.pk, []))) for c in copies}
 
 
 def _dcp(files, reason: str) -> Layout:
@@ -157,9 +178,13 @@ def _deepspeed_inside(files) -> bool:
     return any(_DS_OPTIM.search(p) or _DS_MODEL.search(p) for p, _ in files)
 
 
-def layout_of(copy: CheckpointCopy) -> Layout:
-    """The layout ``copy`` was saved with and whether it reshards, from its own files."""
+def layout_of(copy: CheckpointCopy, *, files: list | None = None) -> Layout:
+    """The layout ``copy`` was saved with and whether it reshards, from its own files (``files``: already read)."""
     fmt = copy.format
+
+    def _files(c: CheckpointCopy) -> list[tuple[str, dict | None]]:
+        return files if files is not None else _read_files(c)
+
     if fmt in ("pytorch_dcp", "megatron_dist"):
         files = _files(copy)
         why = (

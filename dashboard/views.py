@@ -26,9 +26,9 @@ from actions.views import may_clean_up_orphans
 from audit.actor import Actor
 from catalog import lifecycle, recovery, selectors
 from catalog.choices import CopyState, RunStatus, RunStatusSource, Verification
-from catalog.models import Checkpoint, CheckpointCopy, Run, Team
+from catalog.models import Checkpoint, CheckpointCopy, RestoreDrill, Run, Team
 from catalog.pointers import pointers_for_run
-from catalog.reshard import layout_of
+from catalog.reshard import layouts_of
 from catalog.verification import VerificationSummary, failure_domain, summarize
 from ckptfleet.errors import DomainError
 from ckptfleet.params import positive_int_param, whole_number
@@ -276,6 +276,11 @@ def checkpoint_detail(request, pk: int):
     present = [c for c in copies if c.gone_at is None]
     gone = [c for c in copies if c.gone_at is not None]
     heads = selectors.copy_files_head(present, limit=FILES_SHOWN)
+    layouts = layouts_of(present)
+    drills: dict[int, list] = {}
+    for d in RestoreDrill.objects.filter(copy__in=present).order_by("copy_id", "-started_at", "-pk"):
+        if len(drills.setdefault(d.copy_id, [])) < 3:
+            drills[d.copy_id].append(d)
     for copy in present:
         copy.head = heads.get(copy.pk, [])
         copy.files_not_shown = max(copy.file_count - len(copy.head), 0)
@@ -283,8 +288,8 @@ def checkpoint_detail(request, pk: int):
         diff = (copy.expected_bytes - copy.bytes) if copy.expected_bytes is not None else 0
         copy.bytes_short, copy.bytes_over = max(diff, 0), max(-diff, 0)
         copy.failure_domain = failure_domain(copy.location)
-        copy.layout = layout_of(copy)
-        copy.recent_drills = list(copy.drills.order_by("-started_at", "-pk")[:3])
+        copy.layout = layouts[copy.pk]
+        copy.recent_drills = drills.get(copy.pk, [])
         # A mismatch that made the copy corrupt is already among its reasons.
         copy.verification_notes = [r for r in copy.verification_reasons if r not in copy.reasons]
     return render(
