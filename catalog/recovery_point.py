@@ -109,7 +109,11 @@ def objective_of(run: Run) -> tuple[float, str]:
 
 
 def gpus_of(run: Run) -> tuple[int | None, str]:
-    """The run's GPUs and where the number comes from (``GpuSource``)."""
+    """The run's GPUs and where the number comes from (``GpuSource``): an operator's number first (a person's
+    word for this run overrides what was inferred), then the job's own sidecar, then the world size its newest
+    checkpoint was saved with."""
+    if run.operator_gpus:
+        return run.operator_gpus, GpuSource.OPERATOR
     if run.sidecar_gpus:
         return run.sidecar_gpus, GpuSource.SIDECAR
     newest = (
@@ -122,8 +126,6 @@ def gpus_of(run: Run) -> tuple[int | None, str]:
         world = layout_of(newest).world_size
         if world:
             return world, GpuSource.WORLD_SIZE
-    if run.operator_gpus:
-        return run.operator_gpus, GpuSource.OPERATOR
     return None, GpuSource.NONE
 
 

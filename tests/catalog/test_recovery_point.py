@@ -94,7 +94,7 @@ def test_an_operator_sets_gpus_and_objectives_audited(runs, client, operator):
     assert recovery_point_of(Run.objects.select_related("team").get(name="llama-7b")).objective_source == "team"
     r = post(client, f"/api/v1/runs/{run.pk}/gpus/", {"gpus": 64}, operator)
     assert r.status_code == 200
-    assert (r.json()["gpus"], r.json()["gpus_source"]) == (2, "world size")  # the checkpoint's own word wins
+    assert (r.json()["gpus"], r.json()["gpus_source"]) == (64, "operator")  # a person's word for this run wins
     run.refresh_from_db()
     assert run.operator_gpus == 64
     actions = sorted(AuditEvent.objects.filter(action__in=("run.rpo", "team.rpo", "run.gpus")).values_list("action"))
@@ -205,7 +205,7 @@ def test_the_command_sets_and_shows_audited(runs):
     call_command("fleet_recovery", "team-rpo", "llm", "100", stdout=out)
     call_command("fleet_recovery", "show", "llm/llama-8b", stdout=out)
     assert "ok 50.0 h since step 10 (objective 100 h, team)" in out.getvalue()
-    assert "2 GPUs (world size)" in out.getvalue()
+    assert "32 GPUs (operator)" in out.getvalue()
     event = AuditEvent.objects.get(action="run.gpus")
     assert (event.source, event.after["gpus"], event.reason) == ("command", 32, "4 nodes")
     with pytest.raises(CommandError, match="above 0"):

@@ -900,6 +900,7 @@ class Command(BaseCommand):
                 )
             lines.append("tiering policies: 'Free NVMe once a verified object copy exists' (enabled by demo-approver)")
         lines += self._demo_offload(operator)
+        lines += self._demo_recovery_point(operator)
         for line in lines:
             self.stdout.write(f"demo: {line}")
 
@@ -968,3 +969,24 @@ class Command(BaseCommand):
             f"offload {job.pk} of {resnet} from {source.location.name} to {target.name}: "
             f"{job.get_state_display().lower()}, {job.items_done} of {job.items_total} files uploaded{rest}"
         ]
+
+    def _demo_recovery_point(self, operator: Actor) -> list[str]:
+        """A recovery point objective that the 70B pretraining run misses (it checkpoints every 2 days), its GPUs
+        as an operator said them, and a fine-tune whose parent is another run's checkpoint."""
+        from catalog.lineage import run_parent_set
+        from catalog.models import Run
+        from catalog.recovery_point import run_gpus_set, team_rpo_set
+
+        lines = []
+        llm = Team.objects.filter(name="llm").first()
+        big = Run.objects.filter(team__name="llm", name="llama3-70b").first()
+        if llm is not None and big is not None and llm.rpo_hours is None:
+            team_rpo_set(team=llm, hours=1, actor=operator, reason="demo: a 512-GPU job may lose an hour at most")
+            run_gpus_set(run=big, gpus=512, actor=operator, reason="demo: 64 nodes x 8 GPUs")
+            lines.append("team llm: recovery point objective 1 h; llm/llama3-70b runs on 512 GPUs")
+        sft = Run.objects.filter(team__name="nlp", name="llama2-7b-sft").first()
+        base = Checkpoint.objects.filter(run__team__name="llm", run__name="llama-tiny", step=200).first()
+        if sft is not None and base is not None and sft.parent_checkpoint_id is None:
+            run_parent_set(run=sft, checkpoint_id=base.pk, actor=operator, reason="demo: fine-tuned from this step")
+            lines.append(f"nlp/llama2-7b-sft started from {base}")
+        return lines
