@@ -16,12 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import Max
-
 from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, Run
 from catalog.pointers import Pointer, pointers_for_run, where
 from catalog.recovery import RankedCopy, _buckets, _parts, _present, _rank, assumptions
+from catalog.recovery_point import recovery_point_of, resume_cost
 from catalog.reshard import layout_of
 from catalog.selectors import NEWEST_STEP_FIRST
 
@@ -36,6 +35,8 @@ class Rung:
     copies: list[RankedCopy] = field(default_factory=list)
     steps_lost: int | None = None
     hours_lost: float | None = None
+    gpu_hours: float | None = None  # hours lost x the run's GPUs (catalog.recovery_point), when they are known
+    gpus_source: str = ""
 
     @property
     def best(self) -> RankedCopy | None:
@@ -76,6 +77,8 @@ class Rung:
             "restore_seconds": round(best.seconds, 1) if best else None,
             "steps_lost": self.steps_lost,
             "hours_lost": round(self.hours_lost, 2) if self.hours_lost is not None else None,
+            "gpu_hours": round(self.gpu_hours, 1) if self.gpu_hours is not None else None,
+            "gpus_source": self.gpus_source or None,
         }
 
 
@@ -106,14 +109,14 @@ def ladder_for(run: Run, *, limit: int = LADDER_LENGTH) -> list[Rung]:
     by_checkpoint: dict[int, list[RankedCopy]] = {c.pk: [] for c in checkpoints}
     for r in ranked:
         by_checkpoint[r.copy.checkpoint_id].append(r)
-    top_step = Checkpoint.objects.filter(run=run).aggregate(top=Max("step"))["top"]
     rungs = [Rung(c, None, "", by_checkpoint[c.pk]) for c in checkpoints]
-    newest_saved = max((r.saved_at for r in rungs if r.saved_at), default=None)
+    point = recovery_point_of(run)
     for rung in rungs:
-        if top_step is not None and rung.checkpoint.step is not None:
-            rung.steps_lost = top_step - rung.checkpoint.step
-        if newest_saved and rung.saved_at:
-            rung.hours_lost = (newest_saved - rung.saved_at).total_seconds() / 3600
+        # What resuming here throws away: the steps since it, and the hours (until now for a run still training)
+        # times the run's GPUs, as the recovery point counts them.
+        cost = resume_cost(point, rung.checkpoint)
+        rung.steps_lost, rung.hours_lost = cost.lost_steps, cost.lost_hours
+        rung.gpu_hours, rung.gpus_source = cost.gpu_hours, cost.gpus_source
     candidates = [r for r in rungs if r.best is not None]
     others = [r for r in rungs if r.best is None]
     candidates.sort(
