@@ -14,6 +14,7 @@ from dashboard.api import dashboard as dashboard_api
 from dashboard.api.audit import AuditEventViewSet
 from dashboard.api.fleet import (
     AgentDeletionsView,
+    AgentOffloadSignView,
     AgentOffloadsView,
     AgentPromotionsView,
     HostViewSet,
@@ -39,6 +40,7 @@ api = [
     path("agent/deletions/", AgentDeletionsView.as_view(), name="agent-deletions"),
     path("agent/promotions/", AgentPromotionsView.as_view(), name="agent-promotions"),
     path("agent/offloads/", AgentOffloadsView.as_view(), name="agent-offloads"),
+    path("agent/offloads/sign/", AgentOffloadSignView.as_view(), name="agent-offloads-sign"),
     path("orphans/", OrphanListView.as_view(), name="orphan-list"),
     path("orphans/cleanup/preview/", OrphanCleanupPreviewView.as_view(), name="orphan-cleanup-preview"),
     path("orphans/cleanup/", OrphanCleanupView.as_view(), name="orphan-cleanup"),
