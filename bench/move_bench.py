@@ -9,7 +9,9 @@ runner's server-side copy, each beside the aws CLI on the same data, in the same
   every file then being counted done by the server (its HEAD of every target checked). The
   verification that follows in a worker (``promotion.moves.copied``) is then run and timed on its own.
   Beside it:
-  ``aws s3 cp --recursive ROOT s3://B/ --endpoint-url URL`` of the same directory.
+  ``aws s3 cp --recursive ROOT s3://B/ --endpoint-url URL`` of the same directory; and, as a second
+  baseline, the requests a verified upload needs at least (a PUT with its sha256, then a HEAD of it) sent
+  by boto3 with ``--jobs`` threads: what the endpoint alone makes of them.
 - **bucket -> bucket**: a copy job of the offloaded objects to a second bucket, run by
   ``promotion.runner.copy`` (the path a demotion between buckets takes, ``PROMOTION_COPY_CONCURRENCY``
   copies at once); the clock runs from its start
@@ -164,6 +166,41 @@ def timed(command: list[str], env: dict, endpoint: Process) -> dict:
         "moto_cpu_s": endpoint.cpu() - moto0,
         "load_1min": load,
         "command": " ".join(command),
+    }
+    say(f"  {seconds:.2f} s (CPU {result['cpu_s']:.1f} s, endpoint CPU {result['moto_cpu_s']:.1f} s, load {load:.1f})")
+    return result
+
+
+def put_then_head(s3c, root: Path, files: list[tuple[str, int]], jobs: int, endpoint: Process) -> dict:
+    """The second baseline: the requests a verified upload needs at least, with botocore as the CLI uses it.
+
+    ``jobs`` threads each PUT a file with its sha256 (x-amz-checksum-sha256, which the store keeps) and then
+    HEAD it with ChecksumMode (what a verification must ask): two requests a file, no web app, no database.
+    """
+    import base64
+    import hashlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    say(f"baseline: boto3, {jobs} threads: PUT (with its sha256) then HEAD (ChecksumMode) of each file")
+
+    def one(entry: tuple[str, int]) -> None:
+        rel, _size = entry
+        body = (root / rel).read_bytes()
+        digest = base64.b64encode(hashlib.sha256(body).digest()).decode()
+        s3c.put_object(Bucket="floor-target", Key=rel, Body=body, ChecksumSHA256=digest, IfNoneMatch="*")
+        s3c.head_object(Bucket="floor-target", Key=rel, ChecksumMode="ENABLED")
+
+    cpu0, moto0, load = time.process_time(), endpoint.cpu(), os.getloadavg()[0]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(one, files))
+    seconds = time.perf_counter() - t0
+    result = {
+        "s": seconds,
+        "cpu_s": time.process_time() - cpu0,
+        "moto_cpu_s": endpoint.cpu() - moto0,
+        "load_1min": load,
+        "requests": 2 * len(files),
     }
     say(f"  {seconds:.2f} s (CPU {result['cpu_s']:.1f} s, endpoint CPU {result['moto_cpu_s']:.1f} s, load {load:.1f})")
     return result
@@ -421,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
             aws_secret_access_key=AWS_ENV["AWS_SECRET_ACCESS_KEY"],
             config=Config(s3={"addressing_style": "path"}),
         )
-        for name in ("offload-target", "cli-target", "copy-target", "cli-copy", "cli-sync"):
+        for name in ("offload-target", "cli-target", "copy-target", "cli-copy", "cli-sync", "floor-target"):
             s3c.create_bucket(Bucket=name)
 
         db_url = f"postgres://postgres@127.0.0.1:5432/{args.db_name}"
@@ -529,6 +566,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
         }
         results["host_to_bucket"]["ratio"] = ours["s"] / results["host_to_bucket"]["aws_cp"]["s"]
+        results["host_to_bucket"]["put_head"] = put_then_head(s3c, root, files, args.jobs, endpoint)
         say(f"host -> bucket: {results['host_to_bucket']['ratio']:.2f}x the aws CLI")
 
         # What follows the upload in a worker (queued by the last report): verify every new object.

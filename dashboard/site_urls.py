@@ -15,6 +15,7 @@ from dashboard.api import dashboard as dashboard_api
 from dashboard.api.audit import AuditEventViewSet
 from dashboard.api.fleet import (
     AgentDeletionsView,
+    AgentOffloadSignView,
     AgentOffloadsView,
     AgentPromotionsView,
     HostViewSet,
@@ -43,6 +44,7 @@ api = [
     path("agent/leases/<int:pk>/renew/", AgentLeaseChangeView.as_view(change="renew"), name="agent-lease-renew"),
     path("agent/leases/<int:pk>/release/", AgentLeaseChangeView.as_view(change="release"), name="agent-lease-release"),
     path("agent/offloads/", AgentOffloadsView.as_view(), name="agent-offloads"),
+    path("agent/offloads/sign/", AgentOffloadSignView.as_view(), name="agent-offloads-sign"),
     path("orphans/", OrphanListView.as_view(), name="orphan-list"),
     path("orphans/cleanup/preview/", OrphanCleanupPreviewView.as_view(), name="orphan-cleanup-preview"),
     path("orphans/cleanup/", OrphanCleanupView.as_view(), name="orphan-cleanup"),

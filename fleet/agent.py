@@ -165,6 +165,7 @@ _TRASH_WORDS = (("trashed", "moved to the trash"), ("purged", "purged"), ("resto
 TRASH_DIR = ".ckptfleet-trash"  # below each root: soft-deleted files until the server says purge or restore
 PULLS_PATH = "/api/v1/agent/promotions/"
 OFFLOADS_PATH = "/api/v1/agent/offloads/"
+OFFLOADS_SIGN_PATH = "/api/v1/agent/offloads/sign/"
 DEFAULT_JOBS = 8  # files uploaded at once by --offloads
 PULL_TEMP_PREFIX = ".ckptfleet-pull-"  # a download in progress, beside its target: .ckptfleet-pull-<random>.tmp
 PULL_TEMP_SUFFIX = ".tmp"
@@ -3063,8 +3064,12 @@ def push_file(
     timeout: float = 60.0,
     retries: int = 3,
     dry_run: bool = False,
+    part_pool: concurrent.futures.ThreadPoolExecutor | None = None,
 ) -> tuple[str, str, dict]:
     """Upload one file the server asked for from ``root`` to its bucket, reading it once.
+
+    ``part_pool``: a multipart upload's parts are sent side by side on its threads (the whole file's
+    checksums are computed meanwhile, in one more pass over it); without it, one after the other.
 
     Returns (result, detail, measured): "uploaded" with measured {"size", "sha256", "md5"} (and the
     "parts" of a multipart upload); "skipped" when the path is not a plain relative path below the
@@ -3120,6 +3125,8 @@ def push_file(
         try:
             if parts is None:
                 measured = _push_whole(f, item, size, conns, retries)
+            elif part_pool is not None and len(parts) > 1:
+                measured = _push_parts_side_by_side(f, parts, size, conns, retries, part_pool)
             else:
                 measured = _push_parts(f, parts, size, conns, retries)
         except _Failed as exc:
@@ -3200,6 +3207,80 @@ def _push_parts(f: BinaryIO, parts: list[dict[str, Any]], size: int, conns: _Sto
     return {"size": size, "sha256": sha.hexdigest(), "md5": md5.hexdigest(), "parts": etags}
 
 
+class _PositionalReader:
+    """seek/read over a file descriptor with pread: threads reading one file each keep their own position."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.pos = 0
+
+    def seek(self, offset: int) -> None:
+        self.pos = offset
+
+    def read(self, n: int) -> bytes:
+        block = os.pread(self.fd, n, self.pos)
+        self.pos += len(block)
+        return block
+
+
+def _push_parts_side_by_side(
+    f: BinaryIO,
+    parts: list[dict[str, Any]],
+    size: int,
+    conns: _StoreConnections,
+    retries: int,
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> dict:
+    """``_push_parts`` with the parts sent on ``pool``'s threads; the file's sha256 and MD5 in a pass meanwhile.
+
+    Each part's MD5 is checked against the ETag the store answers; a part the store holds already (its MD5
+    is that ETag) is not sent again. The first failing part (by number) is the one reported; the parts
+    sent meanwhile stay with the upload, for the next run to skip.
+    """
+    fd = f.fileno()
+
+    def one(part: dict[str, Any]) -> str:
+        n, offset, length = part["n"], part["offset"], part["size"]
+        reader = _PositionalReader(fd)
+        held = _strip_etag(part.get("etag"))
+        if held:
+            piece = _md5()
+            reader.seek(offset)
+            left = length
+            while left:
+                block = reader.read(min(HASH_BLOCK, left))
+                if not block:
+                    raise _Failed(f"the file ended inside part {n}: it changed while it was read")
+                piece.update(block)
+                left -= len(block)
+            if piece.hexdigest() == held:
+                return held  # the store holds this part already: not sent again
+        state: dict[str, Any] = {}
+
+        def attempt() -> None:
+            _sent, state["etag"], state["keyed"], state["hashers"] = _put_range(
+                conns, part["url"], cast(BinaryIO, reader), offset=offset, length=length, headers={}, hashers=[_md5()]
+            )
+
+        _with_retries(attempt, f"part {n}", retries)
+        piece, etag = state["hashers"][0], state["etag"]
+        if _SINGLE_PART_ETAG.match(etag) and not state["keyed"] and etag != piece.hexdigest():
+            raise _Failed(f"the store's ETag {etag} of part {n} is not the MD5 {piece.hexdigest()} of what was sent")
+        return etag or piece.hexdigest()
+
+    futures = [pool.submit(one, part) for part in parts]
+    sha, md5 = hashlib.sha256(), _md5()
+    whole = _PositionalReader(fd)
+    read = _hash_rest(cast(BinaryIO, whole), 0, [sha, md5])
+    concurrent.futures.wait(futures)
+    for future in futures:  # the first failure by part number; the others' outcomes are in the store
+        future.result()
+    if read != size:
+        raise _Failed(f"the file holds {read} bytes, not {size}: it changed while it was read")
+    etags = [{"n": part["n"], "etag": future.result()} for part, future in zip(parts, futures, strict=True)]
+    return {"size": size, "sha256": sha.hexdigest(), "md5": md5.hexdigest(), "parts": etags}
+
+
 def _send_part(
     conns: _StoreConnections,
     url: str,
@@ -3230,7 +3311,58 @@ def fetch_offloads(
     extra = {"after": str(after)} if after else {}
     if dry_run:
         extra["dry_run"] = "1"
+    else:
+        extra["defer"] = "sha256"  # a file with no sha256 on record: measured first, then signed with it
     return _fetch_work(OFFLOADS_PATH, server, token, root, timeout=timeout, extra=extra)
+
+
+def sign_offloads(server: str, token: str, claims: list[dict[str, Any]], *, timeout: float = 60.0) -> dict:
+    """Have the server sign PUTs with the sha256 this agent measured: the store then checks and keeps it."""
+    body = json.dumps({"sign": claims}).encode()
+    status, reason, answer = _request(
+        "POST",
+        server.rstrip("/") + OFFLOADS_SIGN_PATH,
+        token,
+        timeout=timeout,
+        body=io.BytesIO(body),
+        length=len(body),
+        headers=[("Content-Type", "application/json")],
+    )
+    if status != 200:
+        raise AgentError(_refusal(status, reason, answer), fatal=status in (401, 403))
+    doc = _answer_json(answer)
+    if doc is None or not isinstance(doc.get("items"), list):
+        raise AgentError(f"server answered without a list of items: {_one_line(answer[:200])}")
+    return doc
+
+
+def measure_file(root: str, item: dict[str, Any]) -> tuple[str, str, str]:
+    """The sha256 of a file the server asked to be measured before its PUT is signed: (sha256, "", "").
+
+    ("", result, why) when it cannot be read as asked (reported as such); ("", "", "") when the item
+    itself is not acceptable, which ``push_file`` then refuses with its reason. Never follows a symlink.
+    """
+    rel, source, size = item.get("path"), item.get("source"), item.get("size")
+    if not isinstance(rel, str) or not isinstance(source, str) or not isinstance(size, int) or size < 0:
+        return "", "", ""
+    if path_problem(rel) or source != root.rstrip("/") + "/" + rel:
+        return "", "", ""
+    f, result, why = _open_source(root, rel)
+    if f is None:
+        return "", result, why
+    with f:
+        try:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return "", "skipped", "refused: not a regular file"
+            if st.st_size != size:
+                return "", "failed", f"changed: its size is {st.st_size} bytes, the offload froze {size}"
+            sha = hashlib.sha256()
+            if _hash_rest(f, 0, [sha]) != size:
+                return "", "failed", "changed while it was read: its size moved"
+        except OSError as exc:
+            return "", "failed", f"cannot read it: {_os_reason(exc)}"
+    return sha.hexdigest(), "", ""
 
 
 def report_offloads(server: str, token: str, results: list[dict[str, Any]], *, timeout: float = 60.0) -> dict:
@@ -3242,6 +3374,7 @@ def _offload_root(args: argparse.Namespace, root: str, server: str, token: str) 
     label = f"{args.host}:{root}"
     counts: collections.Counter[str] = collections.Counter()
     conns = _StoreConnections(args.timeout)
+    part_pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs, thread_name_prefix="part")
     tried: set[int] = set()
     after = 0
     exhausted = False
@@ -3257,9 +3390,38 @@ def _offload_root(args: argparse.Namespace, root: str, server: str, token: str) 
         ):
             return item, "later", "its URL expired before the upload could start", {}
         try:
-            return (item, *push_file(root, item, conns=conns, timeout=args.timeout, dry_run=args.dry_run))
+            return (
+                item,
+                *push_file(root, item, conns=conns, timeout=args.timeout, dry_run=args.dry_run, part_pool=part_pool),
+            )
         except _Later as exc:
             return item, "later", str(exc), {}
+
+    def settled(item: dict[str, Any], result: str, why: str) -> tuple[dict[str, Any], str, str, dict]:
+        return item, result, why, {}
+
+    def _signed(pool: concurrent.futures.ThreadPoolExecutor, deferred: list[dict[str, Any]]) -> set:
+        """Measure the files side by side, have their PUTs signed with the sha256s, and start their uploads."""
+        futures: set[concurrent.futures.Future] = set()
+        claims = []
+        for item, (sha256, result, why) in zip(
+            deferred, pool.map(lambda i: measure_file(root, i), deferred), strict=True
+        ):
+            if sha256:
+                claims.append({"id": item["id"], "sha256": sha256})
+            elif result:
+                futures.add(pool.submit(settled, item, result, why))
+            else:
+                futures.add(pool.submit(one, item, time.monotonic()))  # push_file refuses it, with its reason
+        if claims:
+            doc = sign_offloads(server, token, claims, timeout=args.timeout)
+            fetched = time.monotonic()
+            for note in doc.get("unavailable") or []:
+                _stderr_warn(f"{label}: {_one_line(note)}")
+            for item in doc["items"]:
+                if isinstance(item, dict) and isinstance(item.get("id"), int) and item["id"] in tried:
+                    futures.add(pool.submit(one, item, fetched))
+        return futures
 
     def flush(force: bool) -> None:
         nonlocal results, reported
@@ -3289,7 +3451,12 @@ def _offload_root(args: argparse.Namespace, root: str, server: str, token: str) 
                     for item in items:
                         tried.add(item["id"])
                         after = max(after, item["id"])
-                        running.add(pool.submit(one, item, fetched))
+                    deferred = [i for i in items if i.get("sign") == "sha256" and not args.dry_run]
+                    for item in items:
+                        if item not in deferred:
+                            running.add(pool.submit(one, item, fetched))
+                    if deferred:
+                        running |= _signed(pool, deferred)
                     continue
                 finished, running = concurrent.futures.wait(
                     running, timeout=REPORT_SECONDS, return_when=concurrent.futures.FIRST_COMPLETED
@@ -3314,6 +3481,8 @@ def _offload_root(args: argparse.Namespace, root: str, server: str, token: str) 
             flush(True)
     except AgentError as exc:
         raise AgentError(f"{label}: {exc}", fatal=exc.fatal) from None
+    finally:
+        part_pool.shutdown(wait=True)
     if args.dry_run:
         print(
             f"{label}: {counts['would upload']} would be uploaded, {counts['skipped']} refused, "

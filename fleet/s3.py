@@ -1380,6 +1380,51 @@ def written(client: Any, bucket: str, key: str) -> Written | None:
     )
 
 
+def written_many(client: Any, bucket: str, keys: list[str], *, at_most: int = 0) -> dict[str, Written] | None:
+    """What a listing says of ``keys`` (one folder's, say): {key: Written} for those present, no checksum.
+
+    One ListObjectsV2 from just before the first key to the last, instead of a HEAD per key; a key missing
+    from the answer is not in the store (as of the listing). The ETag counts as an MD5 only for the caller
+    to compare (a listing does not say whether KMS encrypted the object). ``at_most``: give up (None) once
+    the listing has gone over this many other objects between the keys (the caller HEADs them instead).
+    """
+    if not keys:
+        return {}
+    seen = 0
+    ordered = sorted(keys)
+    wanted = set(ordered)
+    first, last = ordered[0], ordered[-1]
+    prefix = first[: next((i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), len(first))]
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+    if first[:-1] >= prefix:
+        kwargs["StartAfter"] = first[:-1]  # sorts just before the first key (and after anything before it)
+    found: dict[str, Written] = {}
+    while True:
+        try:
+            answer = client.list_objects_v2(**kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise describe(exc, f"ListObjectsV2 of s3://{bucket}/{prefix}") from None
+        for obj in answer.get("Contents") or []:
+            key = str(obj.get("Key"))
+            seen += 1
+            if at_most and seen > at_most + len(wanted):
+                return None
+            if key in wanted:
+                etag = _etag(obj.get("ETag"))
+                found[key] = Written(
+                    size=int(obj.get("Size") or 0),
+                    etag=etag,
+                    md5=etag.lower() if _MD5.match(etag) else "",
+                    storage_class=str(obj.get("StorageClass") or "STANDARD"),
+                )
+            if key >= last:
+                return found
+        token = answer.get("NextContinuationToken")
+        if not answer.get("IsTruncated") or not token:
+            return found
+        kwargs = {"Bucket": bucket, "Prefix": prefix, "ContinuationToken": token}
+
+
 def multipart_etag(part_etags: list[str]) -> str:
     """The ETag S3 gives an object uploaded in these parts (each a part's MD5): MD5 of the MD5s, then -N."""
     joined = b"".join(bytes.fromhex(_etag(e)) for e in part_etags)

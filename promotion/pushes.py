@@ -14,8 +14,9 @@ pending files (``pending``) and gets, per file, a URL the server signed with the
 
 The agent reads each file once, computing its sha256 and MD5 while it uploads, and reports
 (``report``): ``uploaded``, ``skipped`` (it refused, or the target exists: ``exists``) or ``failed``.
-The server then completes a multipart upload (unless the key exists meanwhile), HEADs the target and
-counts the item done only when the store shows the frozen size and every checksum there is to compare
+The server then completes a multipart upload (unless the key exists meanwhile), HEADs the target (or,
+for a report's many single-PUT files in one folder, lists the folder once: size and ETag) and counts
+the item done only when the store shows the frozen size and every checksum there is to compare
 agrees: the catalog's sha256 with the agent's (and with the store's, when it kept one), a single-part
 ETag with the agent's MD5, a multipart ETag with the MD5s of the parts the agent sent. An object that
 was at the target before is never replaced: identical, the item is done; anything else, blocked.
@@ -59,6 +60,8 @@ WAITING = (ItemState.PENDING, ItemState.READY)  # an offload's file not yet sett
 STORE_THREADS = 16  # HEADs and completions of one report run side by side
 CLIENT_SECONDS = 300  # a bucket's client is reused this long (credentials may rotate)
 MD5_HEX_LEN = 32
+LIST_AT_LEAST = 8  # a report's files in one folder from this many on: one listing instead of a HEAD each
+LIST_OTHERS = 2000  # other objects a listing may step over before a HEAD each is cheaper
 
 
 def threshold() -> int:
@@ -165,13 +168,53 @@ def _parts(item: PromotionItem, bucket: Bucket, client: Any, seconds: int) -> di
     return {"part_size": part, "parts": parts}
 
 
-def pending(*, host: Host, root: str = "", after: int = 0, limit: int = PENDING_LIMIT, sign: bool = True) -> dict:
+def _entry(item: PromotionItem, bucket: Bucket, seconds: int) -> dict[str, Any]:
+    job = item.job
+    known = _known_sha256(item)
+    multipart = bool(item.upload_id) or item.size > threshold()
+    return {
+        "id": item.pk,
+        "job": job.pk,
+        "root": job.source_copy.location.root_path,
+        "path": item.path,
+        "source": item.source_key,
+        "target": f"s3://{bucket.bucket_name}/{item.target_key}",
+        "size": item.size,
+        "sha256": known or None,
+        "method": "multipart" if multipart else "put",
+        "expires_in": seconds,
+    }
+
+
+def _sign_put(entry: dict[str, Any], item: PromotionItem, bucket: Bucket, client: Any, sha256: str, seconds: int):
+    url, headers = s3.presign_put(
+        client,
+        bucket.bucket_name,
+        item.target_key,
+        storage_class=item.job.target_storage_class,
+        sha256_hex=sha256,
+        expires=seconds,
+    )
+    entry.update(url=url, headers=headers)
+
+
+def pending(
+    *,
+    host: Host,
+    root: str = "",
+    after: int = 0,
+    limit: int = PENDING_LIMIT,
+    sign: bool = True,
+    defer_unknown: bool = False,
+) -> dict:
     """The files ``host``'s agent should upload now (below ``root``, if given), each with fresh signed URLs.
 
     Only files of this host's own locations, of offloads still awaiting the agent, by id from ``after``
     on (an agent pages through them while its threads upload the previous page). ``sign=False``
     (the agent's dry run) lists them without signing anything or starting any upload. A job whose
-    target bucket cannot be signed for is left out and named in ``unavailable``.
+    target bucket cannot be signed for is left out and named in ``unavailable``. ``defer_unknown``:
+    a single-PUT file with no sha256 on record comes unsigned (``"sign": "sha256"``): the agent measures
+    its sha256 and has the URL signed with it (``sign``), so that the store checks and keeps it.
     """
     rows = list(
         _pending_items(host, root)
@@ -192,40 +235,85 @@ def pending(*, host: Host, root: str = "", after: int = 0, limit: int = PENDING_
             unavailable[job.pk] = f"offload #{job.pk}: cannot sign its URLs: {signer}"
             continue
         bucket, client = signer
-        known = _known_sha256(item)
-        multipart = bool(item.upload_id) or item.size > threshold()
-        entry: dict[str, Any] = {
-            "id": item.pk,
-            "job": job.pk,
-            "root": job.source_copy.location.root_path,
-            "path": item.path,
-            "source": item.source_key,
-            "target": f"s3://{bucket.bucket_name}/{item.target_key}",
-            "size": item.size,
-            "sha256": known or None,
-            "method": "multipart" if multipart else "put",
-            "expires_in": seconds,
-        }
+        entry = _entry(item, bucket, seconds)
         if sign:
             try:
-                if multipart:
+                if entry["method"] == "multipart":
                     entry.update(_parts(item, bucket, client, seconds))
+                elif defer_unknown and not entry["sha256"]:
+                    entry["sign"] = "sha256"
                 else:
-                    url, headers = s3.presign_put(
-                        client,
-                        bucket.bucket_name,
-                        item.target_key,
-                        storage_class=job.target_storage_class,
-                        sha256_hex=known,
-                        expires=seconds,
-                    )
-                    entry.update(url=url, headers=headers)
+                    _sign_put(entry, item, bucket, client, entry["sha256"] or "", seconds)
             except s3.S3Error as exc:
                 unavailable[job.pk] = f"offload #{job.pk}: cannot prepare its uploads: {exc.message}"
                 continue
         items.append(entry)
     served = {item["job"] for item in items}
     if served and sign:
+        PromotionJob.objects.filter(pk__in=served, state=JobState.AWAITING_AGENT).update(heartbeat_at=timezone.now())
+    return {"host": host.name, "items": items, "unavailable": list(unavailable.values())}
+
+
+def sign(*, host: Host, claims: object) -> dict:
+    """Presigned PUTs for files the agent has measured: ``[{"id": 1, "sha256": "<hex>"}, ...]``, at most a page.
+
+    Each URL signs x-amz-checksum-sha256 with the sha256 on record, else the one the agent claims: the store
+    then refuses other bytes (400 BadDigest) and keeps the checksum, so the verification compares the
+    store's checksum instead of reading the object back. The claim is only the agent's word until the
+    store agrees: what the report records is what the agent measured reading the file (as before), and a
+    file whose record says otherwise is judged against the record. Items that are not this host's pending
+    single-PUT files are left out (the whole request is refused when one names another host's file).
+    """
+    if not isinstance(claims, list) or not claims or len(claims) > PENDING_LIMIT:
+        raise DomainError(
+            f'send {{"sign": [{{"id": ..., "sha256": "<64 hex digits>"}}]}}, 1 to {PENDING_LIMIT} files',
+            code="bad_sign",
+        )
+    wanted: dict[int, str] = {}
+    for n, claim in enumerate(claims, start=1):
+        pk = claim.get("id") if isinstance(claim, dict) else None
+        sha256 = claim.get("sha256") if isinstance(claim, dict) else None
+        if not isinstance(pk, int) or isinstance(pk, bool) or not _hex(sha256, 64):
+            raise DomainError(f"file {n}: needs an integer id and a sha256 of 64 lowercase hex digits", code="bad_sign")
+        wanted[pk] = str(sha256)
+    owners = dict(
+        PromotionItem.objects.filter(pk__in=list(wanted)).values_list("pk", "job__source_copy__location__host_id")
+    )
+    foreign = sorted(pk for pk in wanted if owners.get(pk) != host.pk)
+    if foreign:
+        raise PermissionRefused(
+            f"items {', '.join(map(str, foreign[:10]))} are not files host {host.name} was asked to upload; "
+            "nothing was signed"
+        )
+    rows = (
+        _pending_items(host, "")
+        .filter(pk__in=list(wanted))
+        .select_related("job__source_copy__location", "job__target_location", "shard_file")
+        .order_by("pk")
+    )
+    seconds = presign_seconds()
+    signers: dict[int, tuple[Bucket, Any] | str] = {}
+    items, unavailable = [], {}
+    for item in rows:
+        job = item.job
+        if job.target_location_id not in signers:
+            signers[job.target_location_id] = _signer(job.target_location_id)
+        signer = signers[job.target_location_id]
+        if isinstance(signer, str):
+            unavailable[job.pk] = f"offload #{job.pk}: cannot sign its URLs: {signer}"
+            continue
+        bucket, client = signer
+        entry = _entry(item, bucket, seconds)
+        if entry["method"] != "put":
+            continue  # a multipart upload's parts come with the pending list
+        try:
+            _sign_put(entry, item, bucket, client, entry["sha256"] or wanted[item.pk], seconds)
+        except s3.S3Error as exc:
+            unavailable[job.pk] = f"offload #{job.pk}: cannot prepare its uploads: {exc.message}"
+            continue
+        items.append(entry)
+    if items:
+        served = {item["job"] for item in items}
         PromotionJob.objects.filter(pk__in=served, state=JobState.AWAITING_AGENT).update(heartbeat_at=timezone.now())
     return {"host": host.name, "items": items, "unavailable": list(unavailable.values())}
 
@@ -326,10 +414,14 @@ def _abort(client: Any, bucket: Bucket, item: PromotionItem) -> None:
             pass  # an upload left behind is found as an incomplete multipart upload, and priced
 
 
-def _judge(item: PromotionItem, got: dict, bucket: Bucket, client: Any) -> _Outcome | None:
+def _judge(
+    item: PromotionItem, got: dict, bucket: Bucket, client: Any, listed: s3.Written | None = None
+) -> _Outcome | None:
     """What became of one reported file, from the agent's word checked against the store's; None: still pending.
 
-    Network calls only: no database access (runs on a worker thread of the report).
+    ``listed``: what a listing of the file's folder showed of the target; when it shows the frozen size and
+    the MD5 the agent read as the ETag, it stands for the HEAD (the store's own checksum agrees); otherwise
+    the target is HEADed. Network calls only: no database access (runs on a worker thread of the report).
     """
     known = _known_sha256(item)
     where = f"s3://{bucket.bucket_name}/{item.target_key}"
@@ -382,7 +474,10 @@ def _judge(item: PromotionItem, got: dict, bucket: Bucket, client: Any) -> _Outc
                     _abort(client, bucket, item)
         elif got["etags"]:
             expected_etag = s3.multipart_etag(got["etags"])
-        there = s3.written(client, bucket.bucket_name, item.target_key)
+        if listed is not None and listed.size == item.size and listed.md5 and listed.md5 == got["md5"]:
+            there = listed
+        else:
+            there = s3.written(client, bucket.bucket_name, item.target_key)
     except s3.S3Error as exc:
         if exc.transient:
             return None  # the agent reports it again next run
@@ -458,13 +553,37 @@ def report(*, host: Host, results: object) -> dict[str, int]:
         if item.job.target_location_id not in signers:
             signers[item.job.target_location_id] = _signer(item.job.target_location_id)
 
+    folders: dict[tuple[int, str], list[str]] = defaultdict(list)
+    for item in live:
+        got = parsed[item.pk]
+        if got["result"] == "uploaded" and not item.upload_id and not got["etags"] and not got["exists"]:
+            folders[(item.job.target_location_id, item.target_key.rpartition("/")[0])].append(item.target_key)
+    listings = {where: keys for where, keys in folders.items() if len(keys) >= LIST_AT_LEAST}
+    listed: dict[tuple[int, str], s3.Written] = {}
+
+    def listing(where: tuple[int, str]) -> None:
+        signer = signers[where[0]]
+        if isinstance(signer, str):
+            return
+        bucket, client = signer
+        try:
+            found = s3.written_many(client, bucket.bucket_name, listings[where], at_most=LIST_OTHERS)
+        except s3.S3Error:
+            return  # each file is HEADed instead
+        if found is None:
+            return  # a crowded folder: each file is HEADed instead
+        for key, state in found.items():
+            listed[(where[0], key)] = state
+
     def judge(item: PromotionItem) -> tuple[int, _Outcome | None]:
         signer = signers[item.job.target_location_id]
         if isinstance(signer, str):
             return item.pk, None  # cannot ask the store now: the file stays pending
-        return item.pk, _judge(item, parsed[item.pk], *signer)
+        seen = listed.get((item.job.target_location_id, item.target_key))
+        return item.pk, _judge(item, parsed[item.pk], *signer, listed=seen)
 
     with ThreadPoolExecutor(max_workers=min(STORE_THREADS, max(1, len(live)))) as pool:
+        list(pool.map(listing, listings))
         outcomes = dict(pool.map(judge, live))
 
     by_job: dict[int, list[int]] = defaultdict(list)

@@ -32,7 +32,10 @@ from promotion.services import WORKER, job_transition
 
 log = logging.getLogger(__name__)
 
-BATCH = 100  # items read per query; progress is written per item
+BATCH = 100  # items read per query (and their targets listed at once)
+COPY_ROUND = 4  # copies handed to the pool per round, in widths; their outcomes are written together
+LIST_AT_LEAST = 8  # a batch's targets from this many on: one listing shows which keys are free
+LIST_OTHERS = 2000  # other objects a listing may step over before a HEAD each is cheaper
 POLL_BATCH = 1000  # restores checked per job and poll
 SOURCE_ETAG_META = "ckptfleet-source-etag"
 HEARTBEAT_SECONDS = 30  # while copies run; far below PROMOTION_LEASE_SECONDS (at least 60)
@@ -280,28 +283,96 @@ def copy(job_id: int, *, claim: str) -> str:
                         job, item, ItemState.BLOCKED, "the checkpoint was put on hold: not rewritten", count=False
                     )
                 continue
-            for start in range(0, len(items), width):
-                chunk = items[start : start + width]
-                futures = [pool.submit(_copy_one, job, item, client, source, target) for item in chunk]
+            absent = set() if job.in_place else _absent(client, target, items)
+            for start in range(0, len(items), COPY_ROUND * width):
+                chunk = items[start : start + COPY_ROUND * width]
+                futures = [
+                    pool.submit(_copy_one, job, item, client, source, target, item.target_key in absent)
+                    for item in chunk
+                ]
                 # A long multipart copy must not look like a lost worker: heartbeat while the store works.
                 while wait(futures, timeout=HEARTBEAT_SECONDS).not_done:
                     PromotionJob.objects.filter(pk=job.pk, claimed_by=claim).update(heartbeat_at=timezone.now())
+                outcomes, trouble = [], None
                 for item, future in zip(chunk, futures, strict=True):
-                    state, detail = future.result()  # a transient S3Error goes up: the task retries
+                    try:
+                        state, detail = future.result()
+                    except BaseException as exc:  # re-raised below, once the others are recorded
+                        trouble = trouble or exc
+                        continue
                     if state == ItemState.BLOCKED:
                         held = _held_at_target(job, item)
                         detail += f"; it belongs to {held}, which is on hold" if held else ""
                         detail += ": never overwritten"
-                    _item_done(job, item, state, detail, count=state == ItemState.DONE)
+                    outcomes.append((item, state, detail))
+                _items_done(job, outcomes)
+                if trouble is not None:
+                    raise trouble  # a transient S3Error goes up: the task retries; the rest stay readable
                 if not PromotionJob.objects.filter(pk=job.pk, state=JobState.COPYING, claimed_by=claim).exists():
                     break
     return finish(job.pk, frm=JobState.COPYING)
 
 
-def _copy_one(job: PromotionJob, item: PromotionItem, client, source: Bucket, target: Bucket) -> tuple[str, str]:
-    """Copy one object (or find it there already); runs in a pool thread, so it touches only the store."""
+def _absent(client, target: Bucket, items: list[PromotionItem]) -> set[str]:
+    """The items' target keys one listing shows free (a batch of a move into a folder); empty when not asked.
+
+    Only for copies to another key: an in-place class change always HEADs its object. A key the listing
+    shows taken is HEADed as before, to tell an identical object from another one.
+    """
+    keys = [item.target_key for item in items]
+    if len(keys) < LIST_AT_LEAST:
+        return set()
     try:
-        there = s3.object_state(client, target.bucket_name, item.target_key)
+        found = s3.written_many(client, target.bucket_name, keys, at_most=LIST_OTHERS)
+    except s3.S3Error:
+        return set()  # each target is HEADed instead
+    return set() if found is None else set(keys) - set(found)
+
+
+def _items_done(job: PromotionJob, outcomes: list[tuple[PromotionItem, str, str]]) -> None:
+    """Record a round's outcomes and the job's progress together, in one transaction; each item once."""
+    if not outcomes:
+        return
+    with transaction.atomic():
+        open_pks = set(
+            PromotionItem.objects.select_for_update()
+            .filter(pk__in=[item.pk for item, _s, _d in outcomes])
+            .exclude(state__in=(ItemState.DONE, ItemState.BLOCKED, ItemState.FAILED))
+            .values_list("pk", flat=True)
+        )
+        now = timezone.now()
+        changed, done, done_bytes, blocked = [], 0, 0, 0
+        for item, state, detail in outcomes:
+            if item.pk not in open_pks:
+                continue  # a second delivery: recorded already
+            item.state, item.detail, item.done_at = state, detail[:2000], now
+            changed.append(item)
+            if state == ItemState.DONE:
+                done += 1
+                done_bytes += item.size
+            elif state == ItemState.BLOCKED:
+                blocked += 1
+        if not changed:
+            return
+        PromotionItem.objects.bulk_update(changed, ["state", "detail", "done_at"], batch_size=500)
+        PromotionJob.objects.filter(pk=job.pk).update(
+            heartbeat_at=now,
+            items_done=F("items_done") + done,
+            bytes_done=F("bytes_done") + done_bytes,
+            items_blocked=F("items_blocked") + blocked,
+        )
+
+
+def _copy_one(
+    job: PromotionJob, item: PromotionItem, client, source: Bucket, target: Bucket, listed_free: bool = False
+) -> tuple[str, str]:
+    """Copy one object (or find it there already); runs in a pool thread, so it touches only the store.
+
+    ``listed_free``: the batch's listing showed the target key free, so it is not HEADed again first."""
+    try:
+        there = (
+            None if listed_free and not job.in_place else s3.object_state(client, target.bucket_name, item.target_key)
+        )
         if there is not None:
             if job.in_place:
                 if there.storage_class == job.target_storage_class:

@@ -19,6 +19,7 @@ from ckptfleet.errors import DomainError, PermissionRefused, TooLarge
 from dashboard.api.fleet_serializers import (
     AgentOffloadListSerializer,
     AgentOffloadReportSerializer,
+    AgentOffloadSignSerializer,
     AgentPullListSerializer,
     AgentPullReportSerializer,
     HostSerializer,
@@ -283,6 +284,8 @@ class AgentOffloadsView(APIView):
 
     GET ``?root=/abs/root`` narrows to one root (``&after=<id>``: the next page; ``&dry_run=1``: list only,
     nothing signed or started);
+    ``&defer=sha256``: a single-PUT file with no sha256 on record comes unsigned, with ``"sign": "sha256"``,
+    for the agent to measure and have signed (``agent/offloads/sign/``);
     each file comes with a presigned PUT URL and the headers signed into it, or, above
     ``OFFLOAD_MULTIPART_THRESHOLD``, the parts of a multipart upload the server started, each with a
     presigned URL (and the ETag of a part the store holds already). POST ``{"results": [{"id": 1,
@@ -308,7 +311,10 @@ class AgentOffloadsView(APIView):
         if not after.isdigit():
             raise DomainError("after must be an item id (a whole number)", code="bad_after")
         root = request.query_params.get("root", "")
-        return Response(pushes.pending(host=request.user.host, root=root, after=int(after), sign=not dry))
+        defer = request.query_params.get("defer", "") == "sha256"
+        return Response(
+            pushes.pending(host=request.user.host, root=root, after=int(after), sign=not dry, defer_unknown=defer)
+        )
 
     @extend_schema(
         summary="Report what this host's agent uploaded",
@@ -318,3 +324,21 @@ class AgentOffloadsView(APIView):
     def post(self, request):
         results = request.data.get("results") if isinstance(request.data, dict) else None
         return Response(pushes.report(host=request.user.host, results=results))
+
+
+class AgentOffloadSignView(APIView):
+    """A host agent's measured files: POST ``{"sign": [{"id": 1, "sha256": "<hex>"}]}``, get presigned PUTs
+    whose signed x-amz-checksum-sha256 makes the store check those bytes and keep the checksum
+    (``promotion.pushes.sign``); an item of another host refuses the whole request."""
+
+    authentication_classes = [HostTokenAuthentication]
+    permission_classes = [IsPushingHost]
+
+    @extend_schema(
+        summary="Sign this host's uploads with the sha256 its agent measured",
+        request=AgentOffloadSignSerializer,
+        responses={200: AgentOffloadListSerializer, 400: OpenApiResponse(), 403: OpenApiResponse()},
+    )
+    def post(self, request):
+        claims = request.data.get("sign") if isinstance(request.data, dict) else None
+        return Response(pushes.sign(host=request.user.host, claims=claims))

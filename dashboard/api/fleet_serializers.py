@@ -147,6 +147,18 @@ class AgentOffloadItemSerializer(serializers.Serializer):
     )
     part_size = serializers.IntegerField(required=False)
     parts = AgentOffloadPartSerializer(many=True, required=False)
+    sign = serializers.CharField(
+        required=False, help_text="'sha256' (asked with defer=sha256): measure the file, then have it signed."
+    )
+
+
+class AgentOffloadClaimSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    sha256 = serializers.CharField(help_text="What the agent measured reading the file: 64 lowercase hex digits.")
+
+
+class AgentOffloadSignSerializer(serializers.Serializer):
+    sign = AgentOffloadClaimSerializer(many=True)
 
 
 class AgentOffloadListSerializer(serializers.Serializer):

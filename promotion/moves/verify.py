@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 # How long a verified move waits for a scan to show its new copy in the catalog before it gives up freeing.
 CATALOG_WAIT = timedelta(days=2)
 READ_BACK_CHUNK = 8 * 1024 * 1024  # bounded memory when a new object is read back to be hashed
+VERIFY_THREADS = 16  # new objects HEADed at once (the store answers them side by side)
 MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")  # a single-part ETag is the content's MD5; a multipart one ends in -N
 
 
@@ -78,19 +80,48 @@ def copied(job_id: int) -> str:
 
 
 def _verify_all(job: PromotionJob) -> bool:
+    """Verify the job's unverified items, ``VERIFY_THREADS`` objects at once, a batch of rows at a time.
+
+    A mismatch fails the job (the first one by item order is named) after the items verified before it in
+    its batch are recorded; trouble with the store (S3Error) leaves the job verifying for beat to retry.
+    """
     bucket = Bucket.objects.select_related("location").get(location_id=job.target_location_id)
     client = s3.client_for(bucket)
     source = Bucket.objects.filter(location_id=job.source_copy.location_id).first()
-    for item in job.items.filter(verified_at__isnull=True).order_by("pk").iterator(chunk_size=ITEM_BATCH):
+    pending = job.items.filter(verified_at__isnull=True).order_by("pk")
+
+    def one(item: PromotionItem) -> tuple[PromotionItem, str, Exception | None]:
         try:
-            how = verify_object(client, bucket.bucket_name, item, job, source)
-        except Mismatch as exc:
-            error = f"{item.path}: {exc}; the source is kept"
-            PromotionItem.objects.filter(pk=item.pk).update(state=ItemState.FAILED, detail=str(exc)[:2000])
-            job_transition(job.pk, frm=(JobState.VERIFYING,), to=JobState.FAILED, action="move.fail", error=error)
-            return False
-        PromotionItem.objects.filter(pk=item.pk).update(verified_at=timezone.now(), detail=how[:2000])
-        PromotionJob.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now())
+            return item, verify_object(client, bucket.bucket_name, item, job, source), None
+        except (Mismatch, s3.S3Error) as exc:
+            return item, "", exc
+
+    with ThreadPoolExecutor(max_workers=VERIFY_THREADS) as pool:
+        after = 0
+        while True:
+            batch = list(pending.filter(pk__gt=after)[:ITEM_BATCH])
+            if not batch:
+                break
+            after = batch[-1].pk
+            done, trouble = [], None
+            now = timezone.now()
+            for item, how, exc in pool.map(one, batch):
+                if exc is not None:
+                    trouble = trouble or (item, exc)
+                    continue
+                item.verified_at, item.detail = now, how[:2000]
+                done.append(item)
+            if done:
+                PromotionItem.objects.bulk_update(done, ["verified_at", "detail"], batch_size=500)
+            PromotionJob.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now())
+            if trouble is not None:
+                item, exc = trouble
+                if not isinstance(exc, Mismatch):
+                    raise exc  # the store is unwell: the job stays verifying, beat tries again
+                error = f"{item.path}: {exc}; the source is kept"
+                PromotionItem.objects.filter(pk=item.pk).update(state=ItemState.FAILED, detail=str(exc)[:2000])
+                job_transition(job.pk, frm=(JobState.VERIFYING,), to=JobState.FAILED, action="move.fail", error=error)
+                return False
     with transaction.atomic():
         locked = PromotionJob.objects.select_for_update(of=("self",)).select_related("checkpoint").get(pk=job.pk)
         if locked.state != JobState.VERIFYING or locked.verified_at is not None:
@@ -117,7 +148,7 @@ def verify_object(client, bucket_name: str, item: PromotionItem, job: PromotionJ
     none, against the object read back and hashed, in bounded memory); with no sha256 on record, a single-part
     ETag (the content's MD5) against the source's.
     """
-    state = s3.object_state(client, bucket_name, item.target_key)
+    state = s3.written(client, bucket_name, item.target_key)  # one HEAD: size, ETag, class, the store's sha256
     if state is None:
         raise Mismatch(f"the new object s3://{bucket_name}/{item.target_key} is missing")
     if state.size != item.size:
@@ -125,8 +156,7 @@ def verify_object(client, bucket_name: str, item: PromotionItem, job: PromotionJ
     if job.target_storage_class and state.storage_class.upper() != job.target_storage_class:
         raise Mismatch(f"storage class {state.storage_class} at the target, {job.target_storage_class} asked")
     if item.sha256:
-        found = s3.head(client, bucket_name, item.target_key)
-        stored = found.checksum if found is not None and found.checksum_algo == "sha256" else ""
+        stored = state.sha256
         if stored:
             if stored != item.sha256:
                 raise Mismatch(f"sha256 {stored} at the target, {item.sha256} recorded")

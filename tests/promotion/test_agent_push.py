@@ -540,3 +540,103 @@ def test_an_uploaded_file_the_store_does_not_hold_as_read_fails(kit, host, targe
     item.refresh_from_db()
     assert item.state == ItemState.FAILED and "999 bytes, not 1000" in item.detail
     assert held_back == [job.pk]
+
+
+# --- speed without giving up a check (issue 16's benchmark) ------------------------------------------------
+
+
+def test_files_with_no_sha256_on_record_are_signed_with_the_measured_one_and_verified_without_reading_back(
+    live_server, kit, host, target, held_back, monkeypatch
+):
+    host_kit, root = host
+    files = {f"__{n}_0.distcp": os.urandom(3000 + n) for n in range(10)}  # one folder: one listing per report
+    job = offload(kit, host_kit, root, target, 600, files)
+    heads: list[str] = []
+    real_written = pushes.s3.written
+    monkeypatch.setattr(pushes.s3, "written", lambda c, b, k: heads.append(k) or real_written(c, b, k))
+
+    assert run_offloads(live_server.url, root, "--jobs", "3") == 0
+
+    got = states(job)
+    assert all(state == ItemState.DONE for state, _ in got.values()), got
+    # The report's targets were checked by one listing of their folder (size, ETag = the MD5 the agent read),
+    # not by a HEAD each; the store's sha256 is compared by the verification.
+    assert all("MD5 = ETag" in detail for _, detail in got.values()) and heads == []
+    for name, body in files.items():
+        head = kit.s3.client.head_object(Bucket=target.bucket_name, Key=key(target, 600, name), ChecksumMode="ENABLED")
+        assert __import__("base64").b64decode(head["ChecksumSHA256"]) == hashlib.sha256(body).digest()
+
+    def no_reading_back(*args, **kwargs):
+        raise AssertionError("a new object was read back although the store keeps its sha256")
+
+    monkeypatch.setattr(moves.verify, "_read_back", no_reading_back)
+    assert moves.copied(job.pk) == JobState.VERIFYING
+    job.refresh_from_db()
+    assert job.verified_at is not None, job.error
+    for item in job.items.all():
+        assert item.sha256 == hashlib.sha256(files[item.path.rsplit("/", 1)[1]]).hexdigest()
+        assert item.verified_at is not None and item.detail == "verified: sha256 (store's checksum)"
+
+
+def test_signing_refuses_another_hosts_file_and_bad_claims_and_prefers_the_catalogs_sha256(
+    kit, host, target, client, make_host, tmp_path
+):
+    host_kit, root = host
+    job = offload(kit, host_kit, root, target, 610, {"a": b"a" * 10, "b": b"b" * 20}, known={"a"})
+    a, b = job.items.get(path__endswith="/a"), job.items.get(path__endswith="/b")
+    listed = client.get(URL, {"root": host_kit.root, "defer": "sha256"}, **host_kit.auth()).json()["items"]
+    by_id = {i["id"]: i for i in listed}
+    assert "url" in by_id[a.pk] and "sign" not in by_id[a.pk]  # known: signed at once
+    assert by_id[b.pk]["sign"] == "sha256" and "url" not in by_id[b.pk]
+
+    sign = URL + "sign/"
+    other_root = tmp_path / "other"
+    other_root.mkdir()
+    other = make_host("gpu-b02", str(other_root))
+    refused = client.post(
+        sign, json.dumps({"sign": [{"id": b.pk, "sha256": "0" * 64}]}), content_type="application/json", **other.auth()
+    )
+    assert refused.status_code == 403 and "nothing was signed" in refused.json()["detail"]
+    bad = client.post(
+        sign, json.dumps({"sign": [{"id": b.pk, "sha256": "XYZ"}]}), content_type="application/json", **host_kit.auth()
+    )
+    assert bad.status_code == 400 and "64 lowercase hex" in bad.json()["detail"]
+
+    claims = [{"id": a.pk, "sha256": "1" * 64}, {"id": b.pk, "sha256": hashlib.sha256(b"b" * 20).hexdigest()}]
+    signed = client.post(sign, json.dumps({"sign": claims}), content_type="application/json", **host_kit.auth())
+    assert signed.status_code == 200
+    got = {i["id"]: i for i in signed.json()["items"]}
+    b64 = __import__("base64").b64encode
+    assert got[a.pk]["headers"]["x-amz-checksum-sha256"] == b64(hashlib.sha256(b"a" * 10).digest()).decode()
+    assert got[b.pk]["headers"]["x-amz-checksum-sha256"] == b64(hashlib.sha256(b"b" * 20).digest()).decode()
+    assert got[b.pk]["headers"]["If-None-Match"] == "*"
+    assert all(i.state == ItemState.READY for i in job.items.all())  # signing records nothing
+    # S3 refuses other bytes than the ones signed for (400 BadDigest); moto keeps the signed value unchecked,
+    # which is why the report still compares the store's ETag with the MD5 the agent read.
+
+
+def test_a_report_whose_listing_shows_other_bytes_is_headed_and_that_file_fails(kit, host, target, client, held_back):
+    host_kit, root = host
+    files = {f"f{n}": bytes([65 + n]) * 500 for n in range(9)}
+    job = offload(kit, host_kit, root, target, 620, files)
+    items = {i.path.rsplit("/", 1)[1]: i for i in job.items.all()}
+    for name, body in files.items():
+        stored = b"?" * 500 if name == "f4" else body  # f4 holds other bytes of the same size
+        kit.s3.client.put_object(
+            Bucket=target.bucket_name, Key=items[name].target_key, Body=stored, StorageClass="STANDARD_IA"
+        )
+    results = [
+        {
+            "id": items[name].pk,
+            "result": "uploaded",
+            "size": len(body),
+            "sha256": hashlib.sha256(body).hexdigest(),
+            "md5": hashlib.md5(body).hexdigest(),
+        }
+        for name, body in files.items()
+    ]
+    answer = client.post(URL, json.dumps({"results": results}), content_type="application/json", **host_kit.auth())
+    assert answer.status_code == 200 and answer.json()["done"] == 8 and answer.json()["failed"] == 1
+    got = states(job)
+    assert got["f4"][0] == ItemState.FAILED and "is not what the agent read" in got["f4"][1]
+    assert all(got[n][0] == ItemState.DONE for n in files if n != "f4")

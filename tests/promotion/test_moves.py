@@ -534,3 +534,44 @@ def test_a_policy_may_ask_for_a_move_and_frees_the_source_as_itself(kit, scanned
             reason="x",
             origin="cron",
         )
+
+
+def test_a_copy_lists_its_targets_once_and_still_never_overwrites_another_object(
+    kit, scanned, django_capture_on_commit_callbacks, monkeypatch
+):
+    monkeypatch.setattr(runner, "LIST_AT_LEAST", 1)  # the tree is small: list it as a big batch would be
+    cold = kit.bucket(prefix="fleet/")
+    checkpoint = step(200)
+    with django_capture_on_commit_callbacks(execute=False):
+        (job,) = moves.request_move(
+            checkpoints=[checkpoint],
+            target_location=cold.location,
+            target_storage_class="STANDARD_IA",
+            actor=kit.actor,
+            reason="cold",
+        )
+    PromotionJob.objects.filter(pk=job.pk).update(state=JobState.COPYING)
+    taken = job.items.order_by("path").first()
+    kit.s3.put(cold.bucket_name, taken.target_key, b"someone else's", StorageClass="STANDARD_IA")
+    heads: list[str] = []
+    real = runner.s3.object_state
+
+    def counting(client, bucket, key, **kwargs):
+        if bucket == cold.bucket_name:
+            heads.append(key)
+        return real(client, bucket, key, **kwargs)
+
+    monkeypatch.setattr(runner.s3, "object_state", counting)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert runner.copy(job.pk, claim="w1") == JobState.FAILED
+
+    assert heads == [taken.target_key]  # only the key the listing showed taken was HEADed
+    assert kit.body(cold.bucket_name, taken.target_key) == b"someone else's"  # never overwritten
+    taken.refresh_from_db()
+    assert taken.state == ItemState.BLOCKED and "never overwritten" in taken.detail
+    others = job.items.exclude(pk=taken.pk)
+    assert others.exists() and all(i.state == ItemState.DONE for i in others)
+    for item in others:
+        assert kit.body(cold.bucket_name, item.target_key) == kit.body(scanned.bucket_name, item.source_key)
+    job.refresh_from_db()
+    assert job.items_done == others.count() and job.items_blocked == 1 and "the source is kept" in job.error
