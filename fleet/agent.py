@@ -3720,7 +3720,7 @@ def _lease_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("action", choices=("take", "renew", "release"))
     parser.add_argument(
-        "target", type=_count, metavar="ID", help="take: the checkpoint's id; renew/release: the lease's"
+        "target", type=int, metavar="ID", help="take: the checkpoint's id; renew/release: the lease's"
     )
     parser.add_argument("--owner", default="", help="take: who uses it, e.g. the job's name")
     parser.add_argument("--purpose", choices=LEASE_PURPOSES, default="resuming", help="take (default: %(default)s)")

@@ -182,12 +182,16 @@ def test_the_checkpoint_page_shows_the_lease_and_an_operator_can_take_and_releas
     assert Lease.objects.get().released_at is not None
 
 
-def test_the_real_agent_takes_renews_and_releases_a_lease(fleet, live_server, tmp_path):
+@pytest.mark.django_db(transaction=True)  # the live server's thread sees only what is committed
+def test_the_real_agent_takes_renews_and_releases_a_lease(live_server, tmp_path):
     """The agent's `lease` command, as a separate process against a live server, with the host's token file."""
     import json
     import subprocess
     import sys
 
+    from tests.actions.conftest import build_fleet
+
+    fleet = build_fleet()
     token_file = tmp_path / "token"
     token_file.write_text(host_token_issue(host=fleet.nvme.host, actor=OPERATOR))
     env = {"CKPTFLEET_SERVER": live_server.url, "CKPTFLEET_TOKEN_FILE": str(token_file), "PATH": "/usr/bin:/bin"}

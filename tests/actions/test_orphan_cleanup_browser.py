@@ -39,6 +39,8 @@ def test_an_operator_cleans_up_an_incomplete_upload_from_the_orphans_page(
     page.goto(f"{live_server.url}/orphans/")
     assert page.locator(f"#lifecycle-rule-{bucket.location_id}").get_by_text("DaysAfterInitiation").is_visible()
     page.get_by_role("link", name=f"Clean up incomplete multipart uploads at {bucket.location.name} in scratch").click()
+    page.wait_for_url("**/actions/orphans/cleanup/**")  # the preview page, not the list it was clicked on
+    page.locator("#cleanup-stats").wait_for()
     assert page.locator("#cleanup-stats").get_by_text("1 upload").is_visible()
     assert page.locator("#cleanup-sample").get_by_text("fleet/scratch/big.bin").is_visible()
     page.get_by_label("Reason").fill("an upload the crashed job never finished")
