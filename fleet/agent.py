@@ -2429,9 +2429,9 @@ def _fetch_work(
     return doc
 
 
-def _report_work(path: str, server: str, token: str, results: list[dict[str, Any]], *, timeout: float) -> dict:
-    """POST what became of each item fetched from ``path``."""
-    body = json.dumps({"results": results}).encode()
+def _post_json(path: str, server: str, token: str, doc: dict[str, Any], *, timeout: float, ok=(200,)) -> dict:
+    """POST ``doc`` as JSON to the server's ``path``; the answer's JSON, or AgentError naming the refusal."""
+    body = json.dumps(doc).encode()
     status, reason, answer = _request(
         "POST",
         server.rstrip("/") + path,
@@ -2441,9 +2441,14 @@ def _report_work(path: str, server: str, token: str, results: list[dict[str, Any
         length=len(body),
         headers=[("Content-Type", "application/json")],
     )
-    if status != 200:
+    if status not in ok:
         raise AgentError(_refusal(status, reason, answer), fatal=status in (401, 403))
     return _answer_json(answer) or {}
+
+
+def _report_work(path: str, server: str, token: str, results: list[dict[str, Any]], *, timeout: float) -> dict:
+    """POST what became of each item fetched from ``path``."""
+    return _post_json(path, server, token, {"results": results}, timeout=timeout)
 
 
 def fetch_deletions(server: str, token: str, root: str, *, timeout: float = 60.0) -> list[dict[str, Any]]:
@@ -3719,9 +3724,7 @@ def _lease_parser() -> argparse.ArgumentParser:
         "nothing deletes or demotes the checkpoint. Prints the lease as JSON (take: its id).",
     )
     parser.add_argument("action", choices=("take", "renew", "release"))
-    parser.add_argument(
-        "target", type=int, metavar="ID", help="take: the checkpoint's id; renew/release: the lease's"
-    )
+    parser.add_argument("target", type=int, metavar="ID", help="take: the checkpoint's id; renew/release: the lease's")
     parser.add_argument("--owner", default="", help="take: who uses it, e.g. the job's name")
     parser.add_argument("--purpose", choices=LEASE_PURPOSES, default="resuming", help="take (default: %(default)s)")
     parser.add_argument("--ttl", type=int, default=3600, metavar="SECONDS", help="take/renew (default: %(default)s)")
@@ -3743,19 +3746,8 @@ def lease_command(argv: list[str]) -> int:
     else:
         path = f"{LEASES_PATH}{args.target}/{args.action}/"
         doc = {"ttl_seconds": args.ttl} if args.action == "renew" else {}
-    body = json.dumps(doc).encode()
-    status, reason, answer = _request(
-        "POST",
-        server + path,
-        token,
-        timeout=args.timeout,
-        body=io.BytesIO(body),
-        length=len(body),
-        headers=[("Content-Type", "application/json")],
-    )
-    if status not in (200, 201):
-        raise AgentError(_refusal(status, reason, answer), fatal=True)
-    print(json.dumps(_answer_json(answer) or {}, sort_keys=True), flush=True)
+    answer = _post_json(path, server, token, doc, timeout=args.timeout, ok=(200, 201))
+    print(json.dumps(answer, sort_keys=True), flush=True)
     return 0
 
 

@@ -43,14 +43,20 @@ def _authorise(actor: Actor, doing: str) -> None:
         require_role(actor.user, Role.OPERATOR, doing=doing)
 
 
+def policy_name(value) -> str:
+    """A policy's name, stripped; a DomainError when it is empty or longer than 200 characters."""
+    name = (value or "").strip()
+    if not name:
+        raise DomainError("a policy needs a name")
+    if len(name) > 200:
+        raise DomainError("a policy's name is at most 200 characters")
+    return name
+
+
 def _clean(values: dict) -> dict:
     out = dict(values)
     if "name" in out:
-        out["name"] = (out["name"] or "").strip()
-        if not out["name"]:
-            raise DomainError("a policy needs a name")
-        if len(out["name"]) > 200:
-            raise DomainError("a policy's name is at most 200 characters")
+        out["name"] = policy_name(out["name"])
     for key in ("keep_last", "keep_every"):
         if key in out:
             value = out[key]

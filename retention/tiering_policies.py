@@ -44,6 +44,7 @@ from ckptfleet.errors import DomainError
 from fleet.choices import LocationKind
 from fleet.models import StorageLocation
 from retention.models import TieringAction, TieringPolicy
+from retention.services import policy_name
 from retention.tiering import TARGET_CLASSES
 
 log = logging.getLogger(__name__)
@@ -92,11 +93,7 @@ def _clean(values: dict) -> dict:
     if unknown:
         raise DomainError(f"a tiering policy has no field {', '.join(sorted(unknown))}")
     if "name" in out:
-        out["name"] = (out["name"] or "").strip()
-        if not out["name"]:
-            raise DomainError("a policy needs a name")
-        if len(out["name"]) > 200:
-            raise DomainError("a policy's name is at most 200 characters")
+        out["name"] = policy_name(out["name"])
     if "action" in out and out["action"] not in TieringAction.values:
         raise DomainError(f"action must be one of {', '.join(TieringAction.values)}")
     if "source_tier" in out:
