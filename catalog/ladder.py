@@ -20,7 +20,7 @@ from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, Run
 from catalog.pointers import Pointer, pointers_for_run, where
 from catalog.recovery import RankedCopy, _buckets, _parts, _present, _rank, assumptions
-from catalog.recovery_point import recovery_point_of, resume_cost
+from catalog.recovery_point import recovery_point_of, resume_costs
 from catalog.reshard import layout_of
 from catalog.selectors import NEWEST_STEP_FIRST
 
@@ -111,10 +111,11 @@ def ladder_for(run: Run, *, limit: int = LADDER_LENGTH) -> list[Rung]:
         by_checkpoint[r.copy.checkpoint_id].append(r)
     rungs = [Rung(c, None, "", by_checkpoint[c.pk]) for c in checkpoints]
     point = recovery_point_of(run)
+    costs = resume_costs(point, checkpoints)
     for rung in rungs:
         # What resuming here throws away: the steps since it, and the hours (until now for a run still training)
         # times the run's GPUs, as the recovery point counts them.
-        cost = resume_cost(point, rung.checkpoint)
+        cost = costs[rung.checkpoint.pk]
         rung.steps_lost, rung.hours_lost = cost.lost_steps, cost.lost_hours
         rung.gpu_hours, rung.gpus_source = cost.gpu_hours, cost.gpus_source
     candidates = [r for r in rungs if r.best is not None]

@@ -378,3 +378,26 @@ def resume_cost(point: RecoveryPoint, checkpoint: Checkpoint, *, now: datetime |
         point.highest_step - checkpoint.step if point.highest_step is not None and checkpoint.step is not None else None
     )
     return ResumeCost(steps, _hours(end, saved), point.gpus, point.gpus_source)
+
+
+def resume_costs(point: RecoveryPoint, checkpoints, *, now: datetime | None = None) -> dict[int, ResumeCost]:
+    """``resume_cost`` for many checkpoints of the run in one query (the ladder's rungs)."""
+    now = now or timezone.now()
+    checkpoints = list(checkpoints)
+    saved = dict(
+        CheckpointCopy.objects.filter(checkpoint__in=checkpoints, newest_mtime__isnull=False)
+        .values("checkpoint_id")
+        .annotate(t=Min("newest_mtime"))
+        .values_list("checkpoint_id", "t")
+    )
+    out = {}
+    for checkpoint in checkpoints:
+        at = saved.get(checkpoint.pk) or checkpoint.first_seen_at
+        end = now if point.active else max(at, point.last_saved_at or at)
+        steps = (
+            point.highest_step - checkpoint.step
+            if point.highest_step is not None and checkpoint.step is not None
+            else None
+        )
+        out[checkpoint.pk] = ResumeCost(steps, _hours(end, at), point.gpus, point.gpus_source)
+    return out
