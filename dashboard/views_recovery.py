@@ -13,6 +13,8 @@ from django.views.decorators.http import require_POST
 from access.roles import Role, has_role
 from access.scoping import restrict_runs
 from actions import protection, services
+from actions.leases import live as live_leases
+from actions.models import DeletionJob
 from audit.actor import Actor
 from catalog import selectors
 from catalog.ladder import ladder_for
@@ -67,7 +69,15 @@ def run(request, pk: int):
     gpus_error = "GPUs left must be a whole number from 1 to 1,000,000" if request.GET.get("gpus") and not gpus else ""
     held = pinned = False
     holds = []
+    deletions, leases = [], []
     if recovery.checkpoint is not None:
+        # "Is anything about to delete it?": open deletions of it, and the leases that keep it.
+        deletions = list(
+            DeletionJob.objects.filter(checkpoint=recovery.checkpoint, state__in=protection.OPEN_DELETION_STATES)
+            .select_related("copy__location")
+            .order_by("execute_after")[:5]
+        )
+        leases = list(live_leases([recovery.checkpoint.pk]).order_by("expires_at")[:5])
         holds = list(protection.active_holds(recovery.checkpoint).order_by("placed_at"))
         held = bool(holds)
         pinned = protection.is_pinned(recovery.checkpoint)
@@ -78,6 +88,8 @@ def run(request, pk: int):
             "run": the_run,
             "recovery": recovery,
             "pointers": pointers_for_run(the_run),
+            "deletions": deletions,
+            "leases": leases,
             "ladder": ladder_for(the_run),
             "layout": layout,
             "gpus": gpus,

@@ -90,3 +90,19 @@ def test_an_operator_takes_and_releases_a_lease_from_the_checkpoint_page(live_se
     page.wait_for_selector("text=released")
     assert Lease.objects.get().released_at is not None
     assert not page.console_errors, page.console_errors
+
+
+def test_the_recovery_page_says_when_its_checkpoint_is_about_to_be_deleted_or_leased(ds_run, client):
+    from actions import leases, services
+    from audit.actor import Actor
+
+    operator = Actor.command(label="tests")
+    client.force_login(Run.objects.model._meta.apps.get_model("auth", "User").objects.get(username="olga"))
+    page = client.get(f"/recovery/{ds_run.pk}/").content.decode()
+    assert "No deletion of it is scheduled." in page
+    top = Checkpoint.objects.get(run=ds_run, step=200)
+    job = services.schedule_deletion(checkpoint=top, reason="tidy", actor=operator)
+    leases.take(checkpoint=top, owner="eval-9", purpose="evaluating", ttl_seconds=600, actor=operator)
+    page = client.get(f"/recovery/{ds_run.pk}/").content.decode()
+    assert f"deletion {job.pk}</a>" in page and "About to be deleted" in page
+    assert "Leased</span> by eval-9" in page
