@@ -83,7 +83,7 @@ def test_each_role_browses_and_sees_only_what_it_may_do(demo, person, django_use
         assert panel.get_by_text("demo: the checkpoint to restore from").is_visible()  # the pin, for everyone
         assert panel.get_by_role("button", name="Unpin").count() == (1 if may_act else 0), username
         assert panel.get_by_text("Schedule deletion", exact=True).count() == (1 if may_act else 0), username
-        assert panel.locator("form[method=post]").count() == (2 if may_act else 0), username  # unpin, hold
+        assert panel.locator("form[method=post]").count() == (3 if may_act else 0), username  # unpin, hold, lease
 
         if username == "demo-viewer":  # the recovery view shows a viewer everything but the protect form
             who.nav("Recover")

@@ -36,7 +36,7 @@ def test_an_operator_marks_a_run_failed_from_its_page(live_server, browser_page,
     sign_in(page, url, "olga")
     assert page.get_by_text("nobody has said otherwise yet").is_visible()
     page.get_by_label("Status", exact=True).select_option("failed")
-    page.get_by_label("Why").fill("NCCL timeout on node 12")
+    page.get_by_label("Why", exact=True).fill("NCCL timeout on node 12")
     page.get_by_role("button", name="Set status").click()
     page.wait_for_selector("text=llm/llama-7b is now failed.")
     header = page.locator("#run-status").inner_text()
