@@ -16,14 +16,14 @@ from access.scoping import restrict_runs
 from catalog.models import Run
 from catalog.pointers import pointers_for_run
 from catalog.recovery import recovery_for
-from catalog.reshard import layout_of
+from catalog.reshard import layouts_of
 from dashboard.jobs import KINDS, STATES, recent_jobs
 from dashboard.views_overview import attention_items, overview_basis
 
 JOBS_LIMIT = 200
 
 
-def _copy(r) -> dict:
+def _copy(r, layouts: dict) -> dict:
     copy = r.copy
     return {
         "copy": copy.pk,
@@ -32,7 +32,7 @@ def _copy(r) -> dict:
         "host": copy.location.host.name if copy.location.host_id else None,
         "path": copy.path,
         # The layout it was saved with and whether it loads on another GPU count (catalog.reshard).
-        "layout": layout_of(copy).as_dict(),
+        "layout": layouts[copy.pk].as_dict(),
         # Not offered as the restore source when its host is marked down or silent; and how fresh the evidence is.
         "unreachable": r.unreachable or None,
         "evidence": r.evidence,
@@ -76,6 +76,8 @@ class RecoveryView(APIView):
     def get(self, request, pk: int):
         run = get_object_or_404(restrict_runs(Run.objects.select_related("team"), request.user), pk=pk)
         rec = recovery_for(run)
+        ranked = [*rec.copies, *rec.unusable, *rec.unreachable, *(f.best for f in rec.fallbacks if f.best)]
+        lay = layouts_of(r.copy for r in ranked)  # one query of files for every copy listed, not one per copy
         return Response(
             {
                 "run": run.pk,
@@ -83,15 +85,15 @@ class RecoveryView(APIView):
                 "label": rec.checkpoint.label if rec.checkpoint else None,
                 "verified": rec.verified,
                 "warnings": rec.warnings,
-                "copies": [_copy(r) for r in rec.copies],
-                "unusable": [_copy(r) | {"reasons": r.why} for r in rec.unusable],
-                "unreachable": [_copy(r) for r in rec.unreachable],
+                "copies": [_copy(r, lay) for r in rec.copies],
+                "unusable": [_copy(r, lay) | {"reasons": r.why} for r in rec.unusable],
+                "unreachable": [_copy(r, lay) for r in rec.unreachable],
                 "fallbacks": [
                     {
                         "checkpoint": f.checkpoint.pk,
                         "label": f.checkpoint.label,
                         "verified": f.verified,
-                        "best": _copy(f.best) if f.best else None,
+                        "best": _copy(f.best, lay) if f.best else None,
                     }
                     for f in rec.fallbacks
                 ],
