@@ -247,30 +247,38 @@ def _reason(reason) -> str:
     return text
 
 
+def _set_run_field(run: Run, field: str, value, *, action: str, key: str, actor: Actor, reason: str, request_id: str):
+    """Write one operator-set field of ``run`` under its row lock, with one audit event; nothing when unchanged."""
+    with transaction.atomic():
+        locked = Run.objects.select_for_update(of=("self",)).select_related("team").get(pk=run.pk)
+        before = getattr(locked, field)
+        if before == value:
+            return locked
+        setattr(locked, field, value)
+        locked.save(update_fields=[field])
+        extra = {"source": "operator"} if key == "gpus" else {}
+        audit(
+            actor,
+            action,
+            target_type="run",
+            target_id=locked.pk,
+            target_label=str(locked),
+            reason=reason,
+            before={key: before, **extra},
+            after={key: value, **extra},
+            request_id=(request_id or "")[:64],
+        )
+    return locked
+
+
 def run_gpus_set(*, run: Run, gpus, actor: Actor, reason: str = "", request_id: str = "") -> Run:
     """Set (or clear, with None) the GPU count an operator gives ``run``; audited as ``run.gpus``."""
     gpus = gpus_clean(gpus)
     reason = _reason(reason)
     _operator(actor, "setting a run's GPUs", "run", run)
-    with transaction.atomic():
-        locked = Run.objects.select_for_update(of=("self",)).select_related("team").get(pk=run.pk)
-        if locked.operator_gpus == gpus:
-            return locked
-        before = locked.operator_gpus
-        locked.operator_gpus = gpus
-        locked.save(update_fields=["operator_gpus"])
-        audit(
-            actor,
-            "run.gpus",
-            target_type="run",
-            target_id=locked.pk,
-            target_label=str(locked),
-            reason=reason,
-            before={"gpus": before, "source": "operator"},
-            after={"gpus": gpus, "source": "operator"},
-            request_id=(request_id or "")[:64],
-        )
-    return locked
+    return _set_run_field(
+        run, "operator_gpus", gpus, action="run.gpus", key="gpus", actor=actor, reason=reason, request_id=request_id
+    )
 
 
 def run_rpo_set(*, run: Run, hours, actor: Actor, reason: str = "", request_id: str = "") -> Run:
@@ -278,25 +286,9 @@ def run_rpo_set(*, run: Run, hours, actor: Actor, reason: str = "", request_id: 
     hours = hours_clean(hours)
     reason = _reason(reason)
     _operator(actor, "setting a run's recovery point objective", "run", run)
-    with transaction.atomic():
-        locked = Run.objects.select_for_update(of=("self",)).select_related("team").get(pk=run.pk)
-        if locked.rpo_hours == hours:
-            return locked
-        before = locked.rpo_hours
-        locked.rpo_hours = hours
-        locked.save(update_fields=["rpo_hours"])
-        audit(
-            actor,
-            "run.rpo",
-            target_type="run",
-            target_id=locked.pk,
-            target_label=str(locked),
-            reason=reason,
-            before={"rpo_hours": before},
-            after={"rpo_hours": hours},
-            request_id=(request_id or "")[:64],
-        )
-    return locked
+    return _set_run_field(
+        run, "rpo_hours", hours, action="run.rpo", key="rpo_hours", actor=actor, reason=reason, request_id=request_id
+    )
 
 
 def team_rpo_set(*, team: Team, hours, actor: Actor, reason: str = "", request_id: str = "") -> Team:
