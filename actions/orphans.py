@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
@@ -36,7 +36,8 @@ from actions.protection import OPEN_DELETION_STATES, active_holds
 from actions.services import (
     blast_radius,
     freeze_files,
-    grace_days,
+    grace_period,
+    grace_text,
     lock_checkpoint,
     require_person_role,
     require_reason,
@@ -109,7 +110,11 @@ class OrphanCleanup:
 
     @property
     def execute_after(self) -> datetime:
-        return timezone.now() + timedelta(days=self.grace_days)
+        return timezone.now() + grace_period()
+
+    @property
+    def grace_text(self) -> str:
+        return grace_text()
 
     @property
     def group_label(self) -> str:
@@ -328,7 +333,7 @@ def schedule_cleanup(
     reason = require_reason(reason)
     _check_who(actor, "scheduling an orphan clean-up")
     kind, location, prefix, run = _group(kind, location, prefix, run)
-    grace = grace_days()
+    grace = grace_period()
     with transaction.atomic():
         # The location's lock is the one a scan's apply takes: no rescan claims a file while the list is frozen.
         StorageLocation.objects.select_for_update().filter(pk=location.pk).first()
@@ -351,7 +356,7 @@ def schedule_cleanup(
             needs_approval=assessed.needs_approval,
             approval_reasons=assessed.approval_reasons,
             approvals_required=assessed.approvals_required,
-            execute_after=now + timedelta(days=grace),
+            execute_after=now + grace,
         )
         count, total = freeze_files(job, files, location_ids=[location.pk])
         ups = list(uploads.order_by("key", "pk"))

@@ -642,7 +642,11 @@ class DeletionPreview:
 
     @property
     def execute_after(self) -> datetime:
-        return timezone.now() + timedelta(days=self.grace_days)
+        return timezone.now() + grace_period()
+
+    @property
+    def grace_text(self) -> str:
+        return grace_text()
 
     @property
     def newest_changes(self) -> bool:
@@ -660,6 +664,23 @@ def grace_days() -> int:
     if days <= 0 and not settings.DEBUG:
         raise DomainError("the deletion grace period is zero, which only development settings allow")
     return max(days, 0)
+
+
+def grace_period() -> timedelta:
+    """How long a scheduled deletion waits before it may run: CKPTFLEET_DELETION_GRACE_DAYS, or in development
+    (the demo) CKPTFLEET_DELETION_GRACE_MINUTES when set."""
+    if settings.DEBUG and settings.DELETION_GRACE_MINUTES > 0:
+        return timedelta(minutes=settings.DELETION_GRACE_MINUTES)
+    return timedelta(days=grace_days())
+
+
+def grace_text() -> str:
+    """The grace period in words, as pages say it: "7 days", "3 minutes"."""
+    if settings.DEBUG and settings.DELETION_GRACE_MINUTES > 0:
+        minutes = settings.DELETION_GRACE_MINUTES
+        return f"{minutes} minute{'s' if minutes != 1 else ''}"
+    days = max(settings.DELETION_GRACE_DAYS, 0)
+    return f"{days} day{'s' if days != 1 else ''}"
 
 
 def _monthly_costs(copies: list[CheckpointCopy]) -> tuple[dict[int, Decimal | None], str]:
@@ -945,7 +966,7 @@ def schedule_deletion(
     reason = _text(reason, "a reason")
     origin = _check_origin(origin)
     _person_role(actor, Role.OPERATOR, doing="scheduling a deletion", target=checkpoint)
-    grace = grace_days()
+    grace = grace_period()
     with transaction.atomic():
         checkpoint = lock_checkpoint(checkpoint.pk)
         if copy is not None:
@@ -976,7 +997,7 @@ def schedule_deletion(
             needs_approval=assessed.needs_approval,
             approval_reasons=assessed.approval_reasons,
             approvals_required=assessed.approvals_required,
-            execute_after=now + timedelta(days=grace),
+            execute_after=now + grace,
         )
         items, total_bytes = _freeze_items(job, [p.copy for p in assessed.parts])
         job.items_total, job.bytes_total = items, total_bytes

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 
 from django.contrib.auth.decorators import login_required
@@ -296,7 +296,7 @@ class Preview:
     @property
     def execute_after(self) -> datetime | None:
         """Deletions: the soonest they would run if confirmed now (each its own grace period from then)."""
-        return None if self.grace_days is None else self.at + timedelta(days=self.grace_days)
+        return None if self.grace_days is None else self.at + services.grace_period()
 
     @property
     def allowed(self) -> list[Item]:
@@ -445,6 +445,7 @@ def _render_preview(request, selection: Selection, *, reason: str, case_ref: str
             "can_act": has_role(request.user, Role.OPERATOR),
             "next": _next_url(request),
             "grace_days": result.grace_days,
+            "grace_text": services.grace_text(),
         },
         status=status,
     )

@@ -320,6 +320,14 @@ INGEST_CHUNK_ROWS = env_int("CKPTFLEET_INGEST_CHUNK_ROWS", 5000, minimum=100)
 # Deletions: the grace period before a scheduled deletion may run (zero only in development), and the
 # size above which a second person must approve it.
 DELETION_GRACE_DAYS = env_int("CKPTFLEET_DELETION_GRACE_DAYS", 7, minimum=0 if DEBUG else 1)
+# Development only (the demo): a grace period in minutes instead, so that a person sees a deletion go from
+# scheduled to executed in a few minutes. When set (above 0) it replaces the days.
+DELETION_GRACE_MINUTES = env_int("CKPTFLEET_DELETION_GRACE_MINUTES", 0, minimum=0, maximum=24 * 60)
+if DELETION_GRACE_MINUTES and not DEBUG:
+    raise ImproperlyConfigured(
+        "CKPTFLEET_DELETION_GRACE_MINUTES is for development (CKPTFLEET_DEBUG=1) only: "
+        "set CKPTFLEET_DELETION_GRACE_DAYS"
+    )
 DELETION_APPROVAL_BYTES = env_int("CKPTFLEET_DELETION_APPROVAL_BYTES", 10 * 1024**4, minimum=0)
 # Holds: how far ahead a governance hold's Object Lock retention is set (renewed daily once half of it is
 # left; S3 retention needs a date and a governance hold has none), and the latest retain-until date a

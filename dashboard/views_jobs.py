@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
+from access.roles import Role, has_role
+from audit.actor import Actor
 from audit.selectors import REFUSED_TASK, refused_task_messages
+from ckptfleet.errors import DomainError
+from dashboard import periodic
 from dashboard.jobs import KINDS, STATES, jobs_by_key, recent_jobs
 
 JOBS_SHOWN = 100
@@ -36,8 +42,33 @@ def job_list(request):
             "refused": list(refused_task_messages(limit=REFUSED_SHOWN)),
             "refused_action": REFUSED_TASK,
             "max_deliveries": settings.TASK_MAX_DELIVERIES,
+            # An admin may run the periodic work now (scans due, deletions whose grace ended, promotions to poll).
+            "can_run_due": has_role(request.user, Role.ADMIN),
+            "periodic": periodic.entries(),
+            "periodic_in_process": periodic.in_process(),
         },
     )
+
+
+@login_required
+@require_POST
+def run_due_now(request):
+    """Every periodic task now, for an admin: one audited event, then each run in-process or sent to the workers."""
+    try:
+        outcomes = periodic.run_now(actor=Actor.for_request(request), request_id=getattr(request, "request_id", ""))
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return redirect("jobs:list")
+    failed = [o for o in outcomes if o.state == "failed"]
+    queued = [o for o in outcomes if o.state == "queued"]
+    if failed:
+        names = ", ".join(o.entry.name for o in failed)
+        messages.error(request, f"{len(failed)} of {len(outcomes)} periodic tasks failed ({names}); the log says why.")
+    elif queued:
+        messages.success(request, f"{len(queued)} periodic tasks sent to the workers; their jobs appear below.")
+    else:
+        messages.success(request, f"{len(outcomes)} periodic tasks ran; what they started is listed below.")
+    return redirect("jobs:list")
 
 
 @login_required
