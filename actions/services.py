@@ -1189,12 +1189,14 @@ def approve(*, job: DeletionJob, actor: Actor, request_id: str = "") -> Deletion
 
 
 def cancel(*, job: DeletionJob, reason: str, actor: Actor, request_id: str = "") -> DeletionJob:
-    """Cancel a deletion until it starts running; an operator or an approver may."""
+    """Cancel a deletion until it starts running: an operator may; an approver may turn down (reject) one that
+    awaits approval."""
     reason = _text(reason, "a reason")
     if actor.kind == ActorKind.USER:
         if actor.user is None:
             raise DomainError("cancelling a deletion needs the signed-in user", code="not_authenticated")
-        if not (has_role(actor.user, Role.OPERATOR) or has_role(actor.user, Role.APPROVER)):
+        rejecting = job.state == DeletionState.AWAITING_APPROVAL and has_role(actor.user, Role.APPROVER)
+        if not (has_role(actor.user, Role.OPERATOR) or rejecting):
             require_role(
                 actor.user,
                 Role.OPERATOR,
@@ -1209,6 +1211,15 @@ def cancel(*, job: DeletionJob, reason: str, actor: Actor, request_id: str = "")
                 f"deletion {current.pk} is {current.get_state_display().lower()}; only a deletion that has not "
                 "started can be cancelled",
                 code="not_cancellable",
+            )
+        if (
+            actor.kind == ActorKind.USER
+            and not has_role(actor.user, Role.OPERATOR)
+            and current.state != DeletionState.AWAITING_APPROVAL
+        ):
+            raise DomainError(
+                f"deletion {current.pk} was approved meanwhile; only an operator can cancel it now",
+                code="forbidden",
             )
         before = current.state
         now = timezone.now()

@@ -328,8 +328,16 @@ def deletion_detail(request, pk: int):
             "page_obj": page,
             "items": page.object_list,
             "cancellable": job.state in (DeletionState.AWAITING_APPROVAL, DeletionState.SCHEDULED)
-            and (has_role(user, Role.OPERATOR) or has_role(user, Role.APPROVER)),
+            and (
+                has_role(user, Role.OPERATOR)
+                or (job.state == DeletionState.AWAITING_APPROVAL and has_role(user, Role.APPROVER))
+            ),
             "approvable": job.state == DeletionState.AWAITING_APPROVAL and has_role(user, Role.APPROVER),
+            # An approver who is not an operator turns down what awaits approval: "Reject", not "Cancel".
+            "rejects": job.state == DeletionState.AWAITING_APPROVAL
+            and has_role(user, Role.APPROVER)
+            and not has_role(user, Role.OPERATOR)
+            and job.requested_by_id != user.pk,
             "own_job": job.requested_by_id == user.pk,
             "approved_already": job.approved_by_id == user.pk,
             "restorable": job.state in (DeletionState.COMPLETED, DeletionState.BLOCKED)

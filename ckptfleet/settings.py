@@ -191,6 +191,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                # What awaits approval, for the navigation's badge (dashboard.inbox; computed on first use).
+                "dashboard.inbox.inbox",
             ],
         },
     },
