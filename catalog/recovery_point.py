@@ -9,8 +9,9 @@ Per run:
 - what a restore throws away: steps (the highest step seen of the run minus the restorable step), wall hours
   (until now for an active run, until its last save for an ended one: ``catalog.lifecycle.last_saved``), and
   GPU-hours (wall hours times its GPUs);
-- its GPUs, with the source: the sidecar's ``gpus``, else the world size its newest checkpoint was saved with
-  (``catalog.reshard.layout_of``), else the number an operator set;
+- its GPUs, with the source: the number an operator set, else the sidecar's ``gpus``, else the world size its
+  newest checkpoint was saved with (``catalog.reshard.layout_of``), else the GPUs registered for the hosts holding
+  its copies (``Host.gpus``, ``fleet_host add --gpus``);
 - its objective (RPO), hours: the run's own, else its team's, else ``DEFAULT_RPO_HOURS``.
 
 A run with no restorable checkpoint has lost everything since it started: the recovery point counts from its
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import F, Max, Min
+from django.db.models import F, Max, Min, Sum
 from django.utils import timezone
 
 from access.roles import Role, require_role
@@ -39,6 +40,7 @@ from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from catalog.recovery import newest_restorable, restorable_copies
 from catalog.reshard import layout_of
 from ckptfleet.errors import DomainError
+from fleet.models import Host
 
 DEFAULT_RPO_HOURS = 24.0
 MAX_RPO_HOURS = 24.0 * 366 * 10
@@ -50,13 +52,15 @@ class GpuSource:
     SIDECAR = "sidecar"
     WORLD_SIZE = "world size"
     OPERATOR = "operator"
+    HOSTS = "hosts"
     NONE = ""
 
     LABELS = {
         SIDECAR: "the run's ckptfleet.json (gpus)",
         WORLD_SIZE: "the world size its newest checkpoint was saved with",
         OPERATOR: "set by an operator",
-        NONE: "unknown: no sidecar gpus, no world size, none set",
+        HOSTS: "the GPUs registered for the hosts holding its checkpoints (fleet_host --gpus)",
+        NONE: "unknown: no sidecar gpus, no world size, no host GPUs registered, none set",
     }
 
 
@@ -126,6 +130,13 @@ def gpus_of(run: Run) -> tuple[int | None, str]:
         world = layout_of(newest).world_size
         if world:
             return world, GpuSource.WORLD_SIZE
+    # The hosts it trained on, as their registration says: those holding a present copy of it on their drives.
+    hosts = CheckpointCopy.objects.filter(
+        checkpoint__run=run, gone_at__isnull=True, location__host__isnull=False
+    ).values("location__host_id")
+    registered = Host.objects.filter(pk__in=hosts, gpus__gt=0).aggregate(total=Sum("gpus"))["total"]
+    if registered:
+        return registered, GpuSource.HOSTS
     return None, GpuSource.NONE
 
 

@@ -30,6 +30,9 @@ class Host(models.Model):
     down_since = models.DateTimeField(null=True, blank=True)
     down_reason = models.TextField(blank=True)
     down_label = models.CharField(max_length=200, blank=True, help_text="Who marked it down.")
+    # The GPUs the host has, from its registration (``fleet_host add --gpus``, ``fleet_host set-gpus``): a run's
+    # GPU count when neither an operator, its sidecar nor its checkpoints' world size says (catalog.recovery_point).
+    gpus = models.PositiveIntegerField(null=True, blank=True, help_text="GPUs on the host, from its registration.")
 
     class Meta:
         ordering = ["name"]

@@ -37,20 +37,65 @@ def _hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def host_register(*, name: str, site: str = "", region: str = "", description: str = "", actor: Actor) -> Host:
+HOST_MAX_GPUS = 4096
+
+
+def host_gpus_clean(value) -> int | None:
+    """A host's GPU count: a whole number from 0 to 4,096, or None for "not said"; anything else is refused."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= HOST_MAX_GPUS:
+        raise DomainError(
+            f"a host's GPUs are a whole number from 0 to {HOST_MAX_GPUS:,}; got {value!r}", code="bad_gpus"
+        )
+    return value
+
+
+def host_register(
+    *, name: str, site: str = "", region: str = "", description: str = "", gpus=None, actor: Actor
+) -> Host:
     if problem := name_problem(name, "host", Host._meta.get_field("name").max_length):
         raise DomainError(problem, code="bad_name")
+    gpus = host_gpus_clean(gpus)
     with transaction.atomic():
         if Host.objects.filter(name=name).exists():
             raise DomainError(f"a host named {name!r} is already registered", code="exists")
-        host = Host.objects.create(name=name, site=site, region=region, description=description)
+        host = Host.objects.create(name=name, site=site, region=region, description=description, gpus=gpus)
         audit(
             actor,
             "host.register",
             target_type="host",
             target_id=host.pk,
             target_label=host.name,
-            after={"name": name, "site": site, "region": region},
+            after={"name": name, "site": site, "region": region, "gpus": gpus},
+        )
+    return host
+
+
+def host_gpus_set(*, host: Host, gpus, actor: Actor, request_id: str = "") -> Host:
+    """Set (or clear, with None) the GPUs a host has, as its registration says them; audited as ``host.gpus``."""
+    if actor.kind == ActorKind.USER:
+        require_role(
+            actor.user, Role.OPERATOR, doing=f"setting {host.name}'s GPUs", target_type="host", target_id=host.pk
+        )
+    gpus = host_gpus_clean(gpus)
+    with transaction.atomic():
+        host = Host.objects.select_for_update().get(pk=host.pk)
+        if host.gpus == gpus:
+            return host
+        before, host.gpus = host.gpus, gpus
+        host.save(update_fields=["gpus"])
+        audit(
+            actor,
+            "host.gpus",
+            target_type="host",
+            target_id=host.pk,
+            target_label=host.name,
+            before={"gpus": before},
+            after={"gpus": gpus},
+            request_id=request_id,
         )
     return host
 

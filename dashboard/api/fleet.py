@@ -28,7 +28,7 @@ from dashboard.api.fleet_serializers import (
 )
 from fleet.api.auth import HostPrincipal, HostTokenAuthentication
 from fleet.models import Host, Inventory, StorageLocation
-from fleet.services import host_mark_down, host_mark_up, inventory_receive, location_set_soft_delete
+from fleet.services import host_gpus_set, host_mark_down, host_mark_up, inventory_receive, location_set_soft_delete
 from ingest.scan import scan_start
 from promotion import pushes
 from promotion.pulls import pending, report
@@ -135,6 +135,27 @@ class HostViewSet(viewsets.ReadOnlyModelViewSet):
     def up(self, request, pk=None):
         """POST ``{"reason": "..."}`` (operator role): its copies are ranked again."""
         return self._mark(request, host_mark_up)
+
+    @extend_schema(
+        summary="Set the GPUs a host has",
+        request=None,
+        responses={200: HostSerializer, 400: OpenApiResponse(description="not a GPU count"), 403: OpenApiResponse()},
+    )
+    @action(detail=True, methods=["post"])
+    def gpus(self, request, pk=None):
+        """POST ``{"gpus": 8}`` (operator role; ``null`` clears it): a run's GPU count when neither an operator,
+        its sidecar nor its checkpoints' world size says. Audited as ``host.gpus``."""
+        host = self.get_object()
+        data = request.data if isinstance(request.data, dict) else None
+        if data is None or "gpus" not in data:
+            raise DomainError('send {"gpus": N} (a whole number from 0 to 4,096, or null to clear it)')
+        host = host_gpus_set(
+            host=host,
+            gpus=data["gpus"],
+            actor=Actor.person(request.user, EventSource.API),
+            request_id=getattr(request, "request_id", ""),
+        )
+        return Response(HostSerializer(host).data)
 
 
 class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):

@@ -82,6 +82,7 @@ class HostSerializer(serializers.ModelSerializer):
             "down_since",
             "down_reason",
             "down_label",
+            "gpus",
             "locations",
         ]
 

@@ -539,7 +539,7 @@ class Command(BaseCommand):
         now = time.time()
         for host_name, (site, region, roots) in DEMO_HOSTS.items():
             host = Host.objects.filter(name=host_name).first() or host_register(
-                name=host_name, site=site, region=region, description="demo host", actor=actor
+                name=host_name, site=site, region=region, description="demo host", gpus=8, actor=actor
             )
             for root_name, kind, tier, trees in roots:
                 root = base / host_name / root_name
@@ -555,6 +555,7 @@ class Command(BaseCommand):
             site=site,
             region=region,
             description="demo host with production-sized runs (sparse shard files: no disk used)",
+            gpus=8,
             actor=actor,
         )
         root = base / host_name / root_name

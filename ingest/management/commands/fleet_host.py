@@ -1,6 +1,7 @@
 """Register hosts and their checkpoint roots, and issue or rotate their agent tokens.
 
-    manage.py fleet_host add gpu-a01 --site dc1 --region eu-west --root /mnt/nvme0/checkpoints --tier nvme
+    manage.py fleet_host add gpu-a01 --site dc1 --region eu-west --gpus 8 --root /mnt/nvme0/checkpoints --tier nvme
+    manage.py fleet_host set-gpus gpu-a01 8        # the GPUs it has ("none" clears it)
     manage.py fleet_host add-root gpu-a01 /lustre/ckpt --kind pfs --tier pfs --template '{team}/{run}'
     manage.py fleet_host rotate-token gpu-a01
     manage.py fleet_host list
@@ -20,7 +21,14 @@ from ckptfleet.errors import DomainError
 from ckptfleet.rules import name_problem
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host
-from fleet.services import host_mark_down, host_mark_up, host_register, host_token_issue, location_add
+from fleet.services import (
+    host_gpus_set,
+    host_mark_down,
+    host_mark_up,
+    host_register,
+    host_token_issue,
+    location_add,
+)
 
 
 class Command(BaseCommand):
@@ -33,7 +41,11 @@ class Command(BaseCommand):
         add.add_argument("--site", default="")
         add.add_argument("--region", default="")
         add.add_argument("--description", default="")
+        add.add_argument("--gpus", default=None, help="the GPUs it has (a run's GPUs when nothing else says)")
         self._root_options(add, repeat=True)
+        gpus = sub.add_parser("set-gpus", help="set the GPUs a host has ('none' clears it)")
+        gpus.add_argument("name")
+        gpus.add_argument("gpus")
         add_root = sub.add_parser("add-root", help="register one more checkpoint root of a host")
         add_root.add_argument("name")
         add_root.add_argument("path")
@@ -66,6 +78,7 @@ class Command(BaseCommand):
                     site=opts["site"],
                     region=opts["region"],
                     description=opts["description"],
+                    gpus=opts["gpus"],
                     actor=actor,
                 )
                 for root in opts["root"]:
@@ -78,6 +91,10 @@ class Command(BaseCommand):
                 self._print_token(host, host_token_issue(host=host, actor=actor))
             elif opts["action"] == "list":
                 self._list()
+            elif opts["action"] == "set-gpus":
+                value = None if opts["gpus"].strip().lower() in ("none", "") else opts["gpus"]
+                host = host_gpus_set(host=self._host(opts["name"]), gpus=value, actor=actor)
+                self.stdout.write(f"{host.name}: {host.gpus if host.gpus is not None else 'no'} GPUs registered")
             elif opts["action"] in ("down", "up"):
                 service = host_mark_down if opts["action"] == "down" else host_mark_up
                 host = service(host=self._host(opts["name"]), reason=opts["reason"], actor=actor)
@@ -120,6 +137,9 @@ class Command(BaseCommand):
             self.stdout.write("no hosts registered yet; add one with `manage.py fleet_host add NAME --root PATH`")
         for host in hosts:
             seen = host.last_seen_at.isoformat() if host.last_seen_at else "never"
-            self.stdout.write(f"{host.name}  site={host.site or '-'} region={host.region or '-'} last seen {seen}")
+            gpus = host.gpus if host.gpus is not None else "-"
+            self.stdout.write(
+                f"{host.name}  site={host.site or '-'} region={host.region or '-'} gpus={gpus} last seen {seen}"
+            )
             for loc in host.locations.all():
                 self.stdout.write(f"    {loc.root_path}  {loc.kind}/{loc.tier}  template {loc.path_template}")
