@@ -1,0 +1,113 @@
+"""The demo's host agents: the real agent code, over HTTP, for each demo host, every so often.
+
+    manage.py demo_agents --server http://127.0.0.1:8000/      (what `make demo` runs beside the server)
+
+On a real fleet each GPU host runs ``ckptfleet-agent`` from cron or a systemd timer. The demo's hosts are folders
+under ``var/demo/``; this command plays their agents so that what a person starts in the demo is carried out:
+every ``--every`` seconds each host's agent deletes the files of deletions that started (``--deletions``),
+pulls what promotions asked for (``--pulls``) and uploads what offloads asked for (``--offloads``); every
+``--report-every`` seconds it reports its roots again (an inventory, as the agent's timer would). Each host gets a
+fresh token at start (``fleet.services.host_token_issue``: audited, earlier ones revoked), held in memory only.
+Development only (``CKPTFLEET_DEBUG=1``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from audit.actor import Actor
+from fleet import agent
+from fleet.models import Host
+from fleet.services import host_token_issue
+
+_DID = re.compile(r"\b[1-9][\d,]* (deleted|trashed|pulled|uploaded|refused|failed|skipped)\b")
+
+# The demo host whose shard files are sparse (tens of TB that use no disk): reported without checksums.
+SPARSE_HOSTS = {"gpu-c12"}
+
+
+class Command(BaseCommand):
+    help = "Play the demo hosts' agents (development only): deletions, pulls, offloads and reports, on a timer."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--server", required=True, help="the demo server's URL, e.g. http://127.0.0.1:8000/")
+        parser.add_argument("--dir", default=str(Path(settings.VAR_DIR) / "demo"), help="where the demo trees are")
+        parser.add_argument("--every", type=float, default=20.0, help="seconds between action passes (default 20)")
+        parser.add_argument("--report-every", type=float, default=600.0, help="seconds between inventories")
+        parser.add_argument("--once", action="store_true", help="one pass of everything, then exit")
+
+    def handle(self, *args, **opts):
+        if not settings.DEBUG:
+            raise CommandError("demo_agents plays the demo's hosts; it runs only with CKPTFLEET_DEBUG=1")
+        base = str(Path(opts["dir"]).resolve())
+        hosts = {}
+        for host in Host.objects.filter(locations__root_path__startswith=base).distinct().order_by("name"):
+            roots = [loc.root_path for loc in host.locations.filter(root_path__startswith=base).order_by("pk")]
+            token = host_token_issue(host=host, actor=Actor.command(label="manage.py demo_agents"))
+            hosts[host.name] = (roots, token)
+        if not hosts:
+            raise CommandError(f"no demo host has a root below {base}; run `manage.py seed_demo` first")
+        stopping: list[bool] = []
+        if not opts["once"]:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: stopping.append(True))
+        self.stdout.write(f"demo_agents: {len(hosts)} hosts ({', '.join(hosts)}) reporting to {opts['server']}")
+        self.stdout.flush()
+        last_report = time.monotonic()
+        while True:
+            report = opts["once"] or time.monotonic() - last_report >= opts["report_every"]
+            for name, (roots, token) in hosts.items():
+                if stopping:
+                    break
+                self._pass(name, roots, token, opts["server"], report=report)
+            if report:
+                last_report = time.monotonic()
+            if opts["once"] or stopping:
+                break
+            deadline = time.monotonic() + opts["every"]
+            while time.monotonic() < deadline and not stopping:
+                time.sleep(0.5)
+        self.stdout.write("demo_agents: stopped")
+
+    def _pass(self, name: str, roots: list[str], token: str, server: str, *, report: bool) -> None:
+        common = ["--server", server, "--host", name, *(a for root in roots for a in ("--root", root))]
+        passes = [("deletions", ["--deletions"]), ("pulls", ["--pulls"]), ("offloads", ["--offloads"])]
+        if report:
+            checksums = [] if name in SPARSE_HOSTS else ["--checksums", "--cache", self._cache()]
+            passes.append(("report", [*checksums, "--allow-empty"]))
+        for label, extra in passes:
+            said = io.StringIO()
+            with _token(token), contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+                status = agent.main([*common, *extra])
+            words = " ".join(said.getvalue().split())
+            if status != 0:
+                self.stderr.write(f"demo_agents: {name} {label} failed ({status}): {words[-500:]}")
+            elif label == "report" or _DID.search(words):  # a pass with nothing to do stays quiet
+                self.stdout.write(f"demo_agents: {name} {label}: {words[-300:]}")
+        self.stdout.flush()
+
+    def _cache(self) -> str:
+        return str(Path(settings.VAR_DIR) / "demo-checksums.sqlite3")
+
+
+@contextlib.contextmanager
+def _token(token: str):
+    """The agent reads its token from CKPTFLEET_TOKEN (never the command line); set it for one call."""
+    before = os.environ.get("CKPTFLEET_TOKEN")
+    os.environ["CKPTFLEET_TOKEN"] = token
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("CKPTFLEET_TOKEN", None)
+        else:
+            os.environ["CKPTFLEET_TOKEN"] = before
