@@ -171,12 +171,18 @@ class Pointer:
         }
 
 
+_UNLOADED = object()
+
+
 @dataclass
 class _Folder:
     location: object
     save_dir: str
     framework: Framework
     copies: list[CheckpointCopy] = field(default_factory=list)
+    # Filled by ``pointers_for_runs`` in two queries for many folders; read one by one otherwise.
+    pointer_entry: object = _UNLOADED
+    with_metadata: object = _UNLOADED
 
 
 def _parent(path: str) -> tuple[str, str]:
@@ -233,12 +239,13 @@ def _broken_words(copy: CheckpointCopy) -> str:
     return f"its checksums {copy.get_verification_display().lower()}"
 
 
-def _folders(run: Run) -> list[_Folder]:
-    copies = (
-        CheckpointCopy.objects.filter(checkpoint__run=run, gone_at__isnull=True, temporary=False)
-        .select_related("checkpoint", "location__bucket", "location__host")
-        .order_by("location_id", "path")
-    )
+def _folders(run: Run, copies=None) -> list[_Folder]:
+    if copies is None:
+        copies = (
+            CheckpointCopy.objects.filter(checkpoint__run=run, gone_at__isnull=True, temporary=False)
+            .select_related("checkpoint", "location__bucket", "location__host")
+            .order_by("location_id", "path")
+        )
     folders: dict[tuple[int, str, str], _Folder] = {}
     for copy in copies:
         key = FORMAT_FRAMEWORK.get(copy.format)
@@ -254,6 +261,8 @@ def _folders(run: Run) -> list[_Folder]:
 
 
 def _pointer_file(folder: _Folder) -> ShardFile | None:
+    if folder.pointer_entry is not _UNLOADED:
+        return folder.pointer_entry  # type: ignore[return-value]
     path = _join(folder.save_dir, folder.framework.pointer_file)
     return ShardFile.objects.filter(location=folder.location, path=path, gone_at__isnull=True).first()
 
@@ -281,13 +290,16 @@ def _pointer_line(framework: Framework, copy: CheckpointCopy) -> str:
 def _implicit_target(folder: _Folder) -> CheckpointCopy | None:
     candidates = list(folder.copies)
     if folder.framework.key == "pytorch_dcp":
-        with_metadata = set(
-            ShardFile.objects.filter(
-                location=folder.location,
-                gone_at__isnull=True,
-                path__in=[_join(c.path, ".metadata") for c in candidates],
-            ).values_list("path", flat=True)
-        )
+        if folder.with_metadata is not _UNLOADED:
+            with_metadata = folder.with_metadata
+        else:
+            with_metadata = set(
+                ShardFile.objects.filter(
+                    location=folder.location,
+                    gone_at__isnull=True,
+                    path__in=[_join(c.path, ".metadata") for c in candidates],
+                ).values_list("path", flat=True)
+            )
         candidates = [c for c in candidates if _join(c.path, ".metadata") in with_metadata]
     return max(candidates, key=_step, default=None)
 
@@ -408,3 +420,57 @@ def pointers_for_run(run: Run) -> list[Pointer]:
     """Every framework pointer of ``run``'s save folders, worst first."""
     found = [_judge(run, folder) for folder in _folders(run)]
     return sorted(found, key=lambda p: (-p.severity, p.location_name, p.save_dir))
+
+
+def pointers_for_runs(runs) -> dict[int, list[Pointer]]:
+    """``pointers_for_run`` for many runs in three queries (their copies, the pointer files, the DCP ``.metadata``
+    files), for the fleet-wide problems list: ``{run id: pointers, worst first}``."""
+    by_id = {run.pk: run for run in runs}
+    if not by_id:
+        return {}
+    copies: dict[int, list[CheckpointCopy]] = {pk: [] for pk in by_id}
+    for copy in (
+        CheckpointCopy.objects.filter(checkpoint__run_id__in=list(by_id), gone_at__isnull=True, temporary=False)
+        .select_related("checkpoint", "location__bucket", "location__host")
+        .order_by("checkpoint__run_id", "location_id", "path")
+    ):
+        copies[copy.checkpoint.run_id].append(copy)
+    folders = {pk: _folders(by_id[pk], copies[pk]) for pk in by_id}
+    every = [f for fs in folders.values() for f in fs]
+    wanted = {(f.location.pk, _join(f.save_dir, f.framework.pointer_file)) for f in every if f.framework.pointer_file}
+    metadata = {
+        (f.location.pk, _join(c.path, ".metadata")) for f in every if f.framework.key == "pytorch_dcp" for c in f.copies
+    }
+    found: dict[tuple[int, str], ShardFile] = {}
+    present: set[tuple[int, str]] = set()
+    if wanted:
+        for entry in ShardFile.objects.filter(
+            location_id__in={loc for loc, _ in wanted}, path__in={path for _, path in wanted}, gone_at__isnull=True
+        ):
+            if (entry.location_id, entry.path) in wanted:
+                found.setdefault((entry.location_id, entry.path), entry)
+    if metadata:
+        present = {
+            pair
+            for pair in ShardFile.objects.filter(
+                location_id__in={loc for loc, _ in metadata},
+                path__in={path for _, path in metadata},
+                gone_at__isnull=True,
+            ).values_list("location_id", "path")
+            if pair in metadata
+        }
+    present_at: dict[int, set[str]] = {}
+    for loc, path in present:
+        present_at.setdefault(loc, set()).add(path)
+    result: dict[int, list[Pointer]] = {}
+    for pk, run_folders in folders.items():
+        for folder in run_folders:
+            if folder.framework.pointer_file:
+                folder.pointer_entry = found.get(
+                    (folder.location.pk, _join(folder.save_dir, folder.framework.pointer_file))
+                )
+            if folder.framework.key == "pytorch_dcp":
+                folder.with_metadata = present_at.get(folder.location.pk, set())
+        judged = [_judge(by_id[pk], folder) for folder in run_folders]
+        result[pk] = sorted(judged, key=lambda p: (-p.severity, p.location_name, p.save_dir))
+    return result

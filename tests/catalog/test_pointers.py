@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from catalog.models import Run
-from catalog.pointers import PointerState, pointers_for_run
+from catalog.pointers import PointerState, pointers_for_run, pointers_for_runs
 from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
 from fleet import agent
 from fleet.services import gzip_lines
@@ -32,7 +32,14 @@ def ingest(tmp_path, make_host, client, django_capture_on_commit_callbacks):
         lines = list(agent.inventory_lines(str(root) + "/", kit.host.name, started_at="2026-11-21T23:00:00Z"))
         with django_capture_on_commit_callbacks(execute=True):
             assert post(client, kit, gzip_lines(lines)).status_code == 202
-        return {run.name: pointers_for_run(run) for run in Run.objects.all()}
+        judged = {run.name: pointers_for_run(run) for run in Run.objects.all()}
+        # The fleet-wide problems list judges many runs at once: it must say exactly the same of each.
+        runs = list(Run.objects.all())
+        batched = pointers_for_runs(runs)
+        assert {r.name: [p.as_dict() for p in batched[r.pk]] for r in runs} == {
+            name: [p.as_dict() for p in pointers] for name, pointers in judged.items()
+        }
+        return judged
 
     return go
 
@@ -181,3 +188,17 @@ def test_a_ladder_lists_what_cannot_be_resumed_from_last_with_the_reason(ingest)
     ladder = ladder_for(Run.objects.get(name="ds"))
     assert [(r.checkpoint.step, r.position) for r in ladder] == [(200, 1), (100, 2), (300, None)]
     assert "no complete copy" in ladder[-1].why
+
+
+def test_many_runs_are_judged_in_three_queries(ingest, django_assert_max_num_queries):
+    def build(root):
+        deepspeed(root, "global_step100")
+        shutil.copytree(TREES / "pfs/llm/gpt-megatron", root / "llm" / "gpt")
+        (root / "llm" / "gpt" / "latest_checkpointed_iteration.txt").write_text("200")
+
+    ingest(build)
+    runs = list(Run.objects.all())
+    assert len(runs) == 2
+    with django_assert_max_num_queries(3):
+        judged = pointers_for_runs(runs)
+    assert {p.state for pointers in judged.values() for p in pointers} == {PointerState.BEHIND}
