@@ -16,7 +16,7 @@ from catalog.models import CheckpointCopy, ShardFile
 from dashboard import problems
 from dashboard.problems import Filters, Kind
 from tests.conftest import give_roles, queries_for
-from tests.helpers.placement import bucket, checkpoint, copy, host_location, make_run
+from tests.helpers.placement import checkpoint, copy, host_location, make_run
 from tests.helpers.usage import flat_prices
 
 pytestmark = pytest.mark.django_db
