@@ -52,7 +52,7 @@ from django.utils import timezone
 from access.scoping import restrict_runs, restrict_teams, scoped_team_names, visible_orphans
 from catalog import selectors
 from catalog.choices import CopyState, Verification
-from catalog.models import CheckpointCopy, CopyTierUsage, Run, Team
+from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, Team
 from catalog.verification import stale_days, stale_verified_copies
 from ckptfleet.params import BadParameter, whole_number
 from fleet.models import StorageLocation
@@ -638,7 +638,7 @@ def problem_page(filters: Filters, user, *, number: int = 1, size: int = PAGE_SI
     pages = max((count + size - 1) // size, 1)
     number = min(max(number, 1), pages)
     offset = (number - 1) * size
-    rows = list(itertools.islice(_merged(srcs, filters.sort, limit=offset + size), offset, offset + size))
+    rows = with_why(list(itertools.islice(_merged(srcs, filters.sort, limit=offset + size), offset, offset + size)))
     return ProblemPage(
         rows=rows,
         totals=totals,
@@ -659,7 +659,23 @@ def _merged(srcs: list[Source], sort: str, *, limit: int | None) -> Iterator[Pro
 def all_problems(filters: Filters, user) -> Iterator[Problem]:
     """Every problem the filters select, in their order, streamed (the CSV export): each kind's query is read in
     chunks and the kinds merged as they come, so memory holds a chunk per kind, not the list."""
-    return _merged(sources(filters, user), filters.sort, limit=None)
+    merged = _merged(sources(filters, user), filters.sort, limit=None)
+    while chunk := list(itertools.islice(merged, EXPLAIN_CHUNK)):
+        yield from with_why(chunk)
+
+
+EXPLAIN_CHUNK = 500
+
+
+def with_why(rows: list[Problem]) -> list[Problem]:
+    """The checkpoint rows with why their flag is raised, in words from their copies (``placement.explain``: two
+    queries for all of them), after the flag's name."""
+    flagged = [p for p in rows if p.flag and p.checkpoint_id is not None]
+    if flagged:
+        items = [(p.flag, Checkpoint(pk=p.checkpoint_id)) for p in flagged]
+        for p, (_, _, why) in zip(flagged, placement.explain(items), strict=True):
+            p.reasons = list(dict.fromkeys([*p.reasons, why]))
+    return rows
 
 
 def team_choices(user) -> QuerySet[Team]:

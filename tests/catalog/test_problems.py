@@ -87,6 +87,11 @@ def test_every_kind_is_listed_once_with_its_reason_since_bytes_cost_and_fix(flee
     flags = {(p.flag, p.checkpoint_id) for p in rows[Kind.UNDER_REPLICATED]}
     assert ("under_replicated", fleet["critical"].pk) in flags
     assert rows[Kind.UNDER_REPLICATED][0].action_url.endswith("/promote/")
+    critical = next(p for p in rows[Kind.UNDER_REPLICATED] if p.checkpoint_id == fleet["critical"].pk)
+    assert critical.reasons == [
+        "Too few verified copies in distinct failure domains",
+        "1 verified copy, all in host gpu-a01",
+    ]
     misplaced = rows[Kind.MISPLACED]
     assert [(p.flag, p.checkpoint_id) for p in misplaced] == [("finished_on_nvme", fleet["on_nvme"].pk)]
     assert misplaced[0].bytes == GIB and misplaced[0].cost == Decimal("0.1000") and "/move/" in misplaced[0].action_url
