@@ -316,11 +316,16 @@ COPY_VALUES = (
 
 def copy_reasons(kind: str, state_reasons: Iterable[str], verification_reasons: Iterable[str], **facts) -> list:
     """What is wrong with a copy, in words, each once: a checksum mismatch that made it corrupt is recorded among
-    both its state's and its verification's reasons, and is said once."""
+    both its state's and its verification's reasons, and is said once. Verification's reasons are said when they
+    are the problem (a mismatch, a dispute, no evidence), not its echo of the state ("the copy is corrupt: only a
+    complete copy can be verified as a whole")."""
+    verification = facts.get("verification")
     words: list[str] = list(state_reasons or []) if kind in (Kind.PARTIAL, Kind.CORRUPT) else []
-    if kind in (Kind.CORRUPT, Kind.DISPUTED) or (kind == Kind.UNVERIFIED and facts.get("verification") != "verified"):
+    if verification in (Verification.MISMATCH, Verification.DISPUTED) or (
+        kind == Kind.UNVERIFIED and verification == Verification.UNVERIFIED
+    ):
         words += list(verification_reasons or [])
-    if kind == Kind.UNVERIFIED and facts.get("verification") == Verification.VERIFIED:
+    if kind == Kind.UNVERIFIED and verification == Verification.VERIFIED:
         at = facts.get("verified_at")
         words.append(
             f"verified, but with checksums taken {at:%Y-%m-%d}, more than {stale_days():,} days ago: check again"
@@ -397,13 +402,13 @@ def _copy_source(kind: str, base: QuerySet, prices: Prices) -> Source:
         location_url = _location_url(r["location_id"], r["location__host_id"])
         if kind == Kind.CORRUPT:
             action = (
-                "Schedule deletion of this copy",
+                "Delete copy",
                 f"{reverse('actions:schedule', args=[r['checkpoint_id']])}?copy={r['pk']}",
             )
         elif kind == Kind.DISPUTED:
-            action = ("Settle it on the checkpoint's page", f"{checkpoint_url}#copy-{r['pk']}")
+            action = ("Settle", f"{checkpoint_url}#copy-{r['pk']}")
         else:  # partial, unverified: the location scanned again (with checksums) judges it anew
-            action = ("Rescan the location", location_url)
+            action = ("Rescan", location_url)
         return Problem(
             kind=kind,
             subject="copy",
@@ -443,10 +448,10 @@ def _location_url(location_id: int, host_id: int | None) -> str:
 
 
 FLAG_ACTIONS = {
-    placement.Flag.UNDER_REPLICATED: ("Replicate: copy it to another failure domain", "promotion:promote"),
-    placement.Flag.NEWEST_ON_ONE_HOST: ("Replicate: copy it off the host", "promotion:promote"),
-    placement.Flag.FINISHED_ON_NVME: ("Move it off NVMe", "promotion:move-checkpoint"),
-    placement.Flag.ARCHIVE_ONLY: ("Promote a copy out of archive", "promotion:promote"),
+    placement.Flag.UNDER_REPLICATED: ("Replicate", "promotion:promote"),
+    placement.Flag.NEWEST_ON_ONE_HOST: ("Replicate", "promotion:promote"),
+    placement.Flag.FINISHED_ON_NVME: ("Move off NVMe", "promotion:move-checkpoint"),
+    placement.Flag.ARCHIVE_ONLY: ("Promote", "promotion:promote"),
 }
 
 
@@ -540,7 +545,7 @@ def _orphan_source(filters: Filters, user, prices: Prices) -> Source:
                 since=since,
                 bytes=g.bytes or 0,
                 cost=prices.orphan_cost(g.location_id, g.bytes),
-                action_label="Clean up" if g.kind in cleanable else "Delete from the checkpoint's page",
+                action_label="Clean up" if g.kind in cleanable else "Open orphans",
                 action_url=f"{cleanup}{query}" if g.kind in cleanable else reverse("catalog:orphans"),
                 key=f"orphans-{g.kind}-{g.location_id}-{g.run_id or 0}-{g.prefix}",
                 run_id=g.run_id,

@@ -40,7 +40,7 @@ def test_the_problems_list_reads_and_fits_for_each_role_on_a_laptop_and_a_phone(
     who.click_and_settle(who.page.get_by_role("button", name="Show"), "misplaced")
     who.page.wait_for_url("**/problems/?*kind=misplaced*")
     assert who.page.locator("tbody tr").count() >= 1
-    assert "Move it off NVMe" in who.page.locator("tbody").inner_text()
+    assert "Move off NVMe" in who.page.locator("tbody").inner_text()
     who.click_and_settle(who.page.get_by_role("link", name="Size", exact=True), "by size")
     who.page.wait_for_url("**sort=-bytes*")
     name, rows = who.download_csv(who.page.get_by_role("link", name="Export CSV"))

@@ -8,10 +8,10 @@ from django.core.management import call_command
 from django.db.models import Max, Min, Sum
 
 from catalog.models import CheckpointCopy, Run, ShardFile
+from dashboard.problems import Filters, Kind, problem_page
 from fleet.choices import InventoryStatus
 from fleet.models import Host, Inventory
 from spend.models import UsageDaily, UsageMonthly
-from dashboard.problems import Filters, Kind, problem_page
 from spend.usage import money
 
 
