@@ -21,7 +21,7 @@ def _day_start(day) -> datetime:
     return datetime.combine(day, time.min, tzinfo=UTC)
 
 
-class RunFilter(django_filters.Filter):
+class RunFilter(django_filters.CharFilter):
     """A run by "team/run" or id (``catalog.fields.RunField``)."""
 
     field_class = RunField
