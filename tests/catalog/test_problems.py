@@ -220,14 +220,3 @@ def test_the_page_makes_the_same_number_of_queries_whatever_the_rows(fleet, sign
     for step in range(600, 620):
         copy(checkpoint(fleet["run"], step), fleet["nvme"], state=CopyState.PARTIAL, verification="unverified")
     assert queries_for(signed_in, "/problems/") == before
-
-
-def test_a_new_verdict_records_since_when(fleet):
-    from catalog.verification import checkpoints_verify
-
-    c = fleet["unverified"]
-    assert c.verification_changed_at is None
-    checkpoints_verify([c.checkpoint_id])
-    c.refresh_from_db()
-    # Whatever the verdict, an unchanged one keeps its time; a changed one is stamped.
-    assert c.verification == Verification.UNVERIFIED or c.verification_changed_at is not None
