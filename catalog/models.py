@@ -175,6 +175,12 @@ class CheckpointCopy(models.Model):
     newest_mtime = models.DateTimeField(null=True, blank=True)
     first_seen_at = models.DateTimeField(auto_now_add=True)
     judged_at = models.DateTimeField(null=True, blank=True)
+    verification_changed_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When verification last gave the copy a different verdict (catalog.verification): since when it "
+        "has been disputed, unverified or mismatched, for the problems list.",
+    )
     gone_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -93,6 +93,18 @@ def run_search(*, q: str = "", team_id: int | None = None) -> QuerySet[Run]:
     return runs.order_by("team__name", "name", "pk")
 
 
+def run_by_ref(raw: str, runs: QuerySet[Run]) -> Run | None:
+    """A run by its id or by "team/run" (its name alone when one run has it), among ``runs``."""
+    raw = raw.strip()
+    if raw.isascii() and raw.isdigit():
+        return runs.filter(pk=int(raw)).first() if len(raw) <= 18 else None
+    team, slash, name = raw.partition("/")
+    if slash:
+        return runs.filter(team__name=team.strip(), name=name.strip()).first()
+    named = list(runs.filter(name=raw)[:2])
+    return named[0] if len(named) == 1 else None
+
+
 def team_choices() -> QuerySet[Team]:
     """Teams that own at least one run, for the runs filter."""
     return Team.objects.filter(runs__isnull=False).distinct().order_by("name").only("pk", "name")

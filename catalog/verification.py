@@ -899,6 +899,7 @@ _VERDICT_COLUMNS = {
     "state": "text",
     "reasons": "jsonb",
     "judged_at": "timestamptz",
+    "verification_changed_at": "timestamptz",
 }
 
 
@@ -1108,6 +1109,11 @@ def _verify_one(
         if "state" in changed or "reasons" in changed:
             copy.judged_at = now
             changed.append("judged_at")
+        if "verification" in changed:
+            # Since when the copy has had this verdict: the problems list's "since" for a disputed,
+            # mismatched or unverified copy.
+            copy.verification_changed_at = now
+            changed.append("verification_changed_at")
         dirty.append((copy, changed))
     return dirty
 

@@ -10,6 +10,7 @@ from django.db.models import Q, QuerySet
 
 from audit.choices import ActorKind, EventSource
 from audit.models import AuditEvent
+from catalog.fields import RunField
 from catalog.models import Checkpoint
 
 _NUMBER = forms.TextInput(attrs={"inputmode": "numeric", "pattern": "[0-9]*", "size": 8})
@@ -18,6 +19,12 @@ _DAY = forms.DateInput(attrs={"placeholder": "YYYY-MM-DD", "size": 11})
 
 def _day_start(day) -> datetime:
     return datetime.combine(day, time.min, tzinfo=UTC)
+
+
+class RunFilter(django_filters.CharFilter):
+    """A run by "team/run" or id (``catalog.fields.RunField``)."""
+
+    field_class = RunField
 
 
 class AuditEventFilter(django_filters.FilterSet):
@@ -40,8 +47,16 @@ class AuditEventFilter(django_filters.FilterSet):
         field_name="target_type", label="Target type", help_text="run, checkpoint, host…"
     )
     target_id = django_filters.NumberFilter(field_name="target_id", label="Target id", widget=_NUMBER)
-    run = django_filters.NumberFilter(
-        method="filter_run", label="Run id", help_text="A run's id: the run and its checkpoints.", widget=_NUMBER
+    run = RunFilter(
+        method="filter_run",
+        label="Run",
+        help_text="A run as team/run (or its id): the run and its checkpoints.",
+    )
+    target = django_filters.CharFilter(
+        field_name="target_label",
+        lookup_expr="icontains",
+        label="About",
+        help_text="Part of the name of what it is about: a run, checkpoint, host, policy…",
     )
     source = django_filters.ChoiceFilter(choices=EventSource.choices, label="Source", empty_label="Any source")
     since = django_filters.DateFilter(method="filter_since", label="From (UTC day)", widget=_DAY)

@@ -25,6 +25,7 @@ from dashboard.api.fleet import (
     StorageLocationViewSet,
 )
 from dashboard.api.lifecycle import RunStatusByNameView, RunStatusView
+from dashboard.api.problems import ProblemListView
 from dashboard.api.views import CheckpointViewSet, OrphanListView, RunViewSet
 
 router = IdDefaultRouter()
@@ -53,6 +54,7 @@ api = [
     path("overview/", dashboard_api.OverviewView.as_view(), name="api-overview"),
     path("recovery/<int:pk>/", dashboard_api.RecoveryView.as_view(), name="api-recovery"),
     path("jobs/", dashboard_api.JobListView.as_view(), name="api-jobs"),
+    path("problems/", ProblemListView.as_view(), name="api-problems"),
     path("", include("dashboard.api.urls_recovery_point")),  # recovery points and lineage
     path("spend/", include("spend.api_urls")),
     path("teams/", include("spend.api_urls_teams")),
@@ -78,6 +80,7 @@ urlpatterns = [
     path("spend/", include("spend.urls")),
     path("recovery/", include("dashboard.urls_recovery")),
     path("jobs/", include("dashboard.urls_jobs")),
+    path("problems/", include("dashboard.urls_problems")),
     path("approvals/", include("dashboard.urls_approvals")),
     path("actions/", include("actions.urls")),
     path("audit/", include("dashboard.urls_audit")),

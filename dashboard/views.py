@@ -192,8 +192,9 @@ class TimelineRow:
 
 
 def _copy_reasons(copy: CheckpointCopy) -> list[str]:
-    """What is wrong with a copy, as the checkpoint page says it: its state's reasons, then verification's."""
-    out = list(copy.reasons or [])
+    """What is wrong with a copy, as the checkpoint page says it: its state's reasons, then verification's, each
+    once (a reason can be recorded twice, and a checksum mismatch is among both lists)."""
+    out = list(dict.fromkeys(copy.reasons or []))
     if copy.verification != Verification.VERIFIED:
         label = copy.get_verification_display()
         out += [f"{label}: {r}" for r in copy.verification_reasons or [] if r not in out]

@@ -21,7 +21,7 @@ from audit.models import AuditEvent
 from catalog.choices import CopyState, Verification
 from catalog.models import CheckpointCopy
 from ckptfleet.params import positive_int_param
-from dashboard import jobs
+from dashboard import jobs, problems
 from fleet.choices import InventoryStatus
 from fleet.models import Inventory, StorageLocation
 from fleet.pricebook import utc_today
@@ -34,44 +34,27 @@ RECENT_EVENTS = 8
 JOBS_ATTENTION_DAYS = 7
 QUEUE_PAGE = 100
 
-# A disputed copy is in no queue of copies to delete as bad, whatever its state: its checksums differ from
-# another copy's and nothing independent says which is right (PRODUCT.md, promise 10). It has its own queue.
-NOT_DISPUTED = ~Q(verification=Verification.DISPUTED)
-# Left-overs of interrupted saves are no checkpoint's copies: the orphans page lists them.
-NOT_LEFTOVER = Q(temporary=False)
 DISPUTED = "disputed"
 STALE = "stale"
 
-# The copy queues: what each one lists, and why it needs attention. The stale queue's filter depends on
-# the time and the setting, so it is made per request (``queue_filter``).
+# The copy queues: what each one lists, and why it needs attention. A copy is in one queue only: the kinds of the
+# problems list (``dashboard.problems``), so that a copy whose checksum mismatch made it corrupt is not listed
+# twice, under "corrupt" and under "checksums disagree". A disputed copy is in no queue of copies to delete as
+# bad (PRODUCT.md, promise 10): it has its own. The stale queue's filter depends on the time and the setting, so
+# it is made per request (``queue_filter``).
 QUEUES = {
-    "partial": (
-        "Partial copies",
-        "Files the checkpoint's own manifest expects are missing: the copy restores nothing.",
-        Q(state=CopyState.PARTIAL) & NOT_DISPUTED & NOT_LEFTOVER,
-    ),
-    "corrupt": (
-        "Corrupt copies",
-        "Sizes or headers disagree with the manifest: the copy restores nothing.",
-        Q(state=CopyState.CORRUPT) & NOT_DISPUTED & NOT_LEFTOVER,
-    ),
-    "mismatch": (
-        "Copies whose checksums disagree",
-        "Content checksums disagree with the writer's record or another copy, and something independent (a "
-        "checksum written at save time, the source's checksum, the format's checks, a majority) says this one "
-        "is wrong.",
-        Q(verification=Verification.MISMATCH),
-    ),
+    "partial": ("Partial copies", problems.KIND_HELP[problems.Kind.PARTIAL], problems.copy_kind_filter("partial")),
+    "corrupt": ("Corrupt copies", problems.KIND_HELP[problems.Kind.CORRUPT], problems.copy_kind_filter("corrupt")),
     DISPUTED: (
         "Disputed copies",
         "Their checksums differ from another copy's and nothing independent says which is right: neither is "
         "offered for restore nor for deletion as bad until it is settled. Each row says what would settle it.",
-        Q(verification=Verification.DISPUTED),
+        problems.copy_kind_filter("disputed"),
     ),
     "unverified": (
         "Complete but unverified copies",
         "Complete by their manifest, but no checksum evidence confirms the content.",
-        Q(state=CopyState.COMPLETE, verification=Verification.UNVERIFIED),
+        Q(state=CopyState.COMPLETE, verification=Verification.UNVERIFIED, temporary=False),
     ),
     STALE: (
         "Verified copies not verified recently",
@@ -80,6 +63,24 @@ QUEUES = {
         None,
     ),
 }
+# Old links to the queue of copies whose checksums disagree: those copies are corrupt copies now.
+QUEUE_ALIASES = {"mismatch": "corrupt"}
+# Where each queue and placement flag of the overview is in the problems list.
+PROBLEM_KIND_OF = {
+    "partial": problems.Kind.PARTIAL,
+    "corrupt": problems.Kind.CORRUPT,
+    DISPUTED: problems.Kind.DISPUTED,
+    "unverified": problems.Kind.UNVERIFIED,
+    STALE: problems.Kind.UNVERIFIED,
+    placement.Flag.UNDER_REPLICATED: problems.Kind.UNDER_REPLICATED,
+    placement.Flag.NEWEST_ON_ONE_HOST: problems.Kind.UNDER_REPLICATED,
+    placement.Flag.FINISHED_ON_NVME: problems.Kind.MISPLACED,
+    placement.Flag.ARCHIVE_ONLY: problems.Kind.MISPLACED,
+}
+
+
+def problems_url(key: str) -> str:
+    return f"{reverse('problems:list')}?kind={PROBLEM_KIND_OF[key]}"
 
 
 def queue_filter(kind: str) -> Q:
@@ -142,7 +143,6 @@ def attention_items(user, basis: spend.Basis, *, locations=None) -> list[dict]:
     if locations is None:
         locations = list(_locations_with_last_scan())
     failing = sum(1 for loc in locations if loc.last_status == InventoryStatus.FAILED)
-    queue_url = reverse("overview:copy-queue")
     return [
         *(
             {
@@ -150,7 +150,7 @@ def attention_items(user, basis: spend.Basis, *, locations=None) -> list[dict]:
                 "label": queue_label(key),
                 "count": copies[key],
                 "help": help_text,
-                "url": f"{queue_url}?kind={key}",
+                "url": problems_url(key),
                 "noun": "copy,copies",
             }
             for key, (_, help_text, _) in QUEUES.items()
@@ -162,7 +162,7 @@ def attention_items(user, basis: spend.Basis, *, locations=None) -> list[dict]:
             "count": orphaned.get("files") or 0,
             "noun": "file",
             "help": "Files of no checkpoint, left-overs of interrupted saves, incomplete multipart uploads.",
-            "url": reverse("catalog:orphans"),
+            "url": f"{reverse('problems:list')}?kind={problems.Kind.ORPHANED}",
         },
         *(
             {
@@ -171,7 +171,7 @@ def attention_items(user, basis: spend.Basis, *, locations=None) -> list[dict]:
                 "count": n,
                 "noun": "checkpoint",
                 "help": placement.flag_help(flag),
-                "url": f"{reverse('catalog:placement')}?flag={flag}",
+                "url": problems_url(flag),
             }
             for flag, n in _flag_counts(user).items()
             # The stale queue above lists these copies already, with its bulk actions.
@@ -232,6 +232,7 @@ def overview(request):
 @login_required
 def copy_queue(request):
     kind = request.GET.get("kind", "partial")
+    kind = QUEUE_ALIASES.get(kind, kind)
     if kind not in QUEUES:
         kind = "partial"
     _, help_text, _ = QUEUES[kind]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django import forms
 
-from access.scoping import restrict_teams
+from access.scoping import restrict, restrict_teams
+from catalog.fields import RunField
 from catalog.models import Team
 from fleet.choices import LocationKind, Tier
 from fleet.models import StorageLocation
@@ -37,6 +38,9 @@ class _TeamChoices(forms.Form):
         super().__init__(*args, **kwargs)
         if user is not None:
             self.fields["team"].queryset = restrict_teams(self.fields["team"].queryset, user)
+            run = self.fields.get("run")
+            if isinstance(run, RunField):  # a run named by a scoped person: one of their teams' runs
+                run.runs = restrict(run.runs, user)
 
 
 class RulesForm(_TeamChoices):
@@ -134,9 +138,7 @@ class PolicyForm(forms.Form):
 
 class NewPolicyForm(_TeamChoices, PolicyForm):
     team = _team(empty_label="No team: one run's policy")
-    run = forms.IntegerField(
-        required=False, min_value=1, widget=_number(), help_text="A run's id, for a policy of one run."
-    )
+    run = RunField(required=False, help_text="A run as team/run (or its id), for a policy of one run.")
     field_order = ["name", "team", "run"]
 
     def clean(self):
@@ -190,9 +192,7 @@ class TieringPolicyForm(forms.Form):
 
 class NewTieringPolicyForm(_TeamChoices, TieringPolicyForm):
     team = _team(empty_label="Every team")
-    run = forms.IntegerField(
-        required=False, min_value=1, widget=_number(), help_text="A run's id, for a policy of one run."
-    )
+    run = RunField(required=False, help_text="A run as team/run (or its id), for a policy of one run.")
     field_order = ["name", "team", "run"]
 
     def clean(self):

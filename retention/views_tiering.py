@@ -42,7 +42,7 @@ def policy_list(request):
             d = form.cleaned_data
             run = restrict(Run.objects.all(), request.user).filter(pk=d["run"]).first() if d.get("run") else None
             if d.get("run") and run is None:
-                form.add_error("run", "No run has that id.")
+                form.add_error("run", "No run of yours has that name or id.")
             else:
                 try:
                     policy = policies.policy_create(

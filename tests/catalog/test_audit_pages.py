@@ -293,3 +293,17 @@ def test_the_verify_button_runs_in_a_real_worker_and_the_page_shows_the_result(c
     event = AuditEvent.objects.get(action="audit.verify")
     assert (event.actor_label, event.source, event.after["checked"]) == ("ada", "ui", 3)
     assert "Intact</span> Last verified" in signed_in.get("/audit/").content.decode()
+
+
+def test_the_trail_is_filtered_by_a_runs_name_or_what_it_is_about_without_looking_up_ids(db, signed_in):
+    run = Run.objects.create(team=Team.objects.create(name="vision"), name="vit-huge")
+    other = Run.objects.create(team=run.team, name="vit-small")
+    record("run.hold", target_type="run", target_id=run.pk, target_label="vision/vit-huge", reason="mine")
+    record("run.hold", target_type="run", target_id=other.pk, target_label="vision/vit-small", reason="theirs")
+    by_name = signed_in.get("/audit/?run=vision/vit-huge").content.decode()
+    assert len(event_ids(by_name)) == 1 and "mine" in by_name
+    assert len(event_ids(signed_in.get(f"/audit/?run={run.pk}").content.decode())) == 1  # ids still work
+    assert len(event_ids(signed_in.get("/audit/?target=vit-small").content.decode())) == 1
+    wrong = signed_in.get("/audit/?run=vision/nope").content.decode()
+    assert "write it as team/run" in wrong
+    assert 'placeholder="team/run"' in signed_in.get("/audit/").content.decode()

@@ -18,6 +18,7 @@ from catalog import selectors
 from catalog.choices import CopyState, Verification
 from catalog.models import CheckpointCopy
 from catalog.recovery import newest_restorable, newest_restorable_ids, recovery_for
+from catalog.verification import checkpoints_verify
 from ckptfleet.errors import DomainError
 from tests.helpers.disputed import FLIPPED, copy_at, dcp
 
@@ -228,3 +229,31 @@ def test_a_reason_recorded_as_both_a_state_and_a_verification_reason_is_shown_on
     assert page.count(text) == 1
     queue = signed_in.get("/queue/copies/?kind=mismatch").content.decode()
     assert queue.count(text) == 1
+
+
+def test_the_run_page_says_a_reason_recorded_twice_once(disputed, signed_in):
+    a, _ = disputed
+    copy = copy_at(a, 100)
+    text = "__1_0.distcp: sha256 differs from the copies at x and y, which agree with each other (2 of 3 copies)"
+    CheckpointCopy.objects.filter(pk=copy.pk).update(
+        state=CopyState.CORRUPT, reasons=[text, text], verification=Verification.MISMATCH, verification_reasons=[text]
+    )
+    page = signed_in.get(f"/runs/{copy.checkpoint.run_id}/").content.decode()
+    assert page.count(text) == 1
+    problems = signed_in.get(f"/problems/?run={copy.checkpoint.run_id}").content.decode()
+    assert problems.count(text) == 1
+
+
+def test_verification_records_since_when_a_copy_is_disputed_and_the_problems_list_shows_it(disputed, signed_in):
+    a, _ = disputed
+    copy = copy_at(a, 200)
+    assert copy.verification == Verification.DISPUTED and copy.verification_changed_at is not None
+    settled = copy_at(a, 100)  # verified when it was first judged, and unchanged since: its time stays
+    stamped = settled.verification_changed_at
+    assert stamped is not None
+    checkpoints_verify([settled.checkpoint_id])
+    settled.refresh_from_db()
+    assert settled.verification_changed_at == stamped
+    rows = signed_in.get("/api/v1/problems/?kind=disputed").json()["results"]
+    mine = next(r for r in rows if r["copy"] == copy.pk)
+    assert mine["since"] == copy.verification_changed_at.isoformat().replace("+00:00", "Z")

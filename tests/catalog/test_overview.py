@@ -47,8 +47,10 @@ def test_the_overview_shows_bytes_by_tier_and_the_queues_with_counts(signed_in):
     assert "Partial copies</strong></a>:\n      1 copy" in page
     assert "Corrupt copies</strong></a>:\n      1 copy" in page
     assert "Complete but unverified copies</strong></a>:\n      1 copy" in page
-    assert 'href="/queue/copies/?kind=partial"' in page
-    assert 'href="/placement/?flag=under_replicated"' in page
+    # The corrupt copy whose checksums disagree too is one copy of one queue, not one of two.
+    assert "Copies whose checksums disagree" not in page
+    assert 'href="/problems/?kind=partial"' in page
+    assert 'href="/problems/?kind=under_replicated"' in page
     assert "Scan freshness" in page and "gpu-a01" in page
 
 

@@ -8,6 +8,7 @@ from django.core.management import call_command
 from django.db.models import Max, Min, Sum
 
 from catalog.models import CheckpointCopy, Run, ShardFile
+from dashboard.problems import Filters, Kind, problem_page
 from fleet.choices import InventoryStatus
 from fleet.models import Host, Inventory
 from spend.models import UsageDaily, UsageMonthly
@@ -30,6 +31,9 @@ def test_the_demo_has_hosts_runs_and_broken_checkpoints(db, tmp_path, settings):
     assert found[("gpu-a01:nvme0", "llm/llama-tiny/step-400")] == ("partial", True)
     assert found[("lustre-gw1:lustre", "nlp/gpt2-tiny/checkpoint-100")] == ("corrupt", False)
     assert found[("lustre-gw1:lustre", "speech/ds-tiny/global_step200")] == ("partial", False)
+    assert found[("lustre-gw1:lustre", "llm/gpt-megatron/iter_0000200")] == ("corrupt", False)
+    # The problems list has something of every kind to show.
+    assert {t.kind for t in problem_page(Filters(), None).totals if t.count} == set(Kind.values)
     formats = set(CheckpointCopy.objects.values_list("format", flat=True))
     assert {"pytorch_dcp", "hf_safetensors", "hf_trainer", "deepspeed", "megatron", "orbax", "single_file"} <= formats
     assert (tmp_path / "demo-password").exists()

@@ -262,3 +262,15 @@ def policy_changes(policy):
     from approvals.models import ChangeRequest
 
     return list(ChangeRequest.objects.filter(target_type="retention_policy", target_id=policy.pk))
+
+
+def test_a_policy_of_one_run_is_created_by_the_runs_name_and_a_wrong_name_says_how_to_write_it(fleet, signed_in_as):
+    run = alpha(fleet)[100].run
+    ops = signed_in_as(Role.OPERATOR)
+    form = {"keep_last": 1, "keep_every": 0, "reason": "r"}
+    wrong = ops.post("/retention/policies/", {"name": "x", "run": f"{run.team.name}/nope", **form})
+    assert wrong.status_code == 200 and "write it as team/run" in wrong.content.decode()
+    assert not RetentionPolicy.objects.exists()
+    named = ops.post("/retention/policies/", {"name": "alpha", "run": f"{run.team.name}/{run.name}", **form})
+    assert named.status_code == 302 and RetentionPolicy.objects.get().run_id == run.pk
+    assert 'placeholder="team/run"' in ops.get("/retention/policies/").content.decode()

@@ -231,6 +231,12 @@ def _break_things(host: str, root: Path) -> None:
         if shards:
             with shards[-1].open("r+b") as fh:  # a copy cut short by a full disk
                 fh.truncate(max(0, shards[-1].stat().st_size - 64))
+        # An older Megatron save whose second tensor-parallel rank was cut short when the file system filled:
+        # its only copy, so nothing disputes it: the format's own check (the zip's end record) says corrupt.
+        rank = root / "llm" / "gpt-megatron" / "iter_0000200" / "mp_rank_01" / "model_optim_rng.pt"
+        if rank.exists():
+            with rank.open("r+b") as fh:
+                fh.truncate(max(0, rank.stat().st_size // 2))
         speech = root / "speech" / "ds-tiny"
         steps = sorted(speech.glob("global_step*"))
         if steps:
