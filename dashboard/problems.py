@@ -37,6 +37,7 @@ from django.db.models import (
     DecimalField,
     ExpressionWrapper,
     F,
+    Max,
     OuterRef,
     Q,
     QuerySet,
@@ -51,8 +52,9 @@ from django.utils import timezone
 
 from access.scoping import restrict_runs, restrict_teams, scoped_team_names, visible_orphans
 from catalog import selectors
-from catalog.choices import CopyState, Verification
+from catalog.choices import ENDED_STATUSES, CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, Team
+from catalog.pointers import PointerState, pointers_for_runs
 from catalog.verification import stale_days, stale_verified_copies
 from ckptfleet.params import BadParameter, whole_number
 from fleet.models import StorageLocation
@@ -60,6 +62,7 @@ from fleet.pricebook import GIB, PriceBook, book_currency, utc_today
 from spend import placement
 
 PAGE_SIZE = 50
+POINTER_RUNS = 200  # active runs whose resume pointers the list judges (catalog.pointers, three queries)
 MAX_PAGE_SIZE = 500
 COST_PLACES = Decimal("0.0001")
 MONEY = DecimalField(max_digits=30, decimal_places=12)
@@ -73,6 +76,7 @@ class Kind(models.TextChoices):
     UNDER_REPLICATED = "under_replicated", "Under-replicated"
     MISPLACED = "misplaced", "Misplaced"
     ORPHANED = "orphaned", "Orphaned"
+    POINTER = "pointer", "Wrong resume pointer"
 
 
 KIND_HELP = {
@@ -89,6 +93,9 @@ KIND_HELP = {
     "only in archive classes.",
     Kind.ORPHANED: "Bytes of no checkpoint: left-overs of interrupted saves, files of no checkpoint, incomplete "
     "multipart uploads, copies of deleted runs.",
+    Kind.POINTER: "The framework's own resume pointer (DeepSpeed latest, Megatron's tracker, the newest "
+    "checkpoint folder) of an active run names a broken or older checkpoint, names none, or is missing: a restart "
+    f"would load the wrong thing. Judged for the {POINTER_RUNS} active runs that saved last.",
 }
 
 # Which placement flags make each checkpoint kind (each flag is one row of its checkpoint).
@@ -594,7 +601,72 @@ def sources(filters: Filters, user) -> list[Source]:
             out.extend(_flag_source(kind, flag, filters, user, prices) for flag in FLAG_KINDS[Kind(kind)])
         elif kind == Kind.ORPHANED:
             out.append(_orphan_source(filters, user, prices))
+        elif kind == Kind.POINTER:
+            out.append(_pointer_source(filters, user))
     return out
+
+
+# The pointer states that are a problem; "nothing complete here" is already a partial copy's row.
+POINTER_PROBLEMS = {
+    PointerState.BAD_TARGET,
+    PointerState.BEHIND,
+    PointerState.MISSING,
+    PointerState.DANGLING,
+    PointerState.UNREADABLE,
+}
+
+
+def _pointer_source(filters: Filters, user) -> Source:
+    """Wrong resume pointers of the active runs that saved last (at most ``POINTER_RUNS``), each with its fix."""
+    runs = restrict_runs(Run.objects.exclude(status__in=ENDED_STATUSES), user).select_related("team")
+    if filters.team_id is not None:
+        runs = runs.filter(team_id=filters.team_id)
+    if filters.run_id is not None:
+        runs = runs.filter(pk=filters.run_id)
+    runs = runs.annotate(last_seen=Max("checkpoints__first_seen_at")).order_by(
+        F("last_seen").desc(nulls_last=True), "-pk"
+    )[:POINTER_RUNS]
+    runs = list(runs)
+    names = {r.pk: r for r in runs}
+    items = []
+    for run_id, pointers in pointers_for_runs(runs).items():
+        run = names[run_id]
+        for p in pointers:
+            if p.state not in POINTER_PROBLEMS:
+                continue
+            if filters.location_id is not None and p.location_id != filters.location_id:
+                continue
+            newest = p.newest
+            since = newest.checkpoint.first_seen_at if newest is not None else p.evidence_at
+            if filters.since_before is not None and (since is None or since > filters.since_before):
+                continue
+            what = p.pointer_path or f"{p.save_dir or 'the root'}/ (the newest folder)"
+            reasons = [f"{p.label}: {p.detail}"]
+            if p.fix:
+                reasons.append(f"Fix: {p.fix}" + (f" ({p.fix_command})" if p.fix_command else ""))
+            items.append(
+                Problem(
+                    kind=Kind.POINTER,
+                    subject="pointer",
+                    subject_label=f"{p.framework_label}: {what}",
+                    subject_url=reverse("recovery:run", args=[run_id]),
+                    reasons=reasons,
+                    since=since,
+                    bytes=newest.bytes if newest is not None else 0,
+                    cost=None,
+                    action_label="Open recovery",
+                    action_url=reverse("recovery:run", args=[run_id]),
+                    key=f"pointer-{run_id}-{p.location_id}-{p.save_dir}-{p.framework}",
+                    run_id=run_id,
+                    run_label=f"{run.team.name}/{run.name}",
+                    team=run.team.name,
+                    location_id=p.location_id,
+                    location_name=p.location_name,
+                    location_url=_location_url(p.location_id, None),
+                    extra={"pointer_state": p.state, "fix_command": p.fix_command},
+                )
+            )
+    return Source(kind=Kind.POINTER, queryset=None, to_problem=lambda r: r, items=items)
 
 
 # --- the list -------------------------------------------------------------------------------------------

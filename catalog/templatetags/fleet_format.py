@@ -132,6 +132,7 @@ _BADGES = {
     "abandoned": ("neutral", "◌", "Abandoned"),
     "temporary": ("warn", "!", "Left-over of an interrupted save"),
     "gone": ("neutral", "○", "Gone"),
+    "pointer": ("warn", "↻", "Wrong resume pointer"),
 }
 
 

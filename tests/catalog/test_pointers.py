@@ -202,3 +202,22 @@ def test_many_runs_are_judged_in_three_queries(ingest, django_assert_max_num_que
     with django_assert_max_num_queries(3):
         judged = pointers_for_runs(runs)
     assert {p.state for pointers in judged.values() for p in pointers} == {PointerState.BEHIND}
+
+
+def test_the_problems_list_shows_a_wrong_pointer_fleet_wide_with_its_fix(ingest, signed_in_as):
+    def build(root):
+        shutil.copytree(TREES / "pfs/llm/gpt-megatron", root / "llm" / "gpt")
+        (root / "llm" / "gpt" / "latest_checkpointed_iteration.txt").write_text("200")
+        deepspeed(root, "global_step200")  # names the newest complete tag: fine, not listed
+
+    ingest(build)
+    viewer = signed_in_as("viewer")
+    page = viewer.get("/problems/?kind=pointer").content.decode()
+    assert "Wrong resume pointer" in page and "llm/gpt" in page
+    assert "latest_checkpointed_iteration.txt" in page and "printf" in page  # the line to run
+    assert "speech/ds" not in page
+    rows = viewer.get("/api/v1/problems/?kind=pointer").json()
+    listed = rows["results"] if "results" in rows else rows["rows"]
+    assert [r["kind"] for r in listed] == ["pointer"]
+    export = b"".join(viewer.get("/problems/export.csv?kind=pointer").streaming_content).decode()
+    assert "pointer" in export and "llm/gpt" in export

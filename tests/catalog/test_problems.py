@@ -73,7 +73,8 @@ def everything(user=None, **filters):
 
 def test_every_kind_is_listed_once_with_its_reason_since_bytes_cost_and_fix(fleet):
     rows = kinds_of(everything())
-    assert set(rows) == set(Kind.values)
+    # Wrong resume pointers need real framework trees: tests/catalog/test_pointers.py lists them.
+    assert set(rows) == set(Kind.values) - {Kind.POINTER}
     partial = rows[Kind.PARTIAL][0]
     assert partial.copy_id == fleet["partial"].pk and partial.bytes == 2 * GIB
     assert partial.reasons == ["rank 3 of 4 is missing: __3_0.distcp"]
