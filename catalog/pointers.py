@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from catalog.choices import CopyState, Verification
 from catalog.formats.common import step_from_name
 from catalog.models import CheckpointCopy, Run, ShardFile
+from fleet.models import StorageLocation
 
 POINTER_MAX_BYTES = 4096  # a pointer holds a name or a number; a bigger file is not one
 
@@ -233,23 +234,48 @@ def _broken_words(copy: CheckpointCopy) -> str:
     return f"its checksums {copy.get_verification_display().lower()}"
 
 
+# What judging a pointer reads of a copy and its checkpoint: a run of 5,000 checkpoints has ~10,000 present copies,
+# so they are read narrow and their few locations once (two queries whatever the run's size).
+_COPY_FIELDS = (
+    "checkpoint_id",
+    "location_id",
+    "path",
+    "format",
+    "state",
+    "reasons",
+    "verification",
+    "checkpoint__id",
+    "checkpoint__run_id",
+    "checkpoint__step",
+    "checkpoint__tag",
+)
+
+
 def _folders(run: Run) -> list[_Folder]:
     copies = (
-        CheckpointCopy.objects.filter(checkpoint__run=run, gone_at__isnull=True, temporary=False)
-        .select_related("checkpoint", "location__bucket", "location__host")
+        CheckpointCopy.objects.filter(
+            checkpoint__run=run, gone_at__isnull=True, temporary=False, format__in=list(FORMAT_FRAMEWORK)
+        )
+        .select_related("checkpoint")
+        .only(*_COPY_FIELDS)
         .order_by("location_id", "path")
     )
     folders: dict[tuple[int, str, str], _Folder] = {}
     for copy in copies:
-        key = FORMAT_FRAMEWORK.get(copy.format)
-        if key is None:
-            continue
+        key = FORMAT_FRAMEWORK[copy.format]
         save_dir, name = _parent(copy.path)
         framework = FRAMEWORKS[key]
         if not framework.folder.match(name):
             continue
-        folder = folders.setdefault((copy.location_id, save_dir, key), _Folder(copy.location, save_dir, framework))
+        folder = folders.setdefault((copy.location_id, save_dir, key), _Folder(None, save_dir, framework))
         folder.copies.append(copy)
+    locations = StorageLocation.objects.select_related("bucket", "host").in_bulk(
+        {k[0] for k in folders}  # the run's few locations, one query
+    )
+    for (location_id, _, _), folder in folders.items():
+        folder.location = locations[location_id]
+        for copy in folder.copies:
+            copy.location = folder.location
     return list(folders.values())
 
 
@@ -278,18 +304,31 @@ def _pointer_line(framework: Framework, copy: CheckpointCopy) -> str:
     return name
 
 
+# torchtitan's rule asks which folders hold a .metadata: asked of the newest folders first, this many at a time, so
+# that a run of thousands of checkpoints is answered in one query (the newest folder nearly always has one).
+METADATA_BATCH = 64
+
+
 def _implicit_target(folder: _Folder) -> CheckpointCopy | None:
     candidates = list(folder.copies)
-    if folder.framework.key == "pytorch_dcp":
+    if folder.framework.key != "pytorch_dcp":
+        return max(candidates, key=_step, default=None)
+    # The largest step-N holding a .metadata: the first of the newest-first order that has one (a stable sort, so
+    # equal steps keep max()'s first-wins order).
+    newest_first = sorted(candidates, key=_step, reverse=True)
+    for start in range(0, len(newest_first), METADATA_BATCH):
+        batch = newest_first[start : start + METADATA_BATCH]
         with_metadata = set(
             ShardFile.objects.filter(
                 location=folder.location,
                 gone_at__isnull=True,
-                path__in=[_join(c.path, ".metadata") for c in candidates],
+                path__in=[_join(c.path, ".metadata") for c in batch],
             ).values_list("path", flat=True)
         )
-        candidates = [c for c in candidates if _join(c.path, ".metadata") in with_metadata]
-    return max(candidates, key=_step, default=None)
+        found = next((c for c in batch if _join(c.path, ".metadata") in with_metadata), None)
+        if found is not None:
+            return found
+    return None
 
 
 def _judge(run: Run, folder: _Folder) -> Pointer:

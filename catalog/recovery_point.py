@@ -27,17 +27,18 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import F, Max, Min
+from django.db.models import F, Max, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from access.roles import Role, require_role
 from audit.actor import Actor
 from audit.choices import ActorKind
 from audit.services import audit
-from catalog.choices import ENDED_STATUSES
+from catalog.choices import ENDED_STATUSES, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from catalog.recovery import newest_restorable, restorable_copies
-from catalog.reshard import layout_of
+from catalog.reshard import layout_of, layouts_of
+from catalog.selectors import NEWEST_STEP_FIRST
 from ckptfleet.errors import DomainError
 
 DEFAULT_RPO_HOURS = 24.0
@@ -139,16 +140,30 @@ def recovery_point_of(run: Run, *, now: datetime | None = None) -> RecoveryPoint
     stats = Checkpoint.objects.filter(run=run).aggregate(
         highest=Max("step"), first=Min("first_seen_at"), last=Max("copies__newest_mtime")
     )
-    highest = stats["highest"]
-    active = run.status not in ENDED_STATUSES
     saved_at = None
     if checkpoint is not None:
-        saved_at = (
-            CheckpointCopy.objects.filter(restorable_copies(), checkpoint=checkpoint).aggregate(t=Min("newest_mtime"))[
-                "t"
-            ]
-            or checkpoint.first_seen_at
-        )
+        saved_at = CheckpointCopy.objects.filter(restorable_copies(), checkpoint=checkpoint).aggregate(
+            t=Min("newest_mtime")
+        )["t"]
+    return _point(run, checkpoint, verified=verified, stats=stats, saved_at=saved_at, gpus=gpus_of(run), now=now)
+
+
+def _point(
+    run: Run,
+    checkpoint: Checkpoint | None,
+    *,
+    verified: bool,
+    stats: dict,
+    saved_at: datetime | None,
+    gpus: tuple[int | None, str],
+    now: datetime,
+) -> RecoveryPoint:
+    """The recovery point from what was read: the restorable checkpoint, the run's checkpoint stats (highest step,
+    first seen, last save) and the earliest save of the checkpoint's restorable copies."""
+    highest = stats["highest"]
+    active = run.status not in ENDED_STATUSES
+    if checkpoint is not None:
+        saved_at = saved_at or checkpoint.first_seen_at
         start = saved_at
         lost_steps = (highest - checkpoint.step) if highest is not None and checkpoint.step is not None else None
     else:
@@ -156,7 +171,7 @@ def recovery_point_of(run: Run, *, now: datetime | None = None) -> RecoveryPoint
         lost_steps = highest
     end = now if active else max(filter(None, [stats["last"], start]))
     hours = _hours(now, start)
-    gpus, source = gpus_of(run)
+    gpus_n, source = gpus
     objective, objective_source = objective_of(run)
     return RecoveryPoint(
         run=run,
@@ -167,7 +182,7 @@ def recovery_point_of(run: Run, *, now: datetime | None = None) -> RecoveryPoint
         highest_step=highest,
         lost_steps=lost_steps,
         lost_hours=_hours(end, start),
-        gpus=gpus,
+        gpus=gpus_n,
         gpus_source=source,
         objective_hours=objective,
         objective_source=objective_source,
@@ -176,15 +191,86 @@ def recovery_point_of(run: Run, *, now: datetime | None = None) -> RecoveryPoint
     )
 
 
+def _newest_checkpoint(*, verified: bool) -> Subquery:
+    """``newest_restorable``'s choice for the run of the outer row, as a subquery (its id)."""
+    wanted = restorable_copies("copies__")
+    if verified:
+        wanted &= Q(copies__verification=Verification.VERIFIED)
+    rows = Checkpoint.objects.filter(wanted, run=OuterRef("pk")).order_by(NEWEST_STEP_FIRST, "-tag")
+    return Subquery(rows.values("pk")[:1])
+
+
+def recovery_points_of(runs, *, now: datetime | None = None) -> list[RecoveryPoint]:
+    """``recovery_point_of`` for every run of the queryset ``runs``, in its order, in six queries whatever the
+    number of runs, checkpoints and copies (the fleet list of /recovery/points/)."""
+    now = now or timezone.now()
+    newest_copy = (
+        CheckpointCopy.objects.filter(checkpoint__run=OuterRef("pk"), gone_at__isnull=True)
+        .order_by(F("checkpoint__step").desc(nulls_last=True), "-pk")
+        .values("pk")[:1]
+    )
+    runs = list(
+        runs.select_related("team").annotate(
+            verified_id=_newest_checkpoint(verified=True),
+            restorable_id=_newest_checkpoint(verified=False),
+            newest_copy_id=Subquery(newest_copy),
+        )
+    )
+    if not runs:
+        return []
+    stats = {
+        row["run_id"]: row
+        for row in Checkpoint.objects.filter(run__in=[r.pk for r in runs])
+        .values("run_id")
+        .annotate(highest=Max("step"), first=Min("first_seen_at"), last=Max("copies__newest_mtime"))
+        .order_by()
+    }
+    chosen = {r.pk: r.verified_id or r.restorable_id for r in runs}
+    checkpoints = Checkpoint.objects.in_bulk([pk for pk in chosen.values() if pk])
+    saved = dict(
+        CheckpointCopy.objects.filter(restorable_copies(), checkpoint_id__in=list(checkpoints))
+        .values("checkpoint_id")
+        .annotate(t=Min("newest_mtime"))
+        .order_by()
+        .values_list("checkpoint_id", "t")
+    )
+    # The world size of each run's newest copy, for the runs no person or sidecar gave GPUs (one read of files).
+    unknown = [r.newest_copy_id for r in runs if not (r.operator_gpus or r.sidecar_gpus) and r.newest_copy_id]
+    newest = CheckpointCopy.objects.in_bulk(unknown) if unknown else {}
+    layouts = layouts_of(newest.values()) if newest else {}
+    points = []
+    for run in runs:
+        checkpoint = checkpoints.get(chosen[run.pk]) if chosen[run.pk] else None
+        layout = layouts.get(run.newest_copy_id) if run.newest_copy_id else None
+        if run.operator_gpus:
+            gpus = (run.operator_gpus, GpuSource.OPERATOR)
+        elif run.sidecar_gpus:
+            gpus = (run.sidecar_gpus, GpuSource.SIDECAR)
+        elif layout is not None and layout.world_size:
+            gpus = (layout.world_size, GpuSource.WORLD_SIZE)
+        else:
+            gpus = (None, GpuSource.NONE)
+        points.append(
+            _point(
+                run,
+                checkpoint,
+                verified=bool(run.verified_id),
+                stats=stats.get(run.pk, {"highest": None, "first": None, "last": None}),
+                saved_at=saved.get(checkpoint.pk) if checkpoint is not None else None,
+                gpus=gpus,
+                now=now,
+            )
+        )
+    return points
+
+
 def over_objective(runs, *, now: datetime | None = None, limit: int = FLEET_LIMIT) -> list[RecoveryPoint]:
     """Active runs among ``runs`` whose recovery point exceeds their objective, most GPU-hours at risk first
-    (an unknown GPU count after every known one, then by hours)."""
+    (an unknown GPU count after every known one, then by hours). A constant number of queries
+    (``recovery_points_of``), however many runs, checkpoints and copies."""
     now = now or timezone.now()
-    points = []
-    for run in runs.exclude(status__in=ENDED_STATUSES).select_related("team").order_by("pk")[:limit]:
-        point = recovery_point_of(run, now=now)
-        if point.over:
-            points.append(point)
+    active = runs.exclude(status__in=ENDED_STATUSES).order_by("pk")[:limit]
+    points = [p for p in recovery_points_of(active, now=now) if p.over]
     points.sort(key=lambda p: (p.gpu_hours is None, -(p.gpu_hours or 0.0), -(p.hours or 0.0), p.run.pk))
     return points
 
