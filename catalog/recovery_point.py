@@ -28,6 +28,7 @@ from datetime import datetime
 
 from django.db import transaction
 from django.db.models import F, Max, Min, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from access.roles import Role, require_role
@@ -38,7 +39,6 @@ from catalog.choices import ENDED_STATUSES, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from catalog.recovery import newest_restorable, restorable_copies
 from catalog.reshard import layout_of, layouts_of
-from catalog.selectors import NEWEST_STEP_FIRST
 from ckptfleet.errors import DomainError
 
 DEFAULT_RPO_HOURS = 24.0
@@ -191,29 +191,28 @@ def _point(
     )
 
 
-def _newest_checkpoint(*, verified: bool) -> Subquery:
-    """``newest_restorable``'s choice for the run of the outer row, as a subquery (its id)."""
+def _newest_checkpoint(*, verified: bool) -> Coalesce:
+    """``newest_restorable``'s choice for the run of the outer row, as a subquery (its id): the highest step with a
+    restorable copy, walking the (run, step) index backwards and stopping at the first, else the greatest tag of
+    the step-less ones (``NEWEST_STEP_FIRST, "-tag"``), rather than sorting every checkpoint of the run."""
     wanted = restorable_copies("copies__")
     if verified:
         wanted &= Q(copies__verification=Verification.VERIFIED)
-    rows = Checkpoint.objects.filter(wanted, run=OuterRef("pk")).order_by(NEWEST_STEP_FIRST, "-tag")
-    return Subquery(rows.values("pk")[:1])
+    rows = Checkpoint.objects.filter(wanted, run=OuterRef("pk"))
+    stepped = rows.filter(step__isnull=False).order_by("-step").values("pk")[:1]
+    unstepped = rows.filter(step__isnull=True).order_by("-tag").values("pk")[:1]
+    return Coalesce(Subquery(stepped), Subquery(unstepped))
 
 
-def recovery_points_of(runs, *, now: datetime | None = None) -> list[RecoveryPoint]:
-    """``recovery_point_of`` for every run of the queryset ``runs``, in its order, in six queries whatever the
-    number of runs, checkpoints and copies (the fleet list of /recovery/points/)."""
+def recovery_points_of(runs, *, now: datetime | None = None, only_over: bool = False) -> list[RecoveryPoint]:
+    """``recovery_point_of`` for every run of the queryset ``runs``, in its order, in at most seven queries whatever
+    the number of runs, checkpoints and copies (the fleet list of /recovery/points/). ``only_over``: only the runs
+    over their objective, and the files of the others' newest copies (their GPUs) are not read."""
     now = now or timezone.now()
-    newest_copy = (
-        CheckpointCopy.objects.filter(checkpoint__run=OuterRef("pk"), gone_at__isnull=True)
-        .order_by(F("checkpoint__step").desc(nulls_last=True), "-pk")
-        .values("pk")[:1]
-    )
     runs = list(
         runs.select_related("team").annotate(
             verified_id=_newest_checkpoint(verified=True),
             restorable_id=_newest_checkpoint(verified=False),
-            newest_copy_id=Subquery(newest_copy),
         )
     )
     if not runs:
@@ -234,34 +233,51 @@ def recovery_points_of(runs, *, now: datetime | None = None) -> list[RecoveryPoi
         .order_by()
         .values_list("checkpoint_id", "t")
     )
-    # The world size of each run's newest copy, for the runs no person or sidecar gave GPUs (one read of files).
-    unknown = [r.newest_copy_id for r in runs if not (r.operator_gpus or r.sidecar_gpus) and r.newest_copy_id]
-    newest = CheckpointCopy.objects.in_bulk(unknown) if unknown else {}
-    layouts = layouts_of(newest.values()) if newest else {}
     points = []
     for run in runs:
         checkpoint = checkpoints.get(chosen[run.pk]) if chosen[run.pk] else None
-        layout = layouts.get(run.newest_copy_id) if run.newest_copy_id else None
         if run.operator_gpus:
-            gpus = (run.operator_gpus, GpuSource.OPERATOR)
+            gpus: tuple[int | None, str] = (run.operator_gpus, GpuSource.OPERATOR)
         elif run.sidecar_gpus:
             gpus = (run.sidecar_gpus, GpuSource.SIDECAR)
-        elif layout is not None and layout.world_size:
-            gpus = (layout.world_size, GpuSource.WORLD_SIZE)
         else:
-            gpus = (None, GpuSource.NONE)
-        points.append(
-            _point(
-                run,
-                checkpoint,
-                verified=bool(run.verified_id),
-                stats=stats.get(run.pk, {"highest": None, "first": None, "last": None}),
-                saved_at=saved.get(checkpoint.pk) if checkpoint is not None else None,
-                gpus=gpus,
-                now=now,
-            )
+            gpus = (None, GpuSource.NONE)  # the world size of its newest copy, read below
+        point = _point(
+            run,
+            checkpoint,
+            verified=bool(run.verified_id),
+            stats=stats.get(run.pk, {"highest": None, "first": None, "last": None}),
+            saved_at=saved.get(checkpoint.pk) if checkpoint is not None else None,
+            gpus=gpus,
+            now=now,
         )
+        if point.over or not only_over:
+            points.append(point)
+    _world_sizes([p for p in points if p.gpus is None])
     return points
+
+
+def _world_sizes(points: list[RecoveryPoint]) -> None:
+    """``gpus_of``'s last source for these points: the world size of each run's newest present copy (its checkpoint's
+    step, then the copy's id), from its files; two queries for all of them."""
+    if not points:
+        return
+    newest_copy = (
+        CheckpointCopy.objects.filter(checkpoint__run=OuterRef("pk"), gone_at__isnull=True)
+        .order_by(F("checkpoint__step").desc(nulls_last=True), "-pk")
+        .values("pk")[:1]
+    )
+    newest_of = dict(
+        Run.objects.filter(pk__in=[p.run.pk for p in points])
+        .annotate(newest=Subquery(newest_copy))
+        .values_list("pk", "newest")
+    )
+    copies = CheckpointCopy.objects.in_bulk([pk for pk in newest_of.values() if pk])
+    layouts = layouts_of(copies.values())
+    for point in points:
+        layout = layouts.get(newest_of.get(point.run.pk))
+        if layout is not None and layout.world_size:
+            point.gpus, point.gpus_source = layout.world_size, GpuSource.WORLD_SIZE
 
 
 def over_objective(runs, *, now: datetime | None = None, limit: int = FLEET_LIMIT) -> list[RecoveryPoint]:
@@ -270,7 +286,7 @@ def over_objective(runs, *, now: datetime | None = None, limit: int = FLEET_LIMI
     (``recovery_points_of``), however many runs, checkpoints and copies."""
     now = now or timezone.now()
     active = runs.exclude(status__in=ENDED_STATUSES).order_by("pk")[:limit]
-    points = [p for p in recovery_points_of(active, now=now) if p.over]
+    points = recovery_points_of(active, now=now, only_over=True)
     points.sort(key=lambda p: (p.gpu_hours is None, -(p.gpu_hours or 0.0), -(p.hours or 0.0), p.run.pk))
     return points
 
