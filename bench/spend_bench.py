@@ -80,6 +80,25 @@ def _scale(files: int) -> dict:
     return {"runs": runs, "hosts": hosts}
 
 
+def generate_demo() -> None:
+    """The demo fleet (``manage.py seed_demo``, without an S3 endpoint), for issue 18's "every page under 300 ms p95
+    on the demo fleet"; its files are counted into ``bench_marker``."""
+    import tempfile
+
+    from django.core.management import call_command
+    from django.db import connection
+
+    t0 = time.perf_counter()
+    call_command("migrate", verbosity=0)
+    with tempfile.TemporaryDirectory(prefix="spend-bench-demo-") as tree:
+        call_command("seed_demo", dir=tree, reset=True, s3_endpoint="", verbosity=0)
+    with connection.cursor() as cur:
+        cur.execute("CREATE TABLE bench_marker (files bigint, generated_at timestamptz)")
+        cur.execute("INSERT INTO bench_marker SELECT count(*), now() FROM catalog_shardfile")
+        cur.execute("VACUUM ANALYZE")
+    say(f"demo fleet seeded in {time.perf_counter() - t0:.0f} s")
+
+
 def generate(files: int, shape: int | None = None) -> None:
     """The synthetic fleet, in set-based SQL; small tables through the ORM.
 
@@ -456,9 +475,12 @@ def measure(requests: int, extra_indexes: bool, jit: bool, only: str = "") -> di
             cur.execute("ANALYZE")
     User = get_user_model()
     user, _ = User.objects.get_or_create(username="bench-admin", defaults={"is_staff": True, "is_superuser": True})
-    giant = Run.objects.order_by("pk").first()
-    # A typical run: an active one of the ordinary size (the generator makes runs 0, 3, 5, 8, ... active).
-    typical = Run.objects.filter(status="active").exclude(pk=giant.pk).order_by("pk").first()
+    from django.db.models import Count
+
+    # The largest run (the generator's first, 5,000 checkpoints at 10M files), and a typical one: an active run of
+    # the ordinary size (the generator makes runs 0, 3, 5, 8, ... active; the demo fleet has its own).
+    giant = Run.objects.annotate(n=Count("checkpoints")).order_by("-n", "pk").first()
+    typical = Run.objects.filter(status="active").exclude(pk=giant.pk).order_by("pk").first() or giant
     checkpoint = Checkpoint.objects.filter(run=giant).order_by("-step").first()
     with connection.cursor() as cur:
         cur.execute("SELECT files FROM bench_marker")
@@ -548,7 +570,9 @@ def child(args) -> None:
     import django
 
     django.setup()
-    if args.child == "generate":
+    if args.child == "generate" and args.demo:
+        generate_demo()
+    elif args.child == "generate":
         generate(args.files, args.shape)
     else:
         out = measure(args.requests, args.extra_indexes, args.jit, args.pages)
@@ -601,6 +625,11 @@ def main() -> None:
         help="give every size the fleet of a FILES-file fleet (runs, hosts, checkpoints, copies), so that only "
         "the shard files per copy differ; its own databases (..._shapeFILES)",
     )
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="measure the demo fleet (manage.py seed_demo, database ckpt_h4a_spend_demo) instead of --sizes",
+    )
     parser.add_argument("--shape", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child", choices=["generate", "measure"], help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
@@ -610,29 +639,34 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()] if not args.demo else [0]
+
+    def fleet_db(files: int, shape: int | None = None) -> str:
+        return f"{DB_PREFIX}demo" if args.demo else db_name(files, shape)
+
     import psycopg
 
     if args.drop:
         for files in sizes:
             with psycopg.connect(PG.format(db="postgres"), autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{db_name(files, args.shape_of)}" WITH (FORCE)')
+                conn.execute(f'DROP DATABASE IF EXISTS "{fleet_db(files, args.shape_of)}" WITH (FORCE)')
         return
     results = {}
     load = os.getloadavg()
     for files in sizes:
-        db = db_name(files, args.shape_of)
+        db = fleet_db(files, args.shape_of)
         if args.regenerate or not _exists(db):
             with psycopg.connect(PG.format(db="postgres"), autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
                 conn.execute(f'CREATE DATABASE "{db}"')
             say(f"generating {files:,} files into {db}")
             shape = ["--shape", str(args.shape_of)] if args.shape_of else []
-            _run_child("--child", "generate", "--db", db, "--files", str(files), *shape)
+            demo = ["--demo"] if args.demo else []
+            _run_child("--child", "generate", "--db", db, "--files", str(files), *shape, *demo)
     if args.generate_only:
         return
     for files in sizes:
-        db = db_name(files, args.shape_of)
+        db = fleet_db(files, args.shape_of)
         out = f"/tmp/{db}.json"
         extra = ["--extra-indexes"] if args.extra_indexes else []
         extra += ["--jit"] if args.jit else []
@@ -647,7 +681,8 @@ def main() -> None:
         "per request (parallel query workers not included).\n"
     )
     big, small = (max(sizes), min(sizes)) if len(sizes) > 1 else (sizes[0], None)
-    head = f"| page | {big:,} files p50 / p95 (ms) | CPU (ms) | queries | load |"
+    fleet = "demo fleet" if args.demo else f"{big:,} files"
+    head = f"| page | {fleet} p50 / p95 (ms) | CPU (ms) | queries | load |"
     line = "|---|---|---|---|---|"
     if small:
         head += f" {small:,} files p50 / p95 (ms) | CPU (ms) | queries | load | p95 ratio | CPU ratio |"

@@ -482,6 +482,7 @@ def resume_costs(point: RecoveryPoint, checkpoints, *, now: datetime | None = No
         CheckpointCopy.objects.filter(checkpoint__in=checkpoints, newest_mtime__isnull=False)
         .values("checkpoint_id")
         .annotate(t=Min("newest_mtime"))
+        .order_by()  # grouped by the checkpoint alone, not by the model's ordering (a join to every run's name)
         .values_list("checkpoint_id", "t")
     )
     out = {}
