@@ -158,6 +158,10 @@ bench-scan: venv services ## Run the bucket-scan benchmark: a local S3 endpoint,
 bench-move: venv services ## Run the move benchmark: 10,000 files host -> bucket (agent) and bucket -> bucket, beside the aws CLI (BENCH_ARGS=...)
 	$(PY) bench/move_bench.py $(BENCH_ARGS)
 
+.PHONY: bench-lease
+bench-lease: venv services ## Run the lease benchmark: 100 jobs take and renew leases through the agent API on gunicorn + PostgreSQL (BENCH_ARGS=...)
+	$(PY) bench/lease_bench.py $(BENCH_ARGS)
+
 # The production environment of the README's "Production shape", word for word, but for the key files and
 # the database: throw-away keys and an SQLite file in a temporary folder (tests/ckptfleet/test_deploy_check.py
 # holds the two to the same list). `env -i` keeps the caller's own settings out of the check.

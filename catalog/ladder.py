@@ -16,13 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.db.models import Exists, OuterRef
+
 from catalog.choices import CopyState, Verification
-from catalog.models import Checkpoint, Run
+from catalog.models import Checkpoint, CheckpointCopy, Run
 from catalog.pointers import Pointer, pointers_for_run, where
 from catalog.recovery import RankedCopy, _buckets, _parts, _present, _rank, assumptions
 from catalog.recovery_point import recovery_point_of, resume_costs
 from catalog.reshard import layout_of
-from catalog.selectors import NEWEST_STEP_FIRST
 
 LADDER_LENGTH = 20
 
@@ -97,13 +98,21 @@ def _why_not(copies: list[RankedCopy]) -> str:
     return f"no complete copy ({', '.join(states) or 'not complete'}" + (f": {reasons[0]})" if reasons else ")")
 
 
+def _newest_present(run: Run, limit: int) -> list[Checkpoint]:
+    """The run's newest ``limit`` checkpoints with a present, non-temporary copy: the stepped ones newest first, then
+    the step-less ones by tag (``NEWEST_STEP_FIRST, "-tag"``). Two queries that walk the (run, step) and (run, tag)
+    indexes backwards and stop at ``limit``, rather than one DISTINCT over every copy of the run sorted whole (145 ms
+    for a run of 5,000 checkpoints in bench/spend_bench.py's 10M-file fleet)."""
+    present = Exists(CheckpointCopy.objects.filter(checkpoint=OuterRef("pk"), gone_at__isnull=True, temporary=False))
+    rows = Checkpoint.objects.filter(present, run=run)
+    stepped = list(rows.filter(step__isnull=False).order_by("-step")[:limit])
+    unstepped = list(rows.filter(step__isnull=True).order_by("-tag")[:limit])
+    return (stepped + unstepped)[:limit]
+
+
 def ladder_for(run: Run, *, limit: int = LADDER_LENGTH) -> list[Rung]:
     """The run's newest ``limit`` checkpoints as a ladder: candidates first, in the order to try them."""
-    checkpoints = list(
-        Checkpoint.objects.filter(run=run, copies__gone_at__isnull=True, copies__temporary=False)
-        .distinct()
-        .order_by(NEWEST_STEP_FIRST, "-tag")[:limit]
-    )
+    checkpoints = _newest_present(run, limit)
     copies = [c for c in _present([c.pk for c in checkpoints]) if not c.temporary]
     ranked = _rank(copies, _parts(copies), _buckets(copies), assumptions())
     by_checkpoint: dict[int, list[RankedCopy]] = {c.pk: [] for c in checkpoints}

@@ -24,9 +24,12 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from django.db.models import Q
+
 from catalog.choices import CopyState, Verification
 from catalog.formats.common import step_from_name
 from catalog.models import CheckpointCopy, Run, ShardFile
+from fleet.models import StorageLocation
 
 POINTER_MAX_BYTES = 4096  # a pointer holds a name or a number; a bigger file is not one
 
@@ -123,8 +126,8 @@ class Pointer:
     detail: str
     pointer_path: str = ""  # relative path of the pointer file ("" for an implicit pointer)
     content: str = ""  # what it says
-    target: CheckpointCopy | None = None  # the copy it resolves to
-    newest: CheckpointCopy | None = None  # the newest complete, trusted copy in the folder
+    target: PointedCopy | None = None  # the copy it resolves to
+    newest: PointedCopy | None = None  # the newest complete, trusted copy in the folder
     fix: str = ""  # in words
     fix_command: str = ""  # the exact line to run
     evidence_at: object = None
@@ -142,7 +145,7 @@ class Pointer:
         return PointerState.SEVERITY[self.state]
 
     def as_dict(self) -> dict:
-        def copy_data(c: CheckpointCopy | None):
+        def copy_data(c: PointedCopy | None):
             if c is None:
                 return None
             return {
@@ -171,18 +174,16 @@ class Pointer:
         }
 
 
-_UNLOADED = object()
-
-
 @dataclass
 class _Folder:
     location: object
     save_dir: str
     framework: Framework
-    copies: list[CheckpointCopy] = field(default_factory=list)
-    # Filled by ``pointers_for_runs`` in two queries for many folders; read one by one otherwise.
-    pointer_entry: object = _UNLOADED
-    with_metadata: object = _UNLOADED
+    copies: list[PointedCopy] = field(default_factory=list)
+    # Read for every folder of the run at once (``_read_files``): its pointer file, and for torchtitan which of its
+    # newest METADATA_BATCH step-N folders hold a .metadata.
+    pointer_entry: ShardFile | None = None
+    with_metadata: set[str] = field(default_factory=set)
 
 
 def _parent(path: str) -> tuple[str, str]:
@@ -209,18 +210,18 @@ def _write_command(location, relative: str, line: str) -> str:
     return f"printf '%s\\n' {shlex.quote(line)} > {shlex.quote(target)}"
 
 
-def _step(copy: CheckpointCopy) -> int:
+def _step(copy: PointedCopy) -> int:
     step = copy.checkpoint.step
     if step is None:
         step = step_from_name(_parent(copy.path)[1])
     return step if step is not None else -1
 
 
-def _good(copy: CheckpointCopy) -> bool:
+def _good(copy: PointedCopy) -> bool:
     return copy.state == CopyState.COMPLETE and copy.verification in TRUSTED
 
 
-def _newer_than_pointer_only(copy: CheckpointCopy, framework: Framework) -> bool:
+def _newer_than_pointer_only(copy: PointedCopy, framework: Framework) -> bool:
     """Partial only because it is newer than the pointer file says (every file of it is there): a save cut off
     between the last rank's write and rank 0's pointer update, or a pointer rewound by hand."""
     reasons = [str(r) for r in (copy.reasons or [])]
@@ -232,42 +233,127 @@ def _newer_than_pointer_only(copy: CheckpointCopy, framework: Framework) -> bool
     )
 
 
-def _broken_words(copy: CheckpointCopy) -> str:
+def _broken_words(copy: PointedCopy) -> str:
     if copy.state != CopyState.COMPLETE:
         why = "; ".join(str(r) for r in (copy.reasons or [])[:2])
         return f"{copy.get_state_display().lower()}{': ' + why if why else ''}"
     return f"its checksums {copy.get_verification_display().lower()}"
 
 
-def _folders(run: Run, copies=None) -> list[_Folder]:
-    if copies is None:
-        copies = (
-            CheckpointCopy.objects.filter(checkpoint__run=run, gone_at__isnull=True, temporary=False)
-            .select_related("checkpoint", "location__bucket", "location__host")
-            .order_by("location_id", "path")
+@dataclass(frozen=True)
+class PointedCheckpoint:
+    """What judging a pointer reads of a checkpoint."""
+
+    pk: int
+    step: int | None
+    tag: str
+
+    @property
+    def label(self) -> str:  # as Checkpoint.label
+        return f"step {self.step}" if self.step is not None else self.tag
+
+
+@dataclass(frozen=True)
+class PointedCopy:
+    """What judging a pointer reads of a copy. A run of 5,000 checkpoints has ~10,000 present copies: they are read
+    as plain rows (``values_list``), not model instances, which took ~150 ms of CPU for the largest run of
+    bench/spend_bench.py's 10M-file fleet."""
+
+    pk: int
+    checkpoint_id: int
+    location_id: int
+    path: str
+    format: str
+    state: str
+    verification: str
+    reasons: list
+    checkpoint: PointedCheckpoint
+
+    def get_state_display(self) -> str:
+        return str(CopyState(self.state).label)
+
+    def get_verification_display(self) -> str:
+        return str(Verification(self.verification).label)
+
+
+def _folders(run: Run) -> list[_Folder]:
+    return _folders_of([run.pk]).get(run.pk, [])
+
+
+def _folders_of(run_ids: list[int]) -> dict[int, list[_Folder]]:
+    """The save folders of each of these runs, in two queries (their copies as plain rows, their locations)."""
+    rows = (
+        CheckpointCopy.objects.filter(
+            checkpoint__run_id__in=run_ids, gone_at__isnull=True, temporary=False, format__in=list(FORMAT_FRAMEWORK)
         )
-    folders: dict[tuple[int, str, str], _Folder] = {}
-    for copy in copies:
-        key = FORMAT_FRAMEWORK.get(copy.format)
-        if key is None:
-            continue
-        save_dir, name = _parent(copy.path)
+        .order_by("location_id", "path")
+        .values_list(
+            "checkpoint__run_id",
+            "pk",
+            "checkpoint_id",
+            "location_id",
+            "path",
+            "format",
+            "state",
+            "verification",
+            "reasons",
+            "checkpoint__step",
+            "checkpoint__tag",
+        )
+    )
+    folders: dict[tuple[int, int, str, str], _Folder] = {}
+    for run_id, pk, checkpoint_id, location_id, path, fmt, state, verification, reasons, step, tag in rows:
+        key = FORMAT_FRAMEWORK[fmt]
+        save_dir, name = _parent(path)
         framework = FRAMEWORKS[key]
         if not framework.folder.match(name):
             continue
-        folder = folders.setdefault((copy.location_id, save_dir, key), _Folder(copy.location, save_dir, framework))
-        folder.copies.append(copy)
-    return list(folders.values())
+        folder = folders.setdefault((run_id, location_id, save_dir, key), _Folder(None, save_dir, framework))
+        checkpoint = PointedCheckpoint(checkpoint_id, step, tag)
+        folder.copies.append(
+            PointedCopy(pk, checkpoint_id, location_id, path, fmt, state, verification, reasons or [], checkpoint)
+        )
+    locations = StorageLocation.objects.select_related("bucket", "host").in_bulk(
+        {k[1] for k in folders}  # the runs' few locations, one query
+    )
+    by_run: dict[int, list[_Folder]] = {}
+    for (run_id, location_id, _, _), folder in folders.items():
+        folder.location = locations[location_id]
+        by_run.setdefault(run_id, []).append(folder)
+    return by_run
 
 
-def _pointer_file(folder: _Folder) -> ShardFile | None:
-    if folder.pointer_entry is not _UNLOADED:
-        return folder.pointer_entry  # type: ignore[return-value]
-    path = _join(folder.save_dir, folder.framework.pointer_file)
-    return ShardFile.objects.filter(location=folder.location, path=path, gone_at__isnull=True).first()
+def _newest_first(folder: _Folder) -> list[PointedCopy]:
+    # A stable sort: equal steps keep max()'s first-wins order.
+    return sorted(folder.copies, key=_step, reverse=True)
 
 
-def _named(folder: _Folder, name: str) -> CheckpointCopy | None:
+def _read_files(folders: list[_Folder]) -> None:
+    """Every folder's pointer file, and the .metadata files of each torchtitan folder's newest METADATA_BATCH, in one
+    query whatever the number of folders and checkpoints."""
+    wanted = Q()
+    for folder in folders:
+        location = folder.location.pk  # type: ignore[attr-defined]
+        if folder.framework.pointer_file:
+            wanted |= Q(location_id=location, path=_join(folder.save_dir, folder.framework.pointer_file))
+        elif folder.framework.key == "pytorch_dcp":
+            paths = [_join(c.path, ".metadata") for c in _newest_first(folder)[:METADATA_BATCH]]
+            wanted |= Q(location_id=location, path__in=paths)
+    if not wanted:
+        return
+    found = {
+        (f.location_id, f.path): f
+        for f in ShardFile.objects.filter(wanted, gone_at__isnull=True).only("location_id", "path", "size", "facts")
+    }
+    for folder in folders:
+        location = folder.location.pk  # type: ignore[attr-defined]
+        if folder.framework.pointer_file:
+            folder.pointer_entry = found.get((location, _join(folder.save_dir, folder.framework.pointer_file)))
+        else:
+            folder.with_metadata = {path for (loc, path) in found if loc == location}
+
+
+def _named(folder: _Folder, name: str) -> PointedCopy | None:
     path = _join(folder.save_dir, name)
     return next((c for c in folder.copies if c.path.rstrip("/") == path), None)
 
@@ -280,28 +366,40 @@ def _target_name(framework: Framework, content: str) -> str | None:
     return content if content and "/" not in content and content not in (".", "..") else None
 
 
-def _pointer_line(framework: Framework, copy: CheckpointCopy) -> str:
+def _pointer_line(framework: Framework, copy: PointedCopy) -> str:
     name = _parent(copy.path)[1]
     if framework.key == "megatron":
         return "release" if name == "release" else str(int(name.removeprefix("iter_")))
     return name
 
 
-def _implicit_target(folder: _Folder) -> CheckpointCopy | None:
-    candidates = list(folder.copies)
-    if folder.framework.key == "pytorch_dcp":
-        if folder.with_metadata is not _UNLOADED:
+# torchtitan's rule asks which folders hold a .metadata: asked of the newest folders first, this many at a time, so
+# that a run of thousands of checkpoints is answered in one query (the newest folder nearly always has one).
+METADATA_BATCH = 64
+
+
+def _implicit_target(folder: _Folder) -> PointedCopy | None:
+    if folder.framework.key != "pytorch_dcp":
+        return max(folder.copies, key=_step, default=None)
+    # The largest step-N holding a .metadata: the first of the newest-first order that has one. The newest batch was
+    # read with every folder's files; an older batch is read only when none of the newest has one.
+    newest_first = _newest_first(folder)
+    for start in range(0, len(newest_first), METADATA_BATCH):
+        batch = newest_first[start : start + METADATA_BATCH]
+        if start == 0:
             with_metadata = folder.with_metadata
         else:
             with_metadata = set(
                 ShardFile.objects.filter(
                     location=folder.location,
                     gone_at__isnull=True,
-                    path__in=[_join(c.path, ".metadata") for c in candidates],
+                    path__in=[_join(c.path, ".metadata") for c in batch],
                 ).values_list("path", flat=True)
             )
-        candidates = [c for c in candidates if _join(c.path, ".metadata") in with_metadata]
-    return max(candidates, key=_step, default=None)
+        found = next((c for c in batch if _join(c.path, ".metadata") in with_metadata), None)
+        if found is not None:
+            return found
+    return None
 
 
 def _judge(run: Run, folder: _Folder) -> Pointer:
@@ -321,7 +419,7 @@ def _judge(run: Run, folder: _Folder) -> Pointer:
     )
     if fw.pointer_file:
         p.pointer_path = _join(folder.save_dir, fw.pointer_file)
-        entry = _pointer_file(folder)
+        entry = folder.pointer_entry
         if entry is None:
             p.state = PointerState.MISSING
             folder_at = where(folder.location, folder.save_dir)
@@ -393,7 +491,7 @@ def _judge(run: Run, folder: _Folder) -> Pointer:
     return p
 
 
-def _fix(p: Pointer, folder: _Folder, newest: CheckpointCopy) -> None:
+def _fix(p: Pointer, folder: _Folder, newest: PointedCopy) -> None:
     fw = folder.framework
     if fw.pointer_file:
         line = _pointer_line(fw, newest)
@@ -418,59 +516,22 @@ def _fix(p: Pointer, folder: _Folder, newest: CheckpointCopy) -> None:
 
 def pointers_for_run(run: Run) -> list[Pointer]:
     """Every framework pointer of ``run``'s save folders, worst first."""
-    found = [_judge(run, folder) for folder in _folders(run)]
+    folders = _folders(run)
+    _read_files(folders)
+    found = [_judge(run, folder) for folder in folders]
     return sorted(found, key=lambda p: (-p.severity, p.location_name, p.save_dir))
 
 
 def pointers_for_runs(runs) -> dict[int, list[Pointer]]:
-    """``pointers_for_run`` for many runs in three queries (their copies, the pointer files, the DCP ``.metadata``
-    files), for the fleet-wide problems list: ``{run id: pointers, worst first}``."""
+    """``pointers_for_run`` for many runs in a fixed number of queries (their copies, their locations, the pointer
+    and .metadata files), for the fleet-wide problems list: ``{run id: pointers, worst first}``."""
     by_id = {run.pk: run for run in runs}
     if not by_id:
         return {}
-    copies: dict[int, list[CheckpointCopy]] = {pk: [] for pk in by_id}
-    for copy in (
-        CheckpointCopy.objects.filter(checkpoint__run_id__in=list(by_id), gone_at__isnull=True, temporary=False)
-        .select_related("checkpoint", "location__bucket", "location__host")
-        .order_by("checkpoint__run_id", "location_id", "path")
-    ):
-        copies[copy.checkpoint.run_id].append(copy)
-    folders = {pk: _folders(by_id[pk], copies[pk]) for pk in by_id}
-    every = [f for fs in folders.values() for f in fs]
-    wanted = {(f.location.pk, _join(f.save_dir, f.framework.pointer_file)) for f in every if f.framework.pointer_file}
-    metadata = {
-        (f.location.pk, _join(c.path, ".metadata")) for f in every if f.framework.key == "pytorch_dcp" for c in f.copies
-    }
-    found: dict[tuple[int, str], ShardFile] = {}
-    present: set[tuple[int, str]] = set()
-    if wanted:
-        for entry in ShardFile.objects.filter(
-            location_id__in={loc for loc, _ in wanted}, path__in={path for _, path in wanted}, gone_at__isnull=True
-        ):
-            if (entry.location_id, entry.path) in wanted:
-                found.setdefault((entry.location_id, entry.path), entry)
-    if metadata:
-        present = {
-            pair
-            for pair in ShardFile.objects.filter(
-                location_id__in={loc for loc, _ in metadata},
-                path__in={path for _, path in metadata},
-                gone_at__isnull=True,
-            ).values_list("location_id", "path")
-            if pair in metadata
-        }
-    present_at: dict[int, set[str]] = {}
-    for loc, path in present:
-        present_at.setdefault(loc, set()).add(path)
+    folders = _folders_of(list(by_id))
+    _read_files([f for fs in folders.values() for f in fs])
     result: dict[int, list[Pointer]] = {}
-    for pk, run_folders in folders.items():
-        for folder in run_folders:
-            if folder.framework.pointer_file:
-                folder.pointer_entry = found.get(
-                    (folder.location.pk, _join(folder.save_dir, folder.framework.pointer_file))
-                )
-            if folder.framework.key == "pytorch_dcp":
-                folder.with_metadata = present_at.get(folder.location.pk, set())
-        judged = [_judge(by_id[pk], folder) for folder in run_folders]
-        result[pk] = sorted(judged, key=lambda p: (-p.severity, p.location_name, p.save_dir))
+    for pk, run in by_id.items():
+        found = [_judge(run, folder) for folder in folders.get(pk, [])]
+        result[pk] = sorted(found, key=lambda p: (-p.severity, p.location_name, p.save_dir))
     return result

@@ -82,13 +82,20 @@ def restorable_key(step: int | None, tag: str, verification: str) -> tuple:
 def newest_restorable(run: Run) -> tuple[Checkpoint | None, bool]:
     """The checkpoint to restore ``run`` from and whether a copy of it is verified; ``(None, False)`` when
     no copy of the run is restorable. Two queries at most, each stopping at its first hit."""
-    order = (NEWEST_STEP_FIRST, "-tag")
     checkpoints = Checkpoint.objects.filter(run=run)
     verified = restorable_copies("copies__") & Q(copies__verification=Verification.VERIFIED)
-    found = checkpoints.filter(verified).order_by(*order).first()
+    found = _newest_of(checkpoints.filter(verified))
     if found is not None:
         return found, True
-    return checkpoints.filter(restorable_copies("copies__")).order_by(*order).first(), False
+    return _newest_of(checkpoints.filter(restorable_copies("copies__"))), False
+
+
+def _newest_of(checkpoints) -> Checkpoint | None:
+    """The first of ``checkpoints`` in the order ``NEWEST_STEP_FIRST, "-tag"``: the highest step, walking the
+    (run, step) index backwards and stopping at the first that qualifies, else the greatest tag of the step-less
+    ones; ordering by ``step DESC NULLS LAST`` sorted every checkpoint of the run (30 ms for a run of 5,000)."""
+    stepped = checkpoints.filter(step__isnull=False).order_by("-step").first()
+    return stepped if stepped is not None else checkpoints.filter(step__isnull=True).order_by("-tag").first()
 
 
 def newest_restorable_ids(run_ids: Iterable[int], *, excluding: Iterable[int] = ()) -> dict[int, tuple[int, bool]]:

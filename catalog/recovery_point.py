@@ -28,17 +28,18 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import F, Max, Min, Sum
+from django.db.models import F, Max, Min, OuterRef, Q, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from access.roles import Role, require_role
 from audit.actor import Actor
 from audit.choices import ActorKind
 from audit.services import audit
-from catalog.choices import ENDED_STATUSES
+from catalog.choices import ENDED_STATUSES, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from catalog.recovery import newest_restorable, restorable_copies
-from catalog.reshard import layout_of
+from catalog.reshard import layout_of, layouts_of
 from ckptfleet.errors import DomainError
 from fleet.models import Host
 
@@ -150,16 +151,30 @@ def recovery_point_of(run: Run, *, now: datetime | None = None) -> RecoveryPoint
     stats = Checkpoint.objects.filter(run=run).aggregate(
         highest=Max("step"), first=Min("first_seen_at"), last=Max("copies__newest_mtime")
     )
-    highest = stats["highest"]
-    active = run.status not in ENDED_STATUSES
     saved_at = None
     if checkpoint is not None:
-        saved_at = (
-            CheckpointCopy.objects.filter(restorable_copies(), checkpoint=checkpoint).aggregate(t=Min("newest_mtime"))[
-                "t"
-            ]
-            or checkpoint.first_seen_at
-        )
+        saved_at = CheckpointCopy.objects.filter(restorable_copies(), checkpoint=checkpoint).aggregate(
+            t=Min("newest_mtime")
+        )["t"]
+    return _point(run, checkpoint, verified=verified, stats=stats, saved_at=saved_at, gpus=gpus_of(run), now=now)
+
+
+def _point(
+    run: Run,
+    checkpoint: Checkpoint | None,
+    *,
+    verified: bool,
+    stats: dict,
+    saved_at: datetime | None,
+    gpus: tuple[int | None, str],
+    now: datetime,
+) -> RecoveryPoint:
+    """The recovery point from what was read: the restorable checkpoint, the run's checkpoint stats (highest step,
+    first seen, last save) and the earliest save of the checkpoint's restorable copies."""
+    highest = stats["highest"]
+    active = run.status not in ENDED_STATUSES
+    if checkpoint is not None:
+        saved_at = saved_at or checkpoint.first_seen_at
         start = saved_at
         lost_steps = (highest - checkpoint.step) if highest is not None and checkpoint.step is not None else None
     else:
@@ -167,7 +182,7 @@ def recovery_point_of(run: Run, *, now: datetime | None = None) -> RecoveryPoint
         lost_steps = highest
     end = now if active else max(filter(None, [stats["last"], start]))
     hours = _hours(now, start)
-    gpus, source = gpus_of(run)
+    gpus_n, source = gpus
     objective, objective_source = objective_of(run)
     return RecoveryPoint(
         run=run,
@@ -178,7 +193,7 @@ def recovery_point_of(run: Run, *, now: datetime | None = None) -> RecoveryPoint
         highest_step=highest,
         lost_steps=lost_steps,
         lost_hours=_hours(end, start),
-        gpus=gpus,
+        gpus=gpus_n,
         gpus_source=source,
         objective_hours=objective,
         objective_source=objective_source,
@@ -187,15 +202,124 @@ def recovery_point_of(run: Run, *, now: datetime | None = None) -> RecoveryPoint
     )
 
 
+def _newest_checkpoint(*, verified: bool) -> Coalesce:
+    """``newest_restorable``'s choice for the run of the outer row, as a subquery (its id): the highest step with a
+    restorable copy, walking the (run, step) index backwards and stopping at the first, else the greatest tag of
+    the step-less ones (``NEWEST_STEP_FIRST, "-tag"``), rather than sorting every checkpoint of the run."""
+    wanted = restorable_copies("copies__")
+    if verified:
+        wanted &= Q(copies__verification=Verification.VERIFIED)
+    rows = Checkpoint.objects.filter(wanted, run=OuterRef("pk"))
+    stepped = rows.filter(step__isnull=False).order_by("-step").values("pk")[:1]
+    unstepped = rows.filter(step__isnull=True).order_by("-tag").values("pk")[:1]
+    return Coalesce(Subquery(stepped), Subquery(unstepped))
+
+
+def recovery_points_of(runs, *, now: datetime | None = None, only_over: bool = False) -> list[RecoveryPoint]:
+    """``recovery_point_of`` for every run of the queryset ``runs``, in its order, in at most seven queries whatever
+    the number of runs, checkpoints and copies (the fleet list of /recovery/points/). ``only_over``: only the runs
+    over their objective, and the files of the others' newest copies (their GPUs) are not read."""
+    now = now or timezone.now()
+    runs = list(
+        runs.select_related("team").annotate(
+            verified_id=_newest_checkpoint(verified=True),
+            restorable_id=_newest_checkpoint(verified=False),
+        )
+    )
+    if not runs:
+        return []
+    stats = {
+        row["run_id"]: row
+        for row in Checkpoint.objects.filter(run__in=[r.pk for r in runs])
+        .values("run_id")
+        .annotate(highest=Max("step"), first=Min("first_seen_at"), last=Max("copies__newest_mtime"))
+        .order_by()
+    }
+    chosen = {r.pk: r.verified_id or r.restorable_id for r in runs}
+    checkpoints = Checkpoint.objects.in_bulk([pk for pk in chosen.values() if pk])
+    saved = dict(
+        CheckpointCopy.objects.filter(restorable_copies(), checkpoint_id__in=list(checkpoints))
+        .values("checkpoint_id")
+        .annotate(t=Min("newest_mtime"))
+        .order_by()
+        .values_list("checkpoint_id", "t")
+    )
+    points = []
+    for run in runs:
+        checkpoint = checkpoints.get(chosen[run.pk]) if chosen[run.pk] else None
+        if run.operator_gpus:
+            gpus: tuple[int | None, str] = (run.operator_gpus, GpuSource.OPERATOR)
+        elif run.sidecar_gpus:
+            gpus = (run.sidecar_gpus, GpuSource.SIDECAR)
+        else:
+            gpus = (None, GpuSource.NONE)  # the world size of its newest copy, read below
+        point = _point(
+            run,
+            checkpoint,
+            verified=bool(run.verified_id),
+            stats=stats.get(run.pk, {"highest": None, "first": None, "last": None}),
+            saved_at=saved.get(checkpoint.pk) if checkpoint is not None else None,
+            gpus=gpus,
+            now=now,
+        )
+        if point.over or not only_over:
+            points.append(point)
+    _world_sizes([p for p in points if p.gpus is None])
+    _host_gpus([p for p in points if p.gpus is None])
+    return points
+
+
+def _host_gpus(points: list[RecoveryPoint]) -> None:
+    """``gpus_of``'s fallback for these points: the GPUs registered for the hosts holding each run's present copies
+    (``Host.gpus``), one query for all of them."""
+    if not points:
+        return
+    pairs = (
+        CheckpointCopy.objects.filter(
+            checkpoint__run_id__in=[p.run.pk for p in points], gone_at__isnull=True, location__host__gpus__gt=0
+        )
+        .values_list("checkpoint__run_id", "location__host_id", "location__host__gpus")
+        .order_by()
+        .distinct()
+    )
+    totals: dict[int, int] = {}
+    for run_id, _host, gpus in pairs:
+        totals[run_id] = totals.get(run_id, 0) + gpus
+    for point in points:
+        if totals.get(point.run.pk):
+            point.gpus, point.gpus_source = totals[point.run.pk], GpuSource.HOSTS
+
+
+def _world_sizes(points: list[RecoveryPoint]) -> None:
+    """``gpus_of``'s last source for these points: the world size of each run's newest present copy (its checkpoint's
+    step, then the copy's id), from its files; two queries for all of them."""
+    if not points:
+        return
+    newest_copy = (
+        CheckpointCopy.objects.filter(checkpoint__run=OuterRef("pk"), gone_at__isnull=True)
+        .order_by(F("checkpoint__step").desc(nulls_last=True), "-pk")
+        .values("pk")[:1]
+    )
+    newest_of = dict(
+        Run.objects.filter(pk__in=[p.run.pk for p in points])
+        .annotate(newest=Subquery(newest_copy))
+        .values_list("pk", "newest")
+    )
+    copies = CheckpointCopy.objects.in_bulk([pk for pk in newest_of.values() if pk])
+    layouts = layouts_of(copies.values())
+    for point in points:
+        layout = layouts.get(newest_of.get(point.run.pk))
+        if layout is not None and layout.world_size:
+            point.gpus, point.gpus_source = layout.world_size, GpuSource.WORLD_SIZE
+
+
 def over_objective(runs, *, now: datetime | None = None, limit: int = FLEET_LIMIT) -> list[RecoveryPoint]:
     """Active runs among ``runs`` whose recovery point exceeds their objective, most GPU-hours at risk first
-    (an unknown GPU count after every known one, then by hours)."""
+    (an unknown GPU count after every known one, then by hours). A constant number of queries
+    (``recovery_points_of``), however many runs, checkpoints and copies."""
     now = now or timezone.now()
-    points = []
-    for run in runs.exclude(status__in=ENDED_STATUSES).select_related("team").order_by("pk")[:limit]:
-        point = recovery_point_of(run, now=now)
-        if point.over:
-            points.append(point)
+    active = runs.exclude(status__in=ENDED_STATUSES).order_by("pk")[:limit]
+    points = recovery_points_of(active, now=now, only_over=True)
     points.sort(key=lambda p: (p.gpu_hours is None, -(p.gpu_hours or 0.0), -(p.hours or 0.0), p.run.pk))
     return points
 
@@ -391,6 +515,7 @@ def resume_costs(point: RecoveryPoint, checkpoints, *, now: datetime | None = No
         CheckpointCopy.objects.filter(checkpoint__in=checkpoints, newest_mtime__isnull=False)
         .values("checkpoint_id")
         .annotate(t=Min("newest_mtime"))
+        .order_by()  # grouped by the checkpoint alone, not by the model's ordering (a join to every run's name)
         .values_list("checkpoint_id", "t")
     )
     out = {}

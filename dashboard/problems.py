@@ -628,16 +628,29 @@ def _pointer_source(filters: Filters, user) -> Source:
     )[:POINTER_RUNS]
     runs = list(runs)
     names = {r.pk: r for r in runs}
+    judged = {
+        run_id: [
+            p
+            for p in pointers
+            if p.state in POINTER_PROBLEMS and (filters.location_id is None or p.location_id == filters.location_id)
+        ]
+        for run_id, pointers in pointers_for_runs(runs).items()
+    }
+    # The newest complete copy of each folder (what a restart throws away): its size and since when it is there.
+    newest_ids = {p.newest.pk for pointers in judged.values() for p in pointers if p.newest is not None}
+    facts = {
+        pk: (nbytes, seen)
+        for pk, nbytes, seen in CheckpointCopy.objects.filter(pk__in=newest_ids).values_list(
+            "pk", "bytes", "checkpoint__first_seen_at"
+        )
+    }
     items = []
-    for run_id, pointers in pointers_for_runs(runs).items():
+    for run_id, pointers in judged.items():
         run = names[run_id]
         for p in pointers:
-            if p.state not in POINTER_PROBLEMS:
-                continue
-            if filters.location_id is not None and p.location_id != filters.location_id:
-                continue
             newest = p.newest
-            since = newest.checkpoint.first_seen_at if newest is not None else p.evidence_at
+            nbytes, seen = facts.get(newest.pk, (0, None)) if newest is not None else (0, None)
+            since = seen or p.evidence_at
             if filters.since_before is not None and (since is None or since > filters.since_before):
                 continue
             what = p.pointer_path or f"{p.save_dir or 'the root'}/ (the newest folder)"
@@ -652,7 +665,7 @@ def _pointer_source(filters: Filters, user) -> Source:
                     subject_url=reverse("recovery:run", args=[run_id]),
                     reasons=reasons,
                     since=since,
-                    bytes=newest.bytes if newest is not None else 0,
+                    bytes=nbytes or 0,
                     cost=None,
                     action_label="Open recovery",
                     action_url=reverse("recovery:run", args=[run_id]),
