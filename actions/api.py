@@ -22,7 +22,7 @@ which also refuse what the promises forbid, for admins too. Errors answer {"erro
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -202,6 +202,13 @@ def _active_filter(queryset, request, field: str):
     return queryset
 
 
+ACTIVE_PARAMETER = OpenApiParameter("active", bool, description="true: only those still in force.")
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List pins", parameters=[ACTIVE_PARAMETER]),
+    retrieve=extend_schema(summary="One pin"),
+)
 class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     queryset = Pin.objects.all()
     serializer_class = PinSerializer
@@ -235,6 +242,10 @@ class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return Response(PinSerializer(done).data)
 
 
+@extend_schema_view(
+    list=extend_schema(summary="List holds", parameters=[ACTIVE_PARAMETER]),
+    retrieve=extend_schema(summary="One hold"),
+)
 class HoldViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     queryset = Hold.objects.all()
     serializer_class = HoldSerializer

@@ -164,6 +164,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # NUL characters and oversized bodies are refused before anything reads them (400 and 413).
     "ckptfleet.middleware.RequestGuardMiddleware",
+    # A query parameter the API's operation does not declare is a 400 naming it, not silently ignored.
+    "ckptfleet.api_params.UnknownQueryParameterMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -148,6 +148,7 @@ class RunPage:
 class RunFilters:
     q: str = ""
     team_id: int | None = None
+    team_name: str = ""  # ``team`` given as a name (``?team=llm``), not an id
     status: str = ""
     tier: str = ""
     flag: str = ""
@@ -161,9 +162,11 @@ class RunFilters:
             return value if value in allowed else ""
 
         team = (params.get("team") or "").strip()
+        team_id = lenient_id(team)
         return cls(
             q=(params.get("q") or "").strip()[:200],
-            team_id=lenient_id(team),
+            team_id=team_id,
+            team_name=team[:200] if team and team_id is None else "",
             status=pick("status", RunStatus.values),
             tier=pick("tier", Tier.values),
             flag=pick("flag", placement.Flag.values),
@@ -174,6 +177,10 @@ class RunFilters:
     def team_refusal(self, teams: QuerySet) -> DomainError | None:
         """Why the ``team`` filter is refused, or None: a team id not among ``teams`` (those the person may
         see and choose, ``access.scoping.restrict_teams``) is not found, whether it exists or not."""
+        if self.team_name:
+            if teams.filter(name=self.team_name).exists():
+                return None
+            return DomainError(f"team {self.team_name!r} not found", code="not_found", http_status=404)
         if self.team_id is None or teams.filter(pk=self.team_id).exists():
             return None
         return DomainError(f"team {self.team_id} not found", code="not_found", http_status=404)
@@ -181,7 +188,7 @@ class RunFilters:
     @property
     def narrowed(self) -> bool:
         """Whether any filter (not the sort) is set."""
-        return bool(self.q or self.team_id or self.status or self.tier or self.flag or self.attention)
+        return bool(self.q or self.team_id or self.team_name or self.status or self.tier or self.flag or self.attention)
 
     def narrow(self, runs: QuerySet[Run]) -> QuerySet[Run]:
         """``runs`` limited by the filters; no counting, no order."""
@@ -189,6 +196,8 @@ class RunFilters:
             runs = runs.filter(Q(name__icontains=self.q) | Q(team__name__icontains=self.q))
         if self.team_id is not None:
             runs = runs.filter(team_id=self.team_id)
+        if self.team_name:
+            runs = runs.filter(team__name=self.team_name)
         if self.status:
             runs = runs.filter(status=self.status)
         if self.tier:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import BaseParser
@@ -238,7 +238,14 @@ class AgentDeletionsView(APIView):
     authentication_classes = [HostTokenAuthentication]
     permission_classes = [IsDeletingHost]
 
-    @extend_schema(responses={200: OpenApiResponse(description="pending files"), 403: OpenApiResponse()})
+    @extend_schema(
+        summary="Files this host's agent should delete, trash, purge or restore",
+        parameters=[
+            OpenApiParameter("root", str, description="Only this registered root (an absolute path)."),
+            OpenApiParameter("can", str, description="`trash`: the agent moves files to the trash and back."),
+        ],
+        responses={200: OpenApiResponse(description="pending files"), 403: OpenApiResponse()},
+    )
     def get(self, request):
 
         root = request.query_params.get("root", "")
@@ -276,6 +283,8 @@ class AgentPromotionsView(APIView):
     permission_classes = [IsPullingHost]
 
     @extend_schema(
+        summary="Files this host's agent should pull from a bucket",
+        parameters=[OpenApiParameter("root", str, description="Only this registered root (an absolute path).")],
         responses={
             200: AgentPullListSerializer,
             400: OpenApiResponse(description="unknown root"),
@@ -320,6 +329,12 @@ class AgentOffloadsView(APIView):
 
     @extend_schema(
         summary="Files this host's agent should upload to a bucket",
+        parameters=[
+            OpenApiParameter("root", str, description="Only this registered root (an absolute path)."),
+            OpenApiParameter("after", int, description="The next page: items after this id."),
+            OpenApiParameter("dry_run", bool, description="List only: nothing signed or started."),
+            OpenApiParameter("defer", str, enum=["sha256"], description="Leave files with no sha256 unsigned."),
+        ],
         responses={
             200: AgentOffloadListSerializer,
             400: OpenApiResponse(description="unknown root"),

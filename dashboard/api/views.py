@@ -125,7 +125,7 @@ def _flag_counts(counts: dict[str, int]) -> list[dict]:
     list=extend_schema(
         parameters=[
             OpenApiParameter("q", str, description="Part of a run or team name."),
-            OpenApiParameter("team", int, description="A team's id."),
+            OpenApiParameter("team", str, description="A team's id or name (`llm`); an unknown one is a 404."),
             OpenApiParameter("tier", str, enum=Tier.values, description="Runs with a present copy on this tier."),
             OpenApiParameter(
                 "flag", str, enum=placement.Flag.values, description="Runs with a checkpoint raising this flag."
