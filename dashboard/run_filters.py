@@ -156,7 +156,11 @@ class RunFilters:
     sort: str = "team"
 
     @classmethod
-    def from_params(cls, params) -> RunFilters:
+    def from_params(cls, params, *, team_by_name: bool = False) -> RunFilters:
+        """The filters of a query string. ``team`` is a team's id; with ``team_by_name`` (the API) a value that
+        is not an id is a team's name (``?team=llm``). The page's team menu sends ids, and a value there that
+        is not one means "not given", as every list page's filter does (``ckptfleet.params``)."""
+
         def pick(name: str, allowed) -> str:
             value = (params.get(name) or "").strip()
             return value if value in allowed else ""
@@ -166,7 +170,7 @@ class RunFilters:
         return cls(
             q=(params.get("q") or "").strip()[:200],
             team_id=team_id,
-            team_name=team[:200] if team and team_id is None else "",
+            team_name=team[:200] if team_by_name and team and team_id is None else "",
             status=pick("status", RunStatus.values),
             tier=pick("tier", Tier.values),
             flag=pick("flag", placement.Flag.values),
@@ -294,7 +298,7 @@ class RunFilters:
         """This filter set as a query string, with ``changes`` applied (for sort links and paging)."""
         values = {
             "q": self.q,
-            "team": self.team_id or "",
+            "team": self.team_id or self.team_name or "",
             "status": self.status,
             "tier": self.tier,
             "flag": self.flag,

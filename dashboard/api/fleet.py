@@ -289,7 +289,7 @@ class AgentPromotionsView(APIView):
             200: AgentPullListSerializer,
             400: OpenApiResponse(description="unknown root"),
             403: OpenApiResponse(),
-        }
+        },
     )
     def get(self, request):
 

@@ -50,7 +50,7 @@ class RunKeysetPagination(BasePagination):
 
     def paginate_queryset(self, queryset, request, view=None):
         self.request = request
-        filters = RunFilters.from_params(request.query_params)
+        filters = RunFilters.from_params(request.query_params, team_by_name=True)
         refusal = filters.team_refusal(restrict_teams(Team.objects.all(), request.user))
         if refusal is not None:  # another team's id, for a person scoped to theirs: not found (as on the page)
             raise refusal
