@@ -69,6 +69,7 @@ class InventoryUploadView(APIView):
         },
     )
     def post(self, request):
+        """Upload an inventory of one root (gzip NDJSON); applied by a task, polled at the returned URL."""
         declared = request.headers.get("Content-Length")
         if declared and declared.isdigit() and int(declared) > settings.INVENTORY_MAX_BYTES:
             raise TooLarge(
@@ -93,6 +94,7 @@ class InventoryDetailView(APIView):
 
     @extend_schema(responses=InventorySerializer)
     def get(self, request, pk: int):
+        """The state of one inventory: received, applied or failed, and why."""
         inventory = get_object_or_404(Inventory.objects.select_related("location", "host"), pk=pk)
         if isinstance(request.user, HostPrincipal) and inventory.host_id != request.user.host.pk:
             raise PermissionRefused("this inventory belongs to another host")
@@ -164,6 +166,7 @@ class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_fields = ["kind", "tier", "host"]
 
     @extend_schema(
+        summary="Scan a bucket now (operator role)",
         request=None,
         responses={
             202: InventorySerializer,
@@ -186,6 +189,7 @@ class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
         return Response(body, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
+        summary="Set how many days deletions at a location stay recoverable in the trash (admin role)",
         request=None,
         responses={
             200: StorageLocationSerializer,
@@ -255,6 +259,7 @@ class AgentDeletionsView(APIView):
         return Response({"host": request.user.host.name, "items": items})
 
     @extend_schema(
+        summary="Report what this host's agent did with its deletions",
         request=None,
         responses={200: OpenApiResponse(description="recorded"), 400: OpenApiResponse(), 403: OpenApiResponse()},
     )
@@ -296,6 +301,7 @@ class AgentPromotionsView(APIView):
         return Response(pending(host=request.user.host, root=request.query_params.get("root", "")))
 
     @extend_schema(
+        summary="Report what this host's agent pulled",
         request=AgentPullReportSerializer,
         responses={200: OpenApiResponse(description="recorded"), 400: OpenApiResponse(), 403: OpenApiResponse()},
     )

@@ -293,6 +293,7 @@ class CheckpointViewSet(viewsets.ReadOnlyModelViewSet):
         return Response(CheckpointPlacementSerializer(data).data)
 
     @extend_schema(
+        summary="Placement flags with their counts, or the checkpoints raising one flag",
         parameters=[
             OpenApiParameter("flag", str, enum=placement.Flag.values, description="List the checkpoints of one flag."),
             OpenApiParameter("run", int, description="Only this run (its id)."),
