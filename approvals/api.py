@@ -140,6 +140,11 @@ class ChangeRequestRejectView(_Decision):
         )
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[OpenApiExample("Withdraw", value={"reason": "asked for the wrong team"}, request_only=True)]
+    )
+)
 class ChangeRequestCancelView(_Decision):
     """Withdraw one's own request (or, for an admin, anyone's)."""
 

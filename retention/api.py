@@ -299,6 +299,26 @@ class PolicySerializer(serializers.ModelSerializer):
         )
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[
+            OpenApiExample(
+                "Keep the last 5 and every 1000th step",
+                value={
+                    "name": "llm: last 5 + every 1000",
+                    "team": 2,
+                    "keep_last": 5,
+                    "keep_every": 1000,
+                    "keep_milestones": True,
+                    "keep_critical": True,
+                    "keep_stepless": True,
+                    "reason": "the llm team's standard",
+                },
+                request_only=True,
+            )
+        ]
+    )
+)
 class PolicyListView(APIView):
     """Retention policies; POST creates one (operator role), audited."""
 
@@ -332,6 +352,15 @@ class PolicyListView(APIView):
         return Response(PolicySerializer(policy).data, status=status.HTTP_201_CREATED)
 
 
+@extend_schema_view(
+    patch=extend_schema(
+        examples=[
+            OpenApiExample(
+                "Keep fewer (waits for approval)", value={"keep_last": 3, "reason": "NVMe is full"}, request_only=True
+            )
+        ]
+    )
+)
 class PolicyDetailView(APIView):
     """One policy; PATCH changes its name, rules or enabled (operator role), audited.
 
@@ -408,6 +437,11 @@ class PolicyLockView(APIView):
         return Response(PolicySerializer(policy).data)
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[OpenApiExample("Unlock", value={"reason": "locked the wrong policy"}, request_only=True)]
+    )
+)
 class PolicyUnlockView(PolicyLockView):
     """POST unlocks the policy during its cooling-off (approver role, not the one who locked it); audited."""
 

@@ -151,6 +151,29 @@ class TeamListView(_FinanceWrites):
         ]
     )
 )
+@extend_schema_view(
+    get=extend_schema(
+        examples=[
+            OpenApiExample(
+                "A team and its cost centers",
+                value={
+                    "id": 2,
+                    "name": "llm",
+                    "cost_center": "CC-1200",
+                    "history": [
+                        {
+                            "cost_center": "CC-1200",
+                            "effective_from": "2026-07-01",
+                            "set_by": "fiona",
+                            "reason": "new budget",
+                        }
+                    ],
+                },
+                response_only=True,
+            )
+        ]
+    )
+)
 class TeamDetailView(_FinanceWrites):
     """One team; finance renames it."""
 

@@ -135,6 +135,32 @@ def _flag_counts(counts: dict[str, int]) -> list[dict]:
         ]
     )
 )
+@extend_schema_view(
+    retrieve=extend_schema(
+        examples=[
+            OpenApiExample(
+                "A finished run",
+                value={
+                    "id": 7,
+                    "team": "llm",
+                    "name": "llama-7b-pretrain",
+                    "status": "finished",
+                    "status_source": "job",
+                    "status_changed_at": "2026-11-20T04:12:09Z",
+                    "status_reason": "reached the target loss",
+                    "status_by_label": "agent:gpu-a01",
+                    "checkpoint_count": 12,
+                    "copy_count": 27,
+                    "bytes": 1649267441664,
+                    "newest_step": 6000,
+                    "bad_copies": 1,
+                    "created_at": "2026-09-02T08:30:00Z",
+                },
+                response_only=True,
+            )
+        ]
+    )
+)
 class RunViewSet(viewsets.ReadOnlyModelViewSet):
     """Training runs with checkpoint counts, bytes and their newest step; the runs page's filters, sorts and
     keyset pages apply."""

@@ -58,6 +58,11 @@ def _source(data, user) -> tuple[Checkpoint | None, CheckpointCopy | None]:
         ]
     ),
 )
+@extend_schema_view(
+    cancel=extend_schema(
+        examples=[OpenApiExample("Cancel", value={"reason": "the job resumed from another copy"}, request_only=True)]
+    )
+)
 class PromotionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Promotions of checkpoint copies to hotter tiers, with their progress (bytes_done of bytes_total)."""
 
