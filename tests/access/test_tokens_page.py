@@ -149,3 +149,12 @@ def test_the_page_lists_in_constant_queries(signed_in_as, django_assert_max_num_
         api_token_create(user=client.user, label=f"t{n}", actor=Actor.command())
     with django_assert_max_num_queries(12):
         assert client.get(URL).status_code == 200
+
+
+def test_the_command_names_the_people_there_are_for_an_unknown_one(signed_in_as):
+    from django.core.management import CommandError, call_command
+
+    signed_in_as("viewer", username="grace")
+    with pytest.raises(CommandError, match=r"no user named 'ada' \(people: grace\)"):
+        call_command("api_token", "create", "ada")
+    assert not ApiToken.objects.exists()
