@@ -40,6 +40,7 @@ EXAMPLES_STILL_MISSING: frozenset[str] = frozenset(
         "checkpoints_placement_retrieve",
         "checkpoints_retrieve",
         "hosts_down_create",
+        "hosts_gpus_create",
         "hosts_list",
         "hosts_retrieve",
         "hosts_up_create",
