@@ -241,6 +241,26 @@ ACTIVE_PARAMETER = OpenApiParameter("active", bool, description="true: only thos
         ]
     )
 )
+@extend_schema_view(
+    list=extend_schema(
+        examples=[
+            OpenApiExample(
+                "An active pin",
+                value={
+                    "id": 5,
+                    "checkpoint": 42,
+                    "reason": "baseline for the paper",
+                    "pinned_label": "ada",
+                    "pinned_at": "2026-10-14T16:20:00Z",
+                    "unpinned_label": "",
+                    "unpinned_at": None,
+                    "active": True,
+                },
+                response_only=True,
+            )
+        ]
+    )
+)
 class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     queryset = Pin.objects.all()
     serializer_class = PinSerializer
@@ -330,7 +350,41 @@ class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                     "released_at": None,
                     "release_reason": "",
                     "release_case_ref": "",
-                    "mirror_state": "mirrored",
+                    "mirror_state": "done",
+                    "mirror_detail": "",
+                    "mirrored_at": "2026-11-02T10:04:31Z",
+                    "mirror_mode": "",
+                    "mirror_retain_until": None,
+                    "mirror_objects": 312,
+                    "mirror_refused": 0,
+                    "active": True,
+                },
+                response_only=True,
+            )
+        ]
+    )
+)
+@extend_schema_view(
+    list=extend_schema(
+        examples=[
+            OpenApiExample(
+                "A legal hold mirrored to Object Lock",
+                value={
+                    "id": 3,
+                    "run": 7,
+                    "checkpoint": None,
+                    "mode": "legal",
+                    "retain_until": None,
+                    "releasable_after": None,
+                    "reason": "litigation hold",
+                    "case_ref": "LEGAL-12",
+                    "placed_label": "ada",
+                    "placed_at": "2026-11-02T10:00:00Z",
+                    "released_label": "",
+                    "released_at": None,
+                    "release_reason": "",
+                    "release_case_ref": "",
+                    "mirror_state": "done",
                     "mirror_detail": "",
                     "mirrored_at": "2026-11-02T10:04:31Z",
                     "mirror_mode": "",

@@ -113,6 +113,31 @@ def _request_id(request) -> str:
         ]
     )
 )
+@extend_schema_view(
+    get=extend_schema(
+        examples=[
+            OpenApiExample(
+                "A team and its cost centers",
+                value={
+                    "id": 2,
+                    "name": "llm",
+                    "cost_center": "CC-1200",
+                    "history": [
+                        {
+                            "cost_center": "CC-1200",
+                            "effective_from": "2026-07-01",
+                            "id": 4,
+                            "set_by_label": "fiona",
+                            "set_at": "2026-06-28T09:15:00Z",
+                            "reason": "new budget",
+                        }
+                    ],
+                },
+                response_only=True,
+            )
+        ]
+    )
+)
 class TeamListView(_FinanceWrites):
     """Every team you may see, with its cost center today and its history; finance creates teams."""
 
@@ -164,7 +189,9 @@ class TeamListView(_FinanceWrites):
                         {
                             "cost_center": "CC-1200",
                             "effective_from": "2026-07-01",
-                            "set_by": "fiona",
+                            "id": 4,
+                            "set_by_label": "fiona",
+                            "set_at": "2026-06-28T09:15:00Z",
                             "reason": "new budget",
                         }
                     ],

@@ -84,13 +84,16 @@ class RunKeysetPagination(BasePagination):
 
     def get_paginated_response_schema(self, schema):
         link = {"type": "string", "nullable": True, "format": "uri"}
+        next_example = (
+            "https://fleet.example.com/api/v1/runs/?team=llm&cursor=eyJzIjoidGVhbSIsImsiOlsibGxtIl0sImlkIjo3fQ"
+        )
         return {
             "type": "object",
             "required": ["count", "results"],
             "properties": {
-                "count": {"type": "integer", "description": "Runs matching the filters."},
-                "next": link,
-                "previous": link,
+                "count": {"type": "integer", "description": "Runs matching the filters.", "example": 128},
+                "next": {**link, "example": next_example},
+                "previous": {**link, "example": None},
                 "results": schema,
             },
         }
@@ -121,6 +124,24 @@ def _flag_counts(counts: dict[str, int]) -> list[dict]:
     ]
 
 
+RUN_EXAMPLE = {
+    "id": 7,
+    "team": "llm",
+    "name": "llama-7b-pretrain",
+    "status": "finished",
+    "status_source": "api",
+    "status_changed_at": "2026-11-20T04:12:09Z",
+    "status_reason": "reached the target loss",
+    "status_by_label": "ada",
+    "checkpoint_count": 12,
+    "copy_count": 27,
+    "bytes": 1649267441664,
+    "newest_step": 6000,
+    "bad_copies": 1,
+    "created_at": "2026-09-02T08:30:00Z",
+}
+
+
 @extend_schema_view(
     list=extend_schema(
         parameters=[
@@ -136,30 +157,8 @@ def _flag_counts(counts: dict[str, int]) -> list[dict]:
     )
 )
 @extend_schema_view(
-    retrieve=extend_schema(
-        examples=[
-            OpenApiExample(
-                "A finished run",
-                value={
-                    "id": 7,
-                    "team": "llm",
-                    "name": "llama-7b-pretrain",
-                    "status": "finished",
-                    "status_source": "job",
-                    "status_changed_at": "2026-11-20T04:12:09Z",
-                    "status_reason": "reached the target loss",
-                    "status_by_label": "agent:gpu-a01",
-                    "checkpoint_count": 12,
-                    "copy_count": 27,
-                    "bytes": 1649267441664,
-                    "newest_step": 6000,
-                    "bad_copies": 1,
-                    "created_at": "2026-09-02T08:30:00Z",
-                },
-                response_only=True,
-            )
-        ]
-    )
+    list=extend_schema(examples=[OpenApiExample("A page of runs of team llm", value=RUN_EXAMPLE, response_only=True)]),
+    retrieve=extend_schema(examples=[OpenApiExample("A finished run", value=RUN_EXAMPLE, response_only=True)]),
 )
 class RunViewSet(viewsets.ReadOnlyModelViewSet):
     """Training runs with checkpoint counts, bytes and their newest step; the runs page's filters, sorts and
