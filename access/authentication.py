@@ -6,7 +6,8 @@ from rest_framework import authentication, exceptions
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):
-    """A person's token (``manage.py api_token create <user>``); host agents' ``cfh_`` tokens are not for it."""
+    """A person's token (the API tokens page, ``/account/tokens/``, or ``manage.py api_token create <user>``);
+    host agents' ``cfh_`` tokens are not for it."""
 
     keyword = "Bearer"
 
@@ -17,7 +18,7 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         if scheme == self.keyword and raw.startswith("cfh_"):
             raise exceptions.AuthenticationFailed(
                 "this is a host agent's token (cfh_), which only the agent endpoints take; "
-                "a script uses a person's token (cfu_, manage.py api_token create <user>)",
+                "a script uses a person's token (cfu_, from /account/tokens/ or manage.py api_token create <user>)",
                 code="not_authenticated",
             )
         if scheme != self.keyword or not raw.startswith("cfu_"):

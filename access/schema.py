@@ -11,5 +11,8 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):
         return {
             "type": "http",
             "scheme": "bearer",
-            "description": "A person's API token (cfu_...), from `manage.py api_token create <user>`.",
+            "description": (
+                "A person's API token (cfu_...), from the API tokens page (/account/tokens/) or "
+                "`manage.py api_token create <user>`; sent as `Authorization: Bearer cfu_...`."
+            ),
         }

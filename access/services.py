@@ -6,6 +6,7 @@ import hashlib
 import secrets
 from datetime import timedelta
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
@@ -19,14 +20,20 @@ from ckptfleet.errors import DomainError, NotAuthenticated
 TOKEN_PREFIX = "cfu"  # noqa: S105 - a public prefix; host agents' tokens start with "cfh"
 # A token's last use is written at most this often, so that a busy script does not write on every call.
 LAST_USED_RESOLUTION = timedelta(minutes=5)
+# Active tokens a person may hold at once: one per script or machine is plenty, and a cap keeps a leaked
+# session from minting tokens without end. Revoking one makes room.
+API_TOKENS_MAX_ACTIVE = 20
 
 
 def token_hash(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def api_token_create(*, user, label: str = "", actor: Actor) -> tuple[ApiToken, str]:
-    """Issue a token for ``user``; returns it and the raw token, which is never stored or shown again."""
+def api_token_create(*, user, label: str = "", actor: Actor, request_id: str = "") -> tuple[ApiToken, str]:
+    """Issue a token for ``user``; returns it and the raw token, which is never stored or shown again.
+
+    At most ``API_TOKENS_MAX_ACTIVE`` active tokens per person (counted under a lock of the person's row).
+    """
     if not user.is_active:
         raise DomainError(f"{user.get_username()} is deactivated; activate the account first", code="inactive")
     label = label.strip()
@@ -35,6 +42,15 @@ def api_token_create(*, user, label: str = "", actor: Actor) -> tuple[ApiToken, 
     prefix = secrets.token_hex(6)
     raw = f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+        active = ApiToken.objects.filter(user=user, revoked_at__isnull=True).count()
+        if active >= API_TOKENS_MAX_ACTIVE:
+            raise DomainError(
+                f"{user.get_username()} already has {active} active API tokens, the most one person may hold; "
+                "revoke one that is no longer used first",
+                code="too_many_tokens",
+                http_status=409,
+            )
         token = ApiToken.objects.create(user=user, prefix=prefix, token_hash=token_hash(raw), label=label)
         audit(
             actor,
@@ -43,11 +59,12 @@ def api_token_create(*, user, label: str = "", actor: Actor) -> tuple[ApiToken, 
             target_id=user.pk,
             target_label=user.get_username(),
             after={"token_prefix": prefix, "label": label},
+            request_id=request_id,
         )
     return token, raw
 
 
-def api_token_revoke(*, user, actor: Actor, prefix: str = "") -> int:
+def api_token_revoke(*, user, actor: Actor, prefix: str = "", request_id: str = "") -> int:
     """Revoke ``user``'s active tokens (only the one with ``prefix`` when given); returns how many."""
     with transaction.atomic():
         tokens = ApiToken.objects.select_for_update().filter(user=user, revoked_at__isnull=True)
@@ -66,6 +83,7 @@ def api_token_revoke(*, user, actor: Actor, prefix: str = "") -> int:
             target_label=user.get_username(),
             before={"active_prefixes": prefixes},
             after={"revoked": len(prefixes)},
+            request_id=request_id,
         )
     return len(prefixes)
 

@@ -22,7 +22,7 @@ which also refuse what the promises forbid, for admins too. Errors answer {"erro
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -202,6 +202,65 @@ def _active_filter(queryset, request, field: str):
     return queryset
 
 
+ACTIVE_PARAMETER = OpenApiParameter("active", bool, description="true: only those still in force.")
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List pins", parameters=[ACTIVE_PARAMETER]),
+    retrieve=extend_schema(summary="One pin"),
+)
+@extend_schema_view(
+    create=extend_schema(
+        examples=[
+            OpenApiExample(
+                "Pin a baseline", value={"checkpoint": 42, "reason": "baseline for the paper"}, request_only=True
+            )
+        ]
+    ),
+    unpin=extend_schema(
+        examples=[OpenApiExample("Unpin", value={"reason": "the paper is published"}, request_only=True)]
+    ),
+)
+@extend_schema_view(
+    retrieve=extend_schema(
+        examples=[
+            OpenApiExample(
+                "An active pin",
+                value={
+                    "id": 5,
+                    "checkpoint": 42,
+                    "reason": "baseline for the paper",
+                    "pinned_label": "ada",
+                    "pinned_at": "2026-10-14T16:20:00Z",
+                    "unpinned_label": "",
+                    "unpinned_at": None,
+                    "active": True,
+                },
+                response_only=True,
+            )
+        ]
+    )
+)
+@extend_schema_view(
+    list=extend_schema(
+        examples=[
+            OpenApiExample(
+                "An active pin",
+                value={
+                    "id": 5,
+                    "checkpoint": 42,
+                    "reason": "baseline for the paper",
+                    "pinned_label": "ada",
+                    "pinned_at": "2026-10-14T16:20:00Z",
+                    "unpinned_label": "",
+                    "unpinned_at": None,
+                    "active": True,
+                },
+                response_only=True,
+            )
+        ]
+    )
+)
 class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     queryset = Pin.objects.all()
     serializer_class = PinSerializer
@@ -225,6 +284,7 @@ class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @extend_schema(request=ReasonInput, responses={200: PinSerializer})
     @action(detail=True, methods=["post"])
     def unpin(self, request, pk=None):
+        """Unpin a checkpoint, with a reason."""
         data = _valid(ReasonInput, request)
         done = services.unpin(
             pin=_get(Pin, pk, "pin", request),
@@ -235,6 +295,109 @@ class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return Response(PinSerializer(done).data)
 
 
+@extend_schema_view(
+    list=extend_schema(summary="List holds", parameters=[ACTIVE_PARAMETER]),
+    retrieve=extend_schema(summary="One hold"),
+)
+@extend_schema_view(
+    create=extend_schema(
+        examples=[
+            OpenApiExample(
+                "A legal hold on a run",
+                value={"run": 7, "reason": "litigation hold", "case_ref": "LEGAL-12", "mode": "legal"},
+                request_only=True,
+            ),
+            OpenApiExample(
+                "A compliance hold until a date",
+                value={
+                    "run": 7,
+                    "checkpoint": 42,
+                    "reason": "regulator's preservation order",
+                    "case_ref": "SEC-2026-7",
+                    "mode": "compliance",
+                    "retain_until": "2027-06-30",
+                },
+                request_only=True,
+            ),
+        ]
+    ),
+    release=extend_schema(
+        examples=[OpenApiExample("Release", value={"reason": "case closed", "case_ref": "LEGAL-12"}, request_only=True)]
+    ),
+    extend=extend_schema(
+        examples=[
+            OpenApiExample("Extend", value={"retain_until": "2028-06-30", "reason": "appeal filed"}, request_only=True)
+        ]
+    ),
+)
+@extend_schema_view(
+    retrieve=extend_schema(
+        examples=[
+            OpenApiExample(
+                "A legal hold mirrored to Object Lock",
+                value={
+                    "id": 3,
+                    "run": 7,
+                    "checkpoint": None,
+                    "mode": "legal",
+                    "retain_until": None,
+                    "releasable_after": None,
+                    "reason": "litigation hold",
+                    "case_ref": "LEGAL-12",
+                    "placed_label": "ada",
+                    "placed_at": "2026-11-02T10:00:00Z",
+                    "released_label": "",
+                    "released_at": None,
+                    "release_reason": "",
+                    "release_case_ref": "",
+                    "mirror_state": "done",
+                    "mirror_detail": "",
+                    "mirrored_at": "2026-11-02T10:04:31Z",
+                    "mirror_mode": "",
+                    "mirror_retain_until": None,
+                    "mirror_objects": 312,
+                    "mirror_refused": 0,
+                    "active": True,
+                },
+                response_only=True,
+            )
+        ]
+    )
+)
+@extend_schema_view(
+    list=extend_schema(
+        examples=[
+            OpenApiExample(
+                "A legal hold mirrored to Object Lock",
+                value={
+                    "id": 3,
+                    "run": 7,
+                    "checkpoint": None,
+                    "mode": "legal",
+                    "retain_until": None,
+                    "releasable_after": None,
+                    "reason": "litigation hold",
+                    "case_ref": "LEGAL-12",
+                    "placed_label": "ada",
+                    "placed_at": "2026-11-02T10:00:00Z",
+                    "released_label": "",
+                    "released_at": None,
+                    "release_reason": "",
+                    "release_case_ref": "",
+                    "mirror_state": "done",
+                    "mirror_detail": "",
+                    "mirrored_at": "2026-11-02T10:04:31Z",
+                    "mirror_mode": "",
+                    "mirror_retain_until": None,
+                    "mirror_objects": 312,
+                    "mirror_refused": 0,
+                    "active": True,
+                },
+                response_only=True,
+            )
+        ]
+    )
+)
 class HoldViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     queryset = Hold.objects.all()
     serializer_class = HoldSerializer
@@ -263,6 +426,7 @@ class HoldViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
     @extend_schema(request=ReleaseInput, responses={200: HoldSerializer})
     @action(detail=True, methods=["post"])
     def release(self, request, pk=None):
+        """Release a hold, with a reason (not the person who placed it)."""
         data = _valid(ReleaseInput, request)
         done = services.release(
             hold=_get(Hold, pk, "hold", request),
@@ -288,6 +452,18 @@ class HoldViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         return Response(HoldSerializer(done).data)
 
 
+@extend_schema_view(
+    create=extend_schema(
+        examples=[
+            OpenApiExample(
+                "Schedule a deletion", value={"checkpoint": 42, "reason": "superseded by step 4000"}, request_only=True
+            )
+        ]
+    ),
+    cancel=extend_schema(
+        examples=[OpenApiExample("Cancel", value={"reason": "still needed for the ablation"}, request_only=True)]
+    ),
+)
 class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     queryset = DeletionJob.objects.all()
     serializer_class = DeletionJobSerializer
@@ -368,6 +544,7 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     @extend_schema(responses={200: DeletionItemSerializer(many=True)})
     @action(detail=True, methods=["get"])
     def items(self, request, pk=None):
+        """The frozen files of a deletion, each with its state."""
         job = self.get_object()
         page = self.paginate_queryset(DeletionItem.objects.filter(job=job))
         return self.get_paginated_response(DeletionItemSerializer(page, many=True).data)
@@ -375,6 +552,7 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     @extend_schema(request=None, responses={200: DeletionJobSerializer})
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
+        """Approve a deletion (approver role, not the person who asked)."""
         job = services.approve(
             job=_get(DeletionJob, pk, "deletion", request),
             actor=Actor.for_request(request),
@@ -385,6 +563,7 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     @extend_schema(request=ReasonInput, responses={200: DeletionJobSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
+        """Cancel a scheduled deletion, with a reason."""
         data = _valid(ReasonInput, request)
         job = services.cancel(
             job=_get(DeletionJob, pk, "deletion", request),
@@ -450,6 +629,17 @@ def _cleanup_answer(p: orphans.OrphanCleanup) -> dict:
     }
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[
+            OpenApiExample(
+                "Files of no checkpoint under a prefix",
+                value={"kind": "unclaimed", "location": 4, "prefix": "scratch"},
+                request_only=True,
+            )
+        ]
+    )
+)
 class OrphanCleanupPreviewView(APIView):
     @extend_schema(
         summary="Preview the clean-up of one orphan group",
@@ -470,6 +660,17 @@ class OrphanCleanupPreviewView(APIView):
         return Response(_cleanup_answer(p))
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[
+            OpenApiExample(
+                "Incomplete multipart uploads of a run",
+                value={"kind": "multipart", "location": 4, "prefix": "llm/llama-7b", "reason": "abandoned uploads"},
+                request_only=True,
+            )
+        ]
+    )
+)
 class OrphanCleanupView(APIView):
     @extend_schema(
         summary="Schedule the clean-up of one orphan group",

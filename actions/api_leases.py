@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import permissions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -134,6 +134,9 @@ class LeaseListView(APIView):
         return Response(LeaseSerializer(lease).data, status=status.HTTP_201_CREATED)
 
 
+@extend_schema_view(
+    post=extend_schema(examples=[OpenApiExample("Another hour", value={"ttl_seconds": 3600}, request_only=True)])
+)
 class LeaseRenewView(APIView):
     """POST moves the lease's expiry to now + ttl_seconds (operator role)."""
 
@@ -146,6 +149,9 @@ class LeaseRenewView(APIView):
         return Response(LeaseSerializer(lease).data)
 
 
+@extend_schema_view(
+    post=extend_schema(examples=[OpenApiExample("Done", value={"reason": "evaluation finished"}, request_only=True)])
+)
 class LeaseReleaseView(APIView):
     """POST ends the lease now (operator role)."""
 
@@ -170,6 +176,17 @@ def _host_actor(request) -> Actor:
     return Actor.agent(request.user.host.name)
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[
+            OpenApiExample(
+                "Resuming from a checkpoint",
+                value={"checkpoint": 42, "owner": "llama3-70b-resume-7", "purpose": "resuming", "ttl_seconds": 3600},
+                request_only=True,
+            )
+        ]
+    )
+)
 class AgentLeaseView(APIView):
     """A host agent takes a lease on a checkpoint it holds a copy of (POST), or lists the ones it took (GET)."""
 
@@ -195,6 +212,9 @@ class AgentLeaseView(APIView):
         return Response(LeaseSerializer(lease).data, status=status.HTTP_201_CREATED)
 
 
+@extend_schema_view(
+    post=extend_schema(examples=[OpenApiExample("Another hour", value={"ttl_seconds": 3600}, request_only=True)])
+)
 class AgentLeaseChangeView(APIView):
     """POST renew/ (``{"ttl_seconds": N}``) or release/ a lease this host took."""
 

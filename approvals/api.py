@@ -9,7 +9,7 @@ since it was asked for, or refused by a retention lock.
 from __future__ import annotations
 
 from django.http import Http404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -92,6 +92,7 @@ class ChangeRequestListView(APIView):
 class ChangeRequestDetailView(APIView):
     @extend_schema(operation_id="change_request_read", responses=ChangeRequestSerializer)
     def get(self, request, pk: int):
+        """One change request, with what it would change."""
         return Response(ChangeRequestSerializer(_visible(request, pk)).data)
 
 
@@ -117,6 +118,13 @@ class ChangeRequestApproveView(_Decision):
         )
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[
+            OpenApiExample("Reject", value={"reason": "keeps too little for the audit period"}, request_only=True)
+        ]
+    )
+)
 class ChangeRequestRejectView(_Decision):
     """Reject, with a reason (approver role, not the person who asked)."""
 
@@ -132,6 +140,11 @@ class ChangeRequestRejectView(_Decision):
         )
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[OpenApiExample("Withdraw", value={"reason": "asked for the wrong team"}, request_only=True)]
+    )
+)
 class ChangeRequestCancelView(_Decision):
     """Withdraw one's own request (or, for an admin, anyone's)."""
 

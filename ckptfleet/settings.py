@@ -164,6 +164,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # NUL characters and oversized bodies are refused before anything reads them (400 and 413).
     "ckptfleet.middleware.RequestGuardMiddleware",
+    # A query parameter the API's operation does not declare is a 400 naming it, not silently ignored.
+    "ckptfleet.api_params.UnknownQueryParameterMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -293,7 +295,7 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["access.permissions.HasRole"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "ckptfleet.schema.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "ckptfleet.pagination.IdCursorPagination",
     "PAGE_SIZE": 100,
@@ -301,7 +303,21 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Checkpoint Fleet API",
-    "DESCRIPTION": "Training checkpoints across hosts and buckets: inventory, state, spend and actions.",
+    "DESCRIPTION": (
+        "Training checkpoints across hosts and buckets: inventory, state, spend and actions.\n\n"
+        "**Getting a token.** Sign in to the dashboard and open **API tokens** (`/account/tokens/`, in the "
+        "account menu): give the token a label and copy it; it is shown once (only a hash is kept). From a "
+        'shell on the server: `python manage.py api_token create <username> --label "what it is for"`. '
+        "A token acts as its person, with that person's roles at the moment of each request; revoke it on "
+        "the same page (or `manage.py api_token revoke <username> --prefix <prefix>`).\n\n"
+        "**Sending it.** In a header: `Authorization: Bearer cfu_...`, e.g. "
+        '`curl -H "Authorization: Bearer $CKPTFLEET_TOKEN" https://fleet.example.com/api/v1/runs/`. '
+        "Without it (or with a revoked one) the answer is 401 with `WWW-Authenticate: Bearer`. Host agents "
+        "use their host's `cfh_` token, on the `/api/v1/agent/` and `/api/v1/inventories/` endpoints only.\n\n"
+        '**Errors.** Every refusal is `{"error": code, "detail": message}`. A query parameter an '
+        "operation does not list is a 400 naming it (`Unknown query parameter: team. Known: ...`); lists are "
+        "paged with `cursor` (or `page`) and `page_size`."
+    ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     # The interactive page is served from our own static files; nothing loads from a CDN.

@@ -148,6 +148,7 @@ class RunPage:
 class RunFilters:
     q: str = ""
     team_id: int | None = None
+    team_name: str = ""  # ``team`` given as a name (``?team=llm``), not an id
     status: str = ""
     tier: str = ""
     flag: str = ""
@@ -155,15 +156,21 @@ class RunFilters:
     sort: str = "team"
 
     @classmethod
-    def from_params(cls, params) -> RunFilters:
+    def from_params(cls, params, *, team_by_name: bool = False) -> RunFilters:
+        """The filters of a query string. ``team`` is a team's id; with ``team_by_name`` (the API) a value that
+        is not an id is a team's name (``?team=llm``). The page's team menu sends ids, and a value there that
+        is not one means "not given", as every list page's filter does (``ckptfleet.params``)."""
+
         def pick(name: str, allowed) -> str:
             value = (params.get(name) or "").strip()
             return value if value in allowed else ""
 
         team = (params.get("team") or "").strip()
+        team_id = lenient_id(team)
         return cls(
             q=(params.get("q") or "").strip()[:200],
-            team_id=lenient_id(team),
+            team_id=team_id,
+            team_name=team[:200] if team_by_name and team and team_id is None else "",
             status=pick("status", RunStatus.values),
             tier=pick("tier", Tier.values),
             flag=pick("flag", placement.Flag.values),
@@ -174,6 +181,10 @@ class RunFilters:
     def team_refusal(self, teams: QuerySet) -> DomainError | None:
         """Why the ``team`` filter is refused, or None: a team id not among ``teams`` (those the person may
         see and choose, ``access.scoping.restrict_teams``) is not found, whether it exists or not."""
+        if self.team_name:
+            if teams.filter(name=self.team_name).exists():
+                return None
+            return DomainError(f"team {self.team_name!r} not found", code="not_found", http_status=404)
         if self.team_id is None or teams.filter(pk=self.team_id).exists():
             return None
         return DomainError(f"team {self.team_id} not found", code="not_found", http_status=404)
@@ -181,7 +192,7 @@ class RunFilters:
     @property
     def narrowed(self) -> bool:
         """Whether any filter (not the sort) is set."""
-        return bool(self.q or self.team_id or self.status or self.tier or self.flag or self.attention)
+        return bool(self.q or self.team_id or self.team_name or self.status or self.tier or self.flag or self.attention)
 
     def narrow(self, runs: QuerySet[Run]) -> QuerySet[Run]:
         """``runs`` limited by the filters; no counting, no order."""
@@ -189,6 +200,8 @@ class RunFilters:
             runs = runs.filter(Q(name__icontains=self.q) | Q(team__name__icontains=self.q))
         if self.team_id is not None:
             runs = runs.filter(team_id=self.team_id)
+        if self.team_name:
+            runs = runs.filter(team__name=self.team_name)
         if self.status:
             runs = runs.filter(status=self.status)
         if self.tier:
@@ -285,7 +298,7 @@ class RunFilters:
         """This filter set as a query string, with ``changes`` applied (for sort links and paging)."""
         values = {
             "q": self.q,
-            "team": self.team_id or "",
+            "team": self.team_id or self.team_name or "",
             "status": self.status,
             "tier": self.tier,
             "flag": self.flag,

@@ -84,6 +84,7 @@ urlpatterns = [
     path("approvals/", include("dashboard.urls_approvals")),
     path("actions/", include("actions.urls")),
     path("audit/", include("dashboard.urls_audit")),
+    path("account/tokens/", include("dashboard.urls_tokens")),
     path("retention/", include("retention.urls")),
     path("", include("promotion.urls")),  # /promotions/, /checkpoints/<pk>/promote/ and /api/v1/promotions/
 ]

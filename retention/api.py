@@ -10,7 +10,7 @@ from decimal import Decimal
 
 from django.http import Http404
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -299,6 +299,26 @@ class PolicySerializer(serializers.ModelSerializer):
         )
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[
+            OpenApiExample(
+                "Keep the last 5 and every 1000th step",
+                value={
+                    "name": "llm: last 5 + every 1000",
+                    "team": 2,
+                    "keep_last": 5,
+                    "keep_every": 1000,
+                    "keep_milestones": True,
+                    "keep_critical": True,
+                    "keep_stepless": True,
+                    "reason": "the llm team's standard",
+                },
+                request_only=True,
+            )
+        ]
+    )
+)
 class PolicyListView(APIView):
     """Retention policies; POST creates one (operator role), audited."""
 
@@ -309,11 +329,13 @@ class PolicyListView(APIView):
 
     @extend_schema(operation_id="retention_policy_list", responses=PolicySerializer(many=True))
     def get(self, request):
+        """List retention policies."""
         policies = restrict_policies(RetentionPolicy.objects.all(), request.user).order_by("name", "pk")
         return Response(PolicySerializer(policies, many=True).data)
 
     @extend_schema(operation_id="retention_policy_create", request=PolicySerializer, responses=PolicySerializer)
     def post(self, request):
+        """Create a retention policy (operator role); it starts disabled."""
         ser = PolicySerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         d = dict(ser.validated_data)
@@ -330,6 +352,15 @@ class PolicyListView(APIView):
         return Response(PolicySerializer(policy).data, status=status.HTTP_201_CREATED)
 
 
+@extend_schema_view(
+    patch=extend_schema(
+        examples=[
+            OpenApiExample(
+                "Keep fewer (waits for approval)", value={"keep_last": 3, "reason": "NVMe is full"}, request_only=True
+            )
+        ]
+    )
+)
 class PolicyDetailView(APIView):
     """One policy; PATCH changes its name, rules or enabled (operator role), audited.
 
@@ -344,11 +375,13 @@ class PolicyDetailView(APIView):
 
     @extend_schema(operation_id="retention_policy_read", responses=PolicySerializer)
     def get(self, request, pk: int):
+        """One retention policy."""
         policy = get_object_or_404(restrict_policies(RetentionPolicy.objects.all(), request.user), pk=pk)
         return Response(PolicySerializer(policy).data)
 
     @extend_schema(operation_id="retention_policy_update", request=PolicySerializer, responses=PolicySerializer)
     def patch(self, request, pk: int):
+        """Change a retention policy; a change that keeps less waits for approval."""
         get_object_or_404(restrict_policies(RetentionPolicy.objects.all(), request.user), pk=pk)
         ser = PolicySerializer(data=request.data, partial=True)
         ser.is_valid(raise_exception=True)
@@ -374,6 +407,11 @@ class LockSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000)
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[OpenApiExample("Lock", value={"reason": "SOC 2 retention control"}, request_only=True)]
+    )
+)
 class PolicyLockView(APIView):
     """POST locks the policy (approver role, with a reason); audited. See ``retention.services.policy_lock``."""
 
@@ -385,6 +423,7 @@ class PolicyLockView(APIView):
 
     @extend_schema(operation_id="retention_policy_lock", request=LockSerializer, responses=PolicySerializer)
     def post(self, request, pk: int):
+        """Lock a retention policy (approver role, with a reason)."""
         get_object_or_404(restrict_policies(RetentionPolicy.objects.all(), request.user), pk=pk)
         ser = LockSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
@@ -398,6 +437,11 @@ class PolicyLockView(APIView):
         return Response(PolicySerializer(policy).data)
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[OpenApiExample("Unlock", value={"reason": "locked the wrong policy"}, request_only=True)]
+    )
+)
 class PolicyUnlockView(PolicyLockView):
     """POST unlocks the policy during its cooling-off (approver role, not the one who locked it); audited."""
 
@@ -405,6 +449,7 @@ class PolicyUnlockView(PolicyLockView):
 
     @extend_schema(operation_id="retention_policy_unlock", request=LockSerializer, responses=PolicySerializer)
     def post(self, request, pk: int):
+        """Unlock a policy during its cooling-off (approver role, not the one who locked it)."""
         return super().post(request, pk)
 
 

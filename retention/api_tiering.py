@@ -9,7 +9,7 @@ from decimal import Decimal
 
 from django.http import Http404
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -134,6 +134,15 @@ class TieringPolicyListView(APIView):
         return Response(TieringPolicySerializer(policy).data, status=status.HTTP_201_CREATED)
 
 
+@extend_schema_view(
+    patch=extend_schema(
+        examples=[
+            OpenApiExample(
+                "Run it daily", value={"every_hours": 24, "reason": "weekly was too slow"}, request_only=True
+            )
+        ]
+    )
+)
 class TieringPolicyDetailView(APIView):
     """One tiering policy; PATCH edits it (operator role). Enabling it, or changing it while enabled, answers 202
     with the change request a second person applies."""

@@ -148,10 +148,12 @@ class PricePointListView(APIView):
 
     @extend_schema(responses={200: PricePointSerializer(many=True)})
     def get(self, request):
+        """The price book: every price point, by provider, region and storage class."""
         return Response(PricePointSerializer(spend.price_points(), many=True).data)
 
     @extend_schema(request=PricePointSerializer, responses={201: PricePointSerializer})
     def post(self, request):
+        """Add a price point to the price book (finance role)."""
         require_role(request.user, Role.FINANCE, doing="Adding to the price book", target_type="price_point")
         serializer = PricePointSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)

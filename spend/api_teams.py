@@ -13,7 +13,7 @@ audited as refused; bad input answers 400 (``{"error", "detail"}``) and changes 
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -102,6 +102,42 @@ def _request_id(request) -> str:
     return getattr(request, "request_id", "") or ""
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[
+            OpenApiExample(
+                "A new team",
+                value={"name": "speech", "cost_center": "CC-4410", "reason": "new speech group"},
+                request_only=True,
+            )
+        ]
+    )
+)
+@extend_schema_view(
+    get=extend_schema(
+        examples=[
+            OpenApiExample(
+                "A team and its cost centers",
+                value={
+                    "id": 2,
+                    "name": "llm",
+                    "cost_center": "CC-1200",
+                    "history": [
+                        {
+                            "cost_center": "CC-1200",
+                            "effective_from": "2026-07-01",
+                            "id": 4,
+                            "set_by_label": "fiona",
+                            "set_at": "2026-06-28T09:15:00Z",
+                            "reason": "new budget",
+                        }
+                    ],
+                },
+                response_only=True,
+            )
+        ]
+    )
+)
 class TeamListView(_FinanceWrites):
     """Every team you may see, with its cost center today and its history; finance creates teams."""
 
@@ -133,6 +169,38 @@ class TeamListView(_FinanceWrites):
         return Response(_team_data(request, team), status=status.HTTP_201_CREATED)
 
 
+@extend_schema_view(
+    patch=extend_schema(
+        examples=[
+            OpenApiExample("Rename", value={"name": "speech-research", "reason": "reorganisation"}, request_only=True)
+        ]
+    )
+)
+@extend_schema_view(
+    get=extend_schema(
+        examples=[
+            OpenApiExample(
+                "A team and its cost centers",
+                value={
+                    "id": 2,
+                    "name": "llm",
+                    "cost_center": "CC-1200",
+                    "history": [
+                        {
+                            "cost_center": "CC-1200",
+                            "effective_from": "2026-07-01",
+                            "id": 4,
+                            "set_by_label": "fiona",
+                            "set_at": "2026-06-28T09:15:00Z",
+                            "reason": "new budget",
+                        }
+                    ],
+                },
+                response_only=True,
+            )
+        ]
+    )
+)
 class TeamDetailView(_FinanceWrites):
     """One team; finance renames it."""
 
@@ -163,6 +231,17 @@ class TeamDetailView(_FinanceWrites):
         return Response(_team_data(request, team))
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[
+            OpenApiExample(
+                "From the first of next month",
+                value={"cost_center": "CC-2", "effective_from": "2026-12-01", "reason": "moved to the research budget"},
+                request_only=True,
+            )
+        ]
+    )
+)
 class TeamCostCenterView(_FinanceWrites):
     """Set a team's cost center from a day on (finance role): today by default, back to the first of this month."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import BaseParser
@@ -69,6 +69,7 @@ class InventoryUploadView(APIView):
         },
     )
     def post(self, request):
+        """Upload an inventory of one root (gzip NDJSON); applied by a task, polled at the returned URL."""
         declared = request.headers.get("Content-Length")
         if declared and declared.isdigit() and int(declared) > settings.INVENTORY_MAX_BYTES:
             raise TooLarge(
@@ -93,6 +94,7 @@ class InventoryDetailView(APIView):
 
     @extend_schema(responses=InventorySerializer)
     def get(self, request, pk: int):
+        """The state of one inventory: received, applied or failed, and why."""
         inventory = get_object_or_404(Inventory.objects.select_related("location", "host"), pk=pk)
         if isinstance(request.user, HostPrincipal) and inventory.host_id != request.user.host.pk:
             raise PermissionRefused("this inventory belongs to another host")
@@ -164,6 +166,7 @@ class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_fields = ["kind", "tier", "host"]
 
     @extend_schema(
+        summary="Scan a bucket now (operator role)",
         request=None,
         responses={
             202: InventorySerializer,
@@ -186,6 +189,7 @@ class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
         return Response(body, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
+        summary="Set how many days deletions at a location stay recoverable in the trash (admin role)",
         request=None,
         responses={
             200: StorageLocationSerializer,
@@ -238,7 +242,14 @@ class AgentDeletionsView(APIView):
     authentication_classes = [HostTokenAuthentication]
     permission_classes = [IsDeletingHost]
 
-    @extend_schema(responses={200: OpenApiResponse(description="pending files"), 403: OpenApiResponse()})
+    @extend_schema(
+        summary="Files this host's agent should delete, trash, purge or restore",
+        parameters=[
+            OpenApiParameter("root", str, description="Only this registered root (an absolute path)."),
+            OpenApiParameter("can", str, description="`trash`: the agent moves files to the trash and back."),
+        ],
+        responses={200: OpenApiResponse(description="pending files"), 403: OpenApiResponse()},
+    )
     def get(self, request):
 
         root = request.query_params.get("root", "")
@@ -248,6 +259,7 @@ class AgentDeletionsView(APIView):
         return Response({"host": request.user.host.name, "items": items})
 
     @extend_schema(
+        summary="Report what this host's agent did with its deletions",
         request=None,
         responses={200: OpenApiResponse(description="recorded"), 400: OpenApiResponse(), 403: OpenApiResponse()},
     )
@@ -276,17 +288,20 @@ class AgentPromotionsView(APIView):
     permission_classes = [IsPullingHost]
 
     @extend_schema(
+        summary="Files this host's agent should pull from a bucket",
+        parameters=[OpenApiParameter("root", str, description="Only this registered root (an absolute path).")],
         responses={
             200: AgentPullListSerializer,
             400: OpenApiResponse(description="unknown root"),
             403: OpenApiResponse(),
-        }
+        },
     )
     def get(self, request):
 
         return Response(pending(host=request.user.host, root=request.query_params.get("root", "")))
 
     @extend_schema(
+        summary="Report what this host's agent pulled",
         request=AgentPullReportSerializer,
         responses={200: OpenApiResponse(description="recorded"), 400: OpenApiResponse(), 403: OpenApiResponse()},
     )
@@ -320,6 +335,12 @@ class AgentOffloadsView(APIView):
 
     @extend_schema(
         summary="Files this host's agent should upload to a bucket",
+        parameters=[
+            OpenApiParameter("root", str, description="Only this registered root (an absolute path)."),
+            OpenApiParameter("after", int, description="The next page: items after this id."),
+            OpenApiParameter("dry_run", bool, description="List only: nothing signed or started."),
+            OpenApiParameter("defer", str, enum=["sha256"], description="Leave files with no sha256 unsigned."),
+        ],
         responses={
             200: AgentOffloadListSerializer,
             400: OpenApiResponse(description="unknown root"),

@@ -10,7 +10,7 @@ of its own locations (403 otherwise). Either way the change is audited as ``run.
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -101,6 +101,13 @@ _RESPONSES = {
 }
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[
+            OpenApiExample("A job that failed", value={"status": "failed", "reason": "NCCL timeout"}, request_only=True)
+        ]
+    )
+)
 class RunStatusView(_RunStatusView):
     @extend_schema(
         summary="Set a run's status (finished, failed, abandoned, active)",
@@ -116,6 +123,22 @@ class RunStatusView(_RunStatusView):
         return self._set(request, run)
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[
+            OpenApiExample(
+                "A job that reached its target",
+                value={
+                    "team": "llm",
+                    "run": "llama-7b-pretrain",
+                    "status": "finished",
+                    "reason": "reached the target loss",
+                },
+                request_only=True,
+            )
+        ]
+    )
+)
 class RunStatusByNameView(_RunStatusView):
     @extend_schema(
         summary="Set a run's status by team and run name",

@@ -15,7 +15,7 @@ runs (and teams) a scoped person cannot see are not found.
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -127,6 +127,13 @@ class FleetRecoveryPointsView(APIView):
         return Response({"results": [point_dict(p) for p in over_objective(runs)]})
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[
+            OpenApiExample("512 GPUs", value={"gpus": 512, "reason": "scaled up for the long run"}, request_only=True)
+        ]
+    )
+)
 class RunGpusView(APIView):
     @extend_schema(
         summary="Set the GPU count of a run (operator)",
@@ -149,6 +156,13 @@ class RunGpusView(APIView):
         return Response(point_dict(recovery_point_of(_run(request, pk))))
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[
+            OpenApiExample("Six hours", value={"hours": 6, "reason": "production pre-training"}, request_only=True)
+        ]
+    )
+)
 class RunRpoView(APIView):
     @extend_schema(
         summary="Set a run's own recovery point objective (operator)",
@@ -171,6 +185,11 @@ class RunRpoView(APIView):
         return Response(point_dict(recovery_point_of(_run(request, pk))))
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[OpenApiExample("A day", value={"hours": 24, "reason": "research default"}, request_only=True)]
+    )
+)
 class TeamRpoView(APIView):
     @extend_schema(
         summary="Set a team's default recovery point objective (operator)",
@@ -253,6 +272,17 @@ class RunLineageView(APIView):
         return Response(lineage_dict(_run(request, pk), request.user))
 
 
+@extend_schema_view(
+    post=extend_schema(
+        examples=[
+            OpenApiExample(
+                "Fine-tuned from a checkpoint",
+                value={"checkpoint": 42, "reason": "SFT from the step 4000 base"},
+                request_only=True,
+            )
+        ]
+    )
+)
 class RunParentView(APIView):
     @extend_schema(
         summary="Name the checkpoint a run was initialised or fine-tuned from (operator)",

@@ -50,7 +50,7 @@ class RunKeysetPagination(BasePagination):
 
     def paginate_queryset(self, queryset, request, view=None):
         self.request = request
-        filters = RunFilters.from_params(request.query_params)
+        filters = RunFilters.from_params(request.query_params, team_by_name=True)
         refusal = filters.team_refusal(restrict_teams(Team.objects.all(), request.user))
         if refusal is not None:  # another team's id, for a person scoped to theirs: not found (as on the page)
             raise refusal
@@ -84,13 +84,16 @@ class RunKeysetPagination(BasePagination):
 
     def get_paginated_response_schema(self, schema):
         link = {"type": "string", "nullable": True, "format": "uri"}
+        next_example = (
+            "https://fleet.example.com/api/v1/runs/?team=llm&cursor=eyJzIjoidGVhbSIsImsiOlsibGxtIl0sImlkIjo3fQ"
+        )
         return {
             "type": "object",
             "required": ["count", "results"],
             "properties": {
-                "count": {"type": "integer", "description": "Runs matching the filters."},
-                "next": link,
-                "previous": link,
+                "count": {"type": "integer", "description": "Runs matching the filters.", "example": 128},
+                "next": {**link, "example": next_example},
+                "previous": {**link, "example": None},
                 "results": schema,
             },
         }
@@ -121,11 +124,29 @@ def _flag_counts(counts: dict[str, int]) -> list[dict]:
     ]
 
 
+RUN_EXAMPLE = {
+    "id": 7,
+    "team": "llm",
+    "name": "llama-7b-pretrain",
+    "status": "finished",
+    "status_source": "api",
+    "status_changed_at": "2026-11-20T04:12:09Z",
+    "status_reason": "reached the target loss",
+    "status_by_label": "ada",
+    "checkpoint_count": 12,
+    "copy_count": 27,
+    "bytes": 1649267441664,
+    "newest_step": 6000,
+    "bad_copies": 1,
+    "created_at": "2026-09-02T08:30:00Z",
+}
+
+
 @extend_schema_view(
     list=extend_schema(
         parameters=[
             OpenApiParameter("q", str, description="Part of a run or team name."),
-            OpenApiParameter("team", int, description="A team's id."),
+            OpenApiParameter("team", str, description="A team's id or name (`llm`); an unknown one is a 404."),
             OpenApiParameter("tier", str, enum=Tier.values, description="Runs with a present copy on this tier."),
             OpenApiParameter(
                 "flag", str, enum=placement.Flag.values, description="Runs with a checkpoint raising this flag."
@@ -134,6 +155,10 @@ def _flag_counts(counts: dict[str, int]) -> list[dict]:
             OpenApiParameter("sort", str, enum=list(SORTS), description="The order of the list (default team)."),
         ]
     )
+)
+@extend_schema_view(
+    list=extend_schema(examples=[OpenApiExample("A page of runs of team llm", value=RUN_EXAMPLE, response_only=True)]),
+    retrieve=extend_schema(examples=[OpenApiExample("A finished run", value=RUN_EXAMPLE, response_only=True)]),
 )
 class RunViewSet(viewsets.ReadOnlyModelViewSet):
     """Training runs with checkpoint counts, bytes and their newest step; the runs page's filters, sorts and
@@ -293,6 +318,7 @@ class CheckpointViewSet(viewsets.ReadOnlyModelViewSet):
         return Response(CheckpointPlacementSerializer(data).data)
 
     @extend_schema(
+        summary="Placement flags with their counts, or the checkpoints raising one flag",
         parameters=[
             OpenApiParameter("flag", str, enum=placement.Flag.values, description="List the checkpoints of one flag."),
             OpenApiParameter("run", int, description="Only this run (its id)."),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -40,6 +40,29 @@ def _source(data, user) -> tuple[Checkpoint | None, CheckpointCopy | None]:
     return checkpoint, copy
 
 
+@extend_schema_view(
+    create=extend_schema(
+        examples=[
+            OpenApiExample(
+                "Restore a copy to a hot bucket",
+                value={"checkpoint": 42, "target_location": 3, "reason": "resume training"},
+                request_only=True,
+            )
+        ]
+    ),
+    preview=extend_schema(
+        examples=[
+            OpenApiExample(
+                "What a promotion would do", value={"checkpoint": 42, "target_location": 3}, request_only=True
+            )
+        ]
+    ),
+)
+@extend_schema_view(
+    cancel=extend_schema(
+        examples=[OpenApiExample("Cancel", value={"reason": "the job resumed from another copy"}, request_only=True)]
+    )
+)
 class PromotionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Promotions of checkpoint copies to hotter tiers, with their progress (bytes_done of bytes_total)."""
 
@@ -122,6 +145,32 @@ def _move_selection(data, user) -> list[Checkpoint]:
     )
 
 
+@extend_schema_view(
+    preview=extend_schema(
+        examples=[
+            OpenApiExample(
+                "Demote to Glacier IR",
+                value={"checkpoints": [42], "target_location": 7, "target_storage_class": "GLACIER_IR"},
+                request_only=True,
+            )
+        ]
+    ),
+    create=extend_schema(
+        examples=[
+            OpenApiExample(
+                "Demote a run's older checkpoints",
+                value={
+                    "run": 3,
+                    "older_than_days": 14,
+                    "target_location": 7,
+                    "target_storage_class": "GLACIER_IR",
+                    "reason": "the run ended",
+                },
+                request_only=True,
+            )
+        ]
+    ),
+)
 class MoveViewSet(viewsets.GenericViewSet):
     """Moves (demote to a colder bucket or storage class, offload from a host): the jobs are promotions' jobs with
     ``direction`` demote or offload, listed and followed at ``/api/v1/promotions/``."""

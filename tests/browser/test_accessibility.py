@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
+from access.services import api_token_create
+from audit.actor import Actor
 from tests.browser.visitor import artefact_dir
 from tests.conftest import restore_default_prices
 from tests.helpers.browser import Demo, checkpoint_of
@@ -147,7 +149,6 @@ def promotable():
 
 def test_every_page_passes_axe_as_the_role_it_is_for(demo, person, django_user_model, tmp_path_factory):
     from actions.models import DeletionJob
-    from audit.actor import Actor
     from catalog.models import ShardFile
     from fleet.models import Bucket, Host
     from retention.services import policy_create
@@ -216,6 +217,12 @@ def test_every_page_passes_axe_as_the_role_it_is_for(demo, person, django_user_m
     admin = person("demo")
     admin.sign_in("/audit/")
     audit.check(admin, "/audit/")
+    # The API tokens page with tokens of the admin's own and of another person's (which an admin may revoke).
+    for username, label in (("demo", "nightly spend export"), ("demo-finance", "month-end report")):
+        api_token_create(
+            user=django_user_model.objects.get(username=username), label=label, actor=Actor.command(label="tests")
+        )
+    audit.check(admin, "/account/tokens/")
 
     # Refused: a viewer on the finance-only report, and a person with no role at all.
     viewer = person("demo-viewer")

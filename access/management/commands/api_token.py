@@ -27,7 +27,9 @@ class Command(BaseCommand):
         try:
             user = get_user_model().objects.get(username=username)
         except get_user_model().DoesNotExist:
-            raise CommandError(f"no user named {username!r}") from None
+            known = list(get_user_model().objects.order_by("username").values_list("username", flat=True)[:6])
+            hint = f" (people: {', '.join(known[:5])}{', ...' if len(known) > 5 else ''})" if known else " (none yet)"
+            raise CommandError(f"no user named {username!r}{hint}") from None
         actor = Actor.command(label="manage.py api_token")
         try:
             if verb == "create":
