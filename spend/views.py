@@ -142,6 +142,17 @@ def steps_chart(table: spend.Table) -> dict:
 # --- pages ---------------------------------------------------------------------------------------
 
 
+def _team_picker(team_ids) -> list[tuple[str, list[Team]]]:
+    """The teams a person may narrow the spend page to, grouped by the cost center in force today."""
+    teams = Team.objects.order_by("cost_center", "name").only("name", "cost_center")
+    if team_ids is not None:
+        teams = teams.filter(pk__in=team_ids)
+    groups: dict[str, list[Team]] = {}
+    for team in teams:
+        groups.setdefault(team.cost_center or "No cost center", []).append(team)
+    return list(groups.items())
+
+
 @login_required
 def spend_overview(request):
     today = utc_today()
@@ -182,6 +193,8 @@ def spend_overview(request):
             "waste_total": tables["waste"].total,
             "month_value": f"{period.month_period.first:%Y-%m}",
             "nav_extra": f"team={team.pk}" if team else "",
+            "picker": _team_picker(teams),
+            "period_field": period.param.split("=", 1),
             "anything": spend.anything_recorded(),
             "pending_reclaim": pending_reclaim(team_ids=[team.pk] if team else teams),
             **tables,

@@ -62,6 +62,26 @@ def utc(value) -> str:
     return f"{_as_utc(value):%Y-%m-%d %H:%M:%S} UTC"
 
 
+@register.filter
+def when(value) -> str:
+    """A time as people read it, in a ``<time>`` whose title holds the exact ISO value: "27 Nov 2026, 17:32 UTC"."""
+    if not isinstance(value, datetime):
+        return "—"
+    exact = _as_utc(value)
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>', exact.isoformat(), exact.isoformat(), f"{exact:%-d %b %Y, %H:%M} UTC"
+    )
+
+
+@register.filter
+def yes_no(value, words: str = "Yes,No") -> str:
+    """A boolean in words: ``True|yes_no`` -> "Yes"; ``x|yes_no:"held,not held"`` for other words; None -> "—"."""
+    if value is None or value == "":
+        return "—"
+    yes, _, no = words.partition(",")
+    return yes if value else no
+
+
 def _ago(delta: timedelta) -> str:
     seconds = int(abs(delta.total_seconds()))
     if seconds < 10:
