@@ -156,7 +156,7 @@ class ErrorPagesInDebugMiddleware:
 
     @staticmethod
     def _page(request) -> bool:
-        return not request.path.startswith("/api/")
+        return not _is_api(request)
 
     @staticmethod
     def _render(request, template: str, status: int, *, plain: bool = False):
