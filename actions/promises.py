@@ -50,7 +50,9 @@ PROMISES = {
     PROMISE_DISPUTED: (
         "When copies disagree and nothing independent says which is right, neither is deleted as the bad one"
     ),
-    PROMISE_LEASE: "A checkpoint a job is using (resuming from it or evaluating it) stays until the job is done with it",
+    PROMISE_LEASE: (
+        "A checkpoint a job is using (resuming from it or evaluating it) stays until the job is done with it"
+    ),
     PROMISE_FAIL_CLOSED: "A policy never deletes or moves what the fleet cannot positively identify",
 }
 

@@ -16,7 +16,6 @@ API's exception handler answers it for the API.
 
 from __future__ import annotations
 
-
 from django.conf import settings
 from django.core.exceptions import SuspiciousOperation
 from django.http import Http404, HttpResponse, JsonResponse

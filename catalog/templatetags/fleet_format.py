@@ -69,7 +69,10 @@ def when(value) -> str:
         return "—"
     exact = _as_utc(value)
     return format_html(
-        '<time datetime="{}" title="{}">{}</time>', exact.isoformat(), exact.isoformat(), f"{exact:%-d %b %Y, %H:%M} UTC"
+        '<time datetime="{}" title="{}">{}</time>',
+        exact.isoformat(),
+        exact.isoformat(),
+        f"{exact:%-d %b %Y, %H:%M} UTC",
     )
 
 

@@ -8,10 +8,9 @@ from django import template
 from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
 
-from catalog.templatetags.fleet_format import utc
-
 from audit.models import AuditEvent
 from catalog.models import Checkpoint, Run
+from catalog.templatetags.fleet_format import utc
 from ckptfleet.units import bytes_iec
 from dashboard.audit_filters import about_run
 

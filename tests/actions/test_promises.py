@@ -40,7 +40,9 @@ def test_the_preview_and_the_page_say_why_in_the_persons_words_and_name_the_code
     services.hold(run=checkpoint.run, checkpoint=checkpoint, reason="audit", case_ref="LEGAL-9", actor=as_ui(olga))
     preview = services.preview(checkpoint=checkpoint)
     assert (preview.refusal_code, preview.promise) == ("held", 1)
-    assert preview.promise_text == "Nothing under a hold is deleted, by anyone, until a different person releases the hold"
+    assert (
+        preview.promise_text == "Nothing under a hold is deleted, by anyone, until a different person releases the hold"
+    )
     client.force_login(olga)
     html = client.get(f"/actions/checkpoints/{checkpoint.pk}/delete/").content.decode()
     assert "<code>held</code>" in html and "Nothing under a hold is deleted, by anyone" in html

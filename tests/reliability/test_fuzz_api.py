@@ -98,7 +98,9 @@ def fuzz(live_server, token: str, tmp_path: Path, *, examples: int, phases: str,
     cases = list(ElementTree.parse(junit).getroot().iter("testcase"))
     failures = [(case.get("name"), f.get("message")) for case in cases for f in case.iter("failure")]
     # The error's words are in its message attribute or, for some errors, only in its text.
-    errors = [(case.get("name"), (e.get("message") or "") + (e.text or "")) for case in cases for e in case.iter("error")]
+    errors = [
+        (case.get("name"), (e.get("message") or "") + (e.text or "")) for case in cases for e in case.iter("error")
+    ]
     framing = [e for e in errors if "Connection aborted. <!DOCTYPE HTML>" in e[1]]
     if framing:
         report("test-server framing errors (not application answers)", framing)

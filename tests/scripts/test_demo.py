@@ -44,9 +44,7 @@ def up(url: str) -> bool:
 @pytest.mark.parametrize("how", ["ctrl-c to the group", "sigterm to the script"])
 def test_stopping_the_demo_stops_the_web_server_and_the_s3_endpoint(tmp_path, how):
     web, s3 = free_port(), free_port()
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CKPTFLEET_ARTEFACTS")
-    }
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CKPTFLEET_ARTEFACTS")}
     env.update(
         PORT=str(web),
         S3_PORT=str(s3),
@@ -62,7 +60,9 @@ def test_stopping_the_demo_stops_the_web_server_and_the_s3_endpoint(tmp_path, ho
         deadline = time.monotonic() + START_SECONDS
         while not up(f"http://127.0.0.1:{web}/healthz/"):
             assert demo.poll() is None, "the demo stopped before serving:\n" + (tmp_path / "demo.log").read_text()
-            assert time.monotonic() < deadline, "the demo did not serve in time:\n" + (tmp_path / "demo.log").read_text()
+            assert time.monotonic() < deadline, (
+                "the demo did not serve in time:\n" + (tmp_path / "demo.log").read_text()
+            )
             time.sleep(1)
         assert port_open("127.0.0.1", s3), "the S3 endpoint is not listening while the demo runs"
 
