@@ -155,6 +155,47 @@ def test_every_page_fits_1440_and_390_pixels_and_the_navigation_fits_too(demo, p
     assert not problems, "layouts that do not fit:\n" + "\n".join(problems)
 
 
+# The pages other people see differently: finance's exports and report, the approver's inbox and its count.
+OTHERS = {"demo-finance": ["/spend/", "/spend/report/"], "demo-approver": ["/", "/approvals/"]}
+
+
+def test_the_pages_of_finance_and_the_approver_fit_too_and_the_approver_sees_what_waits(demo, person, settings):
+    from django.contrib.auth import get_user_model
+
+    from actions.services import schedule_deletion
+    from audit.actor import Actor
+    from audit.choices import EventSource
+
+    # A deletion that needs a second person (every deletion does, over one byte): the approver's count shows it.
+    settings.DELETION_APPROVAL_BYTES = 1
+    operator = get_user_model().objects.get(username="demo-operator")
+    from catalog.models import Checkpoint
+
+    schedule_deletion(
+        checkpoint=Checkpoint.objects.filter(run__name="vit-jax").order_by("step").first(),
+        reason="superseded (layout test)",
+        actor=Actor.person(operator, EventSource.UI),
+    )
+    problems: list[str] = []
+    for username, paths in OTHERS.items():
+        who = person(username)
+        who.page.set_viewport_size(WIDE)
+        who.sign_in("/")
+        for size in (WIDE, PHONE):
+            who.page.set_viewport_size(size)
+            for path in paths:
+                who.visit(path, name=f"{size['width']}px {path}")
+                state = check(who, path, size, problems)
+                if size is WIDE and len(state["navTops"]) != 1:
+                    problems.append(f"{username} at {path}: the navigation takes {len(state['navTops'])} rows")
+        if username == "demo-approver":
+            who.page.set_viewport_size(WIDE)
+            who.visit("/runs/", name="approver runs")
+            count = who.page.locator("nav[aria-label=Main] .nav__count")
+            assert count.is_visible() and count.inner_text().split() == ["(", "1", "waiting)"], count.all_inner_texts()
+    assert not problems, "layouts that do not fit:\n" + "\n".join(problems)
+
+
 def test_on_a_phone_the_menu_opens_from_the_keyboard_and_the_runs_list_is_near_the_top(demo, person):
     who = person("demo-viewer")
     page = who.page
