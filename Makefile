@@ -14,9 +14,15 @@ STAMP := $(VENV)/.installed
 # The lock files: every package, pinned with its hashes, for CPython 3.11 on Linux x86_64, resolved from
 # pyproject.toml's pins by `make lock` (uv, in a throwaway venv). LOCK_DEV is what .venv installs (the
 # runtime dependencies and the dev extra); LOCK is what the image installs, the runtime ones alone,
-# resolved within LOCK_DEV so that the image runs the very versions the tests ran.
+# resolved within LOCK_DEV so that the image runs the very versions the tests ran (LOCK_DEMO likewise).
 LOCK := requirements/lock.txt
 LOCK_DEV := requirements/lock-dev.txt
+# What `make demo` installs, in a venv of its own (.venv-demo): the runtime lock plus the demo extra (moto's S3
+# server), resolved within LOCK_DEV; not the test tools, Playwright or the linters.
+LOCK_DEMO := requirements/lock-demo.txt
+DEMO_VENV := .venv-demo
+DEMO_PY := $(DEMO_VENV)/bin/python
+DEMO_STAMP := $(DEMO_VENV)/.installed
 UV_VERSION := 0.13.8
 # `make lock LOCK_ARGS=--upgrade` moves every package to its newest allowed version; by default the
 # pins already in the lock files are kept, and only what pyproject.toml changed is resolved again.
@@ -45,7 +51,7 @@ endef
 PYTEST_SQLITE = $(call run_pytest,"pytest on SQLite (embedded default)",,sqlite)
 PYTEST_POSTGRES = $(call run_pytest,"pytest on PostgreSQL + Redis",DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL),postgres)
 
-.PHONY: help venv lock demo test test-sqlite test-postgres test-reliability lint typecheck test-deps services bench compose-check
+.PHONY: help venv demo-venv lock demo test test-sqlite test-postgres test-reliability lint typecheck test-deps services bench compose-check
 
 help: ## List the targets
 	@echo "Checkpoint Fleet: make TARGET"
@@ -66,14 +72,26 @@ $(STAMP): $(LOCK_DEV) pyproject.toml | $(PY)
 	$(PY) -m pip check
 	@touch $@
 
-lock: ## Resolve pyproject.toml again into requirements/lock.txt and lock-dev.txt (pinned, with hashes)
+lock: ## Resolve pyproject.toml again into requirements/lock.txt, lock-dev.txt and lock-demo.txt (pinned, with hashes)
 	@tools=$$(mktemp -d -t ckptfleet-lock.XXXXXX); trap 'rm -rf "$$tools"' EXIT; \
 	$(PYTHON) -m venv "$$tools/venv" && "$$tools/venv/bin/pip" install -q uv==$(UV_VERSION) && \
 	PATH="$$tools/venv/bin:$$PATH" $(UV_COMPILE) --extra dev -o $(LOCK_DEV) && \
-	PATH="$$tools/venv/bin:$$PATH" $(UV_COMPILE) -c $(LOCK_DEV) -o $(LOCK)
+	PATH="$$tools/venv/bin:$$PATH" $(UV_COMPILE) -c $(LOCK_DEV) -o $(LOCK) && \
+	PATH="$$tools/venv/bin:$$PATH" $(UV_COMPILE) --extra demo -c $(LOCK_DEV) -o $(LOCK_DEMO)
 
-demo: venv ## Run the product on SQLite with demo data at http://127.0.0.1:8000/ (PORT=... to change)
-	bash scripts/demo
+demo-venv: $(DEMO_STAMP) ## Create .venv-demo: the runtime lock and moto's S3 server, what `make demo` runs (no test tools)
+
+$(DEMO_PY):
+	$(PYTHON) -m venv $(DEMO_VENV)
+
+$(DEMO_STAMP): $(LOCK_DEMO) pyproject.toml | $(DEMO_PY)
+	$(DEMO_PY) -m pip install --require-hashes -r $(LOCK_DEMO)
+	$(DEMO_PY) -m pip install --no-deps -e .
+	$(DEMO_PY) -m pip check
+	@touch $@
+
+demo: demo-venv ## Run the product on SQLite with demo data at http://127.0.0.1:8000/ (PORT=... to change; Ctrl-C stops it all)
+	CKPTFLEET_DEMO_PYTHON=$(DEMO_PY) bash scripts/demo
 
 lint: venv ## ruff check, ruff format --check, lint-imports (the floors of .importlinter only point down), then mypy
 	$(VENV)/bin/ruff check .

@@ -37,18 +37,23 @@ PROMISE_LEASE = 11
 PROMISE_FAIL_CLOSED = 12
 
 
-# What each promise says, as the pages print it beside a refusal.
+# Why each rule exists, in the words of the people it protects, as the pages print it beside a refusal (the
+# numbers are PRODUCT.md's; the pages do not show them).
 PROMISES = {
-    PROMISE_HOLD: "a held checkpoint is never deleted, by anyone",
-    PROMISE_PIN: "a pinned checkpoint cannot be scheduled for deletion",
+    PROMISE_HOLD: "Nothing under a hold is deleted, by anyone, until a different person releases the hold",
+    PROMISE_PIN: "A pinned checkpoint stays until someone unpins it",
     PROMISE_NEWEST_AND_LAST_VERIFIED: (
-        "the newest restorable checkpoint is never deleted by a policy, and the last verified copy only with the "
-        "whole checkpoint"
+        "The newest checkpoint a run can restart from is never deleted by a policy, and the last verified copy of a "
+        "checkpoint goes only with the whole checkpoint"
     ),
-    PROMISE_VERIFIED_SURVIVOR: "a copy goes only after another copy that stays has been verified",
-    PROMISE_DISPUTED: "a copy is never condemned on the word of another copy alone",
-    PROMISE_LEASE: "a checkpoint under a live lease (a job resuming from or evaluating it) is not deleted or demoted",
-    PROMISE_FAIL_CLOSED: "what cannot be positively identified is never deleted by a policy",
+    PROMISE_VERIFIED_SURVIVOR: "A copy goes only once another copy that stays has been verified",
+    PROMISE_DISPUTED: (
+        "When copies disagree and nothing independent says which is right, neither is deleted as the bad one"
+    ),
+    PROMISE_LEASE: (
+        "A checkpoint a job is using (resuming from it or evaluating it) stays until the job is done with it"
+    ),
+    PROMISE_FAIL_CLOSED: "A policy never deletes or moves what the fleet cannot positively identify",
 }
 
 
@@ -114,7 +119,7 @@ def disputed_copy(copy: Any) -> Refusal | None:
     return Refusal(
         "disputed",
         f"the copy at {copy.location} is disputed: its checksums differ from another copy's and nothing independent "
-        "says which is right, so it is not deleted as bad on the other copy's word (promise 10). Settle it first "
+        "says which is right, so it is not deleted as bad on the other copy's word. Settle it first "
         "(a checksum written at save time, a third copy, or the source's checksum from before the copy), or delete "
         "the whole checkpoint",
         PROMISE_DISPUTED,
@@ -130,7 +135,7 @@ def disputed_for_policy(checkpoint: Checkpoint, origin: str) -> Refusal | None:
     return Refusal(
         "disputed",
         f"{checkpoint} has a disputed copy: a policy never deletes what it cannot positively identify as good or "
-        "bad (promise 12)",
+        "bad; settle the dispute first, or delete it by hand",
         PROMISE_FAIL_CLOSED,
     )
 
@@ -181,7 +186,7 @@ def _evidence_problem(location: StorageLocation, cutoff: datetime) -> str:
     if location.last_applied_at < cutoff:
         hours = int((timezone.now() - location.last_applied_at).total_seconds() // 3600)
         return (
-            f"the newest inventory of {location} is {hours:,} h old (older than CKPTFLEET_POLICY_EVIDENCE_HOURS = "
+            f"the newest inventory of {location} is {hours:,} h old (a policy trusts one for "
             f"{settings.POLICY_EVIDENCE_HOURS} h)"
         )
     return ""
@@ -220,7 +225,7 @@ def unidentified_for_policy(checkpoint: Checkpoint, origin: str, *, now: datetim
     return Refusal(
         "not_identified",
         f"{checkpoint} cannot be positively identified: {'; '.join(problems[:5])}. A policy never deletes or "
-        "demotes what it cannot identify (promise 12); take a fresh inventory, or delete it by hand",
+        "demotes what it cannot identify; take a fresh inventory, or delete it by hand",
         PROMISE_FAIL_CLOSED,
     )
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.exceptions import SuspiciousOperation
-from django.http import HttpResponse, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import render
+from django.template import loader
 from django.views.defaults import page_not_found
 
 from ckptfleet.params import BadParameter
@@ -121,3 +122,43 @@ def not_found(request, exception):
     if _is_api(request):
         return refusal(request, 404, "not_found", f"nothing is at {request.path_info}")
     return page_not_found(request, exception)
+
+
+class ErrorPagesInDebugMiddleware:
+    """With DEBUG on, show the product's own 404 and 500 pages instead of Django's technical ones
+    (``CKPTFLEET_ERROR_PAGES=1``: the demo, which runs with DEBUG for its conveniences but is shown to people).
+
+    Without DEBUG, Django already renders templates/404.html, 403.html and 500.html; a 403 is the product's page
+    either way. Only pages are replaced: the API (/api/) keeps its JSON errors, and a view that answers 404 itself
+    keeps its answer. Django has logged the exception before its page is replaced.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if not self._page(request):
+            return response
+        # No view matched the address: Django's technical "Page not found", listing every URL pattern.
+        if response.status_code == 404 and getattr(request, "resolver_match", None) is None:
+            return self._render(request, "404.html", 404)
+        # A view raised: Django logged it and drew its technical page with the traceback.
+        if response.status_code == 500 and response.get("Content-Type", "").startswith("text/html"):
+            return self._render(request, "500.html", 500, plain=True)
+        return response
+
+    def process_exception(self, request, exception):
+        if isinstance(exception, Http404) and self._page(request):
+            return self._render(request, "404.html", 404)
+        return None
+
+    @staticmethod
+    def _page(request) -> bool:
+        return not _is_api(request)
+
+    @staticmethod
+    def _render(request, template: str, status: int, *, plain: bool = False):
+        if plain:  # as Django's own handler500: no request context, nothing that may fail again
+            return HttpResponse(loader.get_template(template).render(), status=status)
+        return render(request, template, status=status)

@@ -176,6 +176,13 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
+# The product's own 404 and 500 pages under DEBUG too (the demo: people see it, not only developers).
+ERROR_PAGES_IN_DEBUG = env_bool("CKPTFLEET_ERROR_PAGES", False)
+if DEBUG and ERROR_PAGES_IN_DEBUG:
+    MIDDLEWARE.insert(
+        MIDDLEWARE.index("access.middleware.RoleMiddleware") + 1, "ckptfleet.middleware.ErrorPagesInDebugMiddleware"
+    )
+
 if not DEBUG:
     # Production serves its own static files; in development runserver does.
     MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")

@@ -108,6 +108,19 @@ def job_cancel(request, pk: int):
     return redirect("promotion:job-detail", pk=job.pk)
 
 
+def requested_message(job: PromotionJob, noun: str) -> str:
+    """The flash after asking: where the job stands now. With tasks run in-process (the embedded default) it may
+    already have finished by the time the page is drawn, and "requested" would then be wrong."""
+    job.refresh_from_db(fields=["state", "error"])
+    if job.state == JobState.COMPLETED:
+        return f"{noun} #{job.pk} completed."
+    if job.state == JobState.FAILED:
+        return f"{noun} #{job.pk} failed: {job.error}" if job.error else f"{noun} #{job.pk} failed."
+    if job.state == JobState.REQUESTED:
+        return f"{noun} #{job.pk} requested: {job.get_method_display().lower()}."
+    return f"{noun} #{job.pk} requested; now {job.get_state_display().lower()}."
+
+
 @login_required
 def promote(request, pk: int):
     """GET: what the promotion will do (the plan), with a confirm button. POST: ask for it."""
@@ -145,7 +158,7 @@ def promote(request, pk: int):
                 request_id=request.request_id,
                 **kwargs,
             )
-            messages.success(request, f"Promotion #{job.pk} requested: {job.get_method_display().lower()}.")
+            messages.success(request, requested_message(job, "Promotion"))
             return redirect("promotion:job-detail", pk=job.pk)
         context["plan"] = services.promotion_plan(copy=copy, **kwargs)
     except DomainError as exc:
@@ -191,7 +204,7 @@ def _move_page(request, *, run: Run, checkpoint: Checkpoint | None):
                 actor=Actor.for_request(request), reason=values["reason"], request_id=request.request_id, **kwargs
             )
             if len(jobs) == 1:
-                messages.success(request, f"{jobs[0].get_direction_display()} #{jobs[0].pk} requested.")
+                messages.success(request, requested_message(jobs[0], jobs[0].get_direction_display()))
                 return redirect("promotion:job-detail", pk=jobs[0].pk)
             messages.success(request, f"{len(jobs)} moves requested: " + ", ".join(f"#{j.pk}" for j in jobs) + ".")
             return redirect(reverse("jobs:list") + "?kind=promotion")

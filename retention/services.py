@@ -462,7 +462,7 @@ def _refusal(decision, rules: KeepRules, newest: set[int], disputed: set[int]) -
     if c.newest_restorable or c.id in newest:
         return "the run's newest restorable checkpoint"
     if c.disputed or c.id in disputed:
-        return "disputed: its copies disagree and nothing independent says which is right (promise 12)"
+        return "disputed: its copies disagree and nothing independent says which is right"
     if rules.keep_critical and c.importance == Importance.CRITICAL:
         return "critical"
     return ""

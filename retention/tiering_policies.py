@@ -426,15 +426,18 @@ def select(policy: TieringPolicy, *, now: datetime | None = None) -> Selection:
         pk = checkpoint.pk
         reason = ""
         if pk in held:
-            reason = "held: never moved or freed by anyone (promise 1)"
+            reason = "held: nothing held is moved or freed, by anyone"
         elif pk in pinned:
             reason = "pinned: an operator keeps it where it is"
         elif pk in leased:
-            reason = "leased: a job is using it (promise 11); it waits until the lease ends"
+            reason = "leased: a job is using it; it waits until the lease ends"
         elif pk in disputed:
-            reason = "disputed: its copies disagree and nothing says which is right (promise 12)"
+            reason = "disputed: its copies disagree and nothing says which is right"
         elif pk in unknown:
-            reason = "cannot be positively identified (stale or failed inventory, or unknown layout; promise 12)"
+            reason = (
+                "cannot be positively identified (a stale or failed inventory, or an unknown layout): "
+                "take a fresh inventory"
+            )
         elif pk in newest:
             reason = "the run's newest complete checkpoint: it stays where it is"
         elif pk in scheduled:
@@ -485,9 +488,7 @@ def select(policy: TieringPolicy, *, now: datetime | None = None) -> Selection:
             continue  # already where the policy wants it
         verified = [c for c in sources if c.verification == Verification.VERIFIED]
         if not verified:
-            selection.skipped.append(
-                (checkpoint, "no verified copy to move from: a policy moves only verified copies (promise 12)")
-            )
+            selection.skipped.append((checkpoint, "no verified copy to move from: a policy moves only verified copies"))
             continue
         checkpoint.present_bytes = max(c.bytes for c in verified)  # type: ignore[attr-defined]
         selection.selected.append(Selected(checkpoint, copy=_hottest(verified, target)))

@@ -30,7 +30,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from django.db.models import Aggregate, Count, Max, Q, Sum
 
 from catalog.choices import ENDED_STATUSES, RunStatus
-from catalog.models import CopyTierUsage, Run
+from catalog.models import CopyTierUsage, Run, Team
 from catalog.teams import CostCenters
 from fleet.choices import LocationKind, Tier
 from fleet.models import PricePoint, StorageLocation
@@ -1279,6 +1279,22 @@ def _csv_safe(value) -> str:
     return "'" + text if text.startswith(_FORMULA_START) else text
 
 
+# The CSV carries money to the ten-thousandth and beyond (a small run's day costs fractions of a cent; a spreadsheet
+# sums the rows), and GiB-months always with three decimals.
+CSV_MONEY = Decimal("0.000001")
+
+
+def csv_cell(value, kind: str):
+    """A cell as the CSV export carries it: money to six decimals, GiB-months to three, else as ``plain``."""
+    if value is None:
+        return None
+    if kind == "money":
+        return f"{Decimal(value).quantize(CSV_MONEY, rounding=ROUND_HALF_UP):f}"
+    if kind == "gib_months":
+        return f"{Decimal(value).quantize(Decimal('0.001'), rounding=ROUND_HALF_UP):f}"
+    return plain(value, kind)
+
+
 def table_csv(table: Table) -> str:
     """The CSV of a table: a header with units, its rows, then its total, numbers unformatted."""
     out = io.StringIO()
@@ -1287,15 +1303,26 @@ def table_csv(table: Table) -> str:
     for row in [*table.rows, *([{**table.total, table.columns[0].key: "Total"}] if table.total else [])]:
         cells = []
         for c in table.columns:
-            value = plain(row.get(c.key), c.kind)
+            value = csv_cell(row.get(c.key), c.kind)
             cells.append(_csv_safe(value) if not c.numeric else ("" if value is None else value))
         writer.writerow(cells)
     return out.getvalue()
 
 
+def _file_slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60]
+
+
 def csv_filename(table: Table) -> str:
+    """``spend-by_run-2026-11-team-llm.csv``: named after the run or team it is scoped to, not their ids."""
     scope = table.basis.scope
-    suffix = f"-run{scope.run_id}" if scope.run_id else f"-team{scope.team_id}" if scope.team_id else ""
+    suffix = ""
+    if scope.run_id:
+        run = Run.objects.filter(pk=scope.run_id).select_related("team").only("name", "team__name").first()
+        suffix = f"-run-{_file_slug(f'{run.team.name}-{run.name}')}" if run else f"-run{scope.run_id}"
+    elif scope.team_id:
+        team = Team.objects.filter(pk=scope.team_id).values_list("name", flat=True).first()
+        suffix = f"-team-{_file_slug(team)}" if team else f"-team{scope.team_id}"
     return f"spend-{table.name}-{table.basis.period.slug}{suffix}.csv"
 
 

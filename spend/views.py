@@ -25,6 +25,7 @@ from actions.softdelete import pending_reclaim
 from audit.actor import Actor
 from audit.choices import EventSource
 from catalog.models import Run, Team
+from catalog.teams import CostCenters
 from ckptfleet.errors import DomainError, PermissionRefused
 from ckptfleet.params import positive_int_param
 from fleet.choices import LocationKind, Tier
@@ -139,6 +140,19 @@ def steps_chart(table: spend.Table) -> dict:
 # --- pages ---------------------------------------------------------------------------------------
 
 
+def _team_picker(team_ids, day: date) -> list[tuple[str, list[Team]]]:
+    """The teams a person may narrow the spend page to, grouped by the cost center each had on ``day`` (the last
+    day of the period shown: last month's page groups by last month's cost centers, as its tables do)."""
+    teams = Team.objects.order_by("name").only("name", "cost_center")
+    if team_ids is not None:
+        teams = teams.filter(pk__in=team_ids)
+    cost_centers = CostCenters.load()
+    groups: dict[str, list[Team]] = {}
+    for team in teams:
+        groups.setdefault(cost_centers.on(team.pk, day, team.cost_center) or "No cost center", []).append(team)
+    return sorted(groups.items())
+
+
 @login_required
 def spend_overview(request):
     today = utc_today()
@@ -179,6 +193,8 @@ def spend_overview(request):
             "waste_total": tables["waste"].total,
             "month_value": f"{period.month_period.first:%Y-%m}",
             "nav_extra": f"team={team.pk}" if team else "",
+            "picker": _team_picker(teams, period.last),
+            "period_field": period.param.split("=", 1),
             "anything": spend.anything_recorded(),
             "pending_reclaim": pending_reclaim(team_ids=[team.pk] if team else teams),
             **tables,

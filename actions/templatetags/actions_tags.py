@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from access.roles import Role, has_role
+from actions import promises
 from actions.models import HOLD_MODE_HELP, DeletionJob, Hold, HoldMode, Lease, LeasePurpose, Pin
 from actions.protection import OPEN_DELETION_STATES
 from actions.services import may_release
@@ -67,7 +68,13 @@ def actions_panel(context, target):
     live_leases = (
         live_leases.filter(checkpoint=checkpoint) if checkpoint is not None else live_leases.filter(checkpoint__run=run)
     )
+    # What already forbids deleting the checkpoint, known before any preview: the same rules the preview and the
+    # execution apply (actions.promises), said on the page so nobody opens a preview only to be refused.
+    deletion_refusal = None
+    if checkpoint is not None:
+        deletion_refusal = promises.held(checkpoint) or promises.pinned(checkpoint) or promises.leased(checkpoint)
     return {
+        "deletion_refusal": deletion_refusal,
         "request": request,
         "user": user,
         "csrf_token": context.get("csrf_token"),

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 from django import template
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import mark_safe
 
 from catalog.verification import is_verification_stale, stale_days
 from ckptfleet.units import bytes_iec
@@ -16,6 +17,16 @@ from ckptfleet.units import bytes_iec
 register = template.Library()
 
 register.filter("bytes_iec", bytes_iec)
+
+
+@register.filter(needs_autoescape=True)
+def path_breaks(value, autoescape: bool = True) -> str:
+    """A path or key that may wrap after each "/", not in the middle of a name: ``llm/run/iter_0000300/__0_0.distcp``
+    wraps between its parts, not as "distc" / "p" (a single name wider than its column still wraps, by CSS)."""
+    if value is None:
+        return ""
+    text = conditional_escape(str(value)) if autoescape else str(value)
+    return mark_safe(text.replace("/", "/<wbr>"))  # noqa: S308 - escaped just above
 
 
 @register.filter
@@ -49,6 +60,29 @@ def utc(value) -> str:
     if not isinstance(value, datetime):
         return "—"
     return f"{_as_utc(value):%Y-%m-%d %H:%M:%S} UTC"
+
+
+@register.filter
+def when(value) -> str:
+    """A time as people read it, in a ``<time>`` whose title holds the exact ISO value: "27 Nov 2026, 17:32 UTC"."""
+    if not isinstance(value, datetime):
+        return "—"
+    exact = _as_utc(value)
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        exact.isoformat(),
+        exact.isoformat(),
+        f"{exact:%-d %b %Y, %H:%M} UTC",
+    )
+
+
+@register.filter
+def yes_no(value, words: str = "Yes,No") -> str:
+    """A boolean in words: ``True|yes_no`` -> "Yes"; ``x|yes_no:"held,not held"`` for other words; None -> "—"."""
+    if value is None or value == "":
+        return "—"
+    yes, _, no = words.partition(",")
+    return yes if value else no
 
 
 def _ago(delta: timedelta) -> str:

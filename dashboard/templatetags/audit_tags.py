@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django import template
 from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
 
 from audit.models import AuditEvent
 from catalog.models import Checkpoint, Run
+from catalog.templatetags.fleet_format import utc
+from ckptfleet.units import bytes_iec
 from dashboard.audit_filters import about_run
 
 register = template.Library()
@@ -57,11 +61,72 @@ def audit_target_href(event: AuditEvent) -> str:
     return ""
 
 
-@register.filter
-def audit_json(value) -> str:
-    """before/after as short readable text: key: value pairs."""
-    if value in (None, {}, []):
-        return ""
+CHANGES_SHOWN = 8  # lines of one event's before -> after on the trail; the CSV export has all of it
+
+
+def _when(text: str) -> str | None:
+    """An ISO date-time (as the audit stores them) as "2026-11-01 12:00 UTC"; None when ``text`` is not one."""
+    if len(text) < 16 or text[4] != "-" or "T" not in text:
+        return None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return utc(value)
+
+
+def audit_value(value, key: str = "") -> str:
+    """One stored value in words: yes/no, "none", sizes in binary units, times in UTC, lists joined."""
+    if value is None or value == "" or value == [] or value == {}:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        if key == "bytes" or key.endswith("_bytes") or key.startswith("bytes_"):
+            return bytes_iec(value)
+        return f"{value:,}" if not (key == "id" or key.endswith("_id") or key in _IDS) else str(value)
+    if isinstance(value, float):
+        return f"{value:,g}"
+    if isinstance(value, str):
+        return _when(value) or value
+    if isinstance(value, list):
+        return ", ".join(audit_value(v) for v in value)
     if isinstance(value, dict):
-        return ", ".join(f"{k}: {v}" for k, v in value.items() if v not in (None, "", [], {}))
+        return ", ".join(f"{_label(k)} {audit_value(v, k)}" for k, v in value.items())
     return str(value)
+
+
+# Keys that hold the number of a row (a deletion, a hold, a promotion): shown bare, without a thousands separator.
+_IDS = frozenset({"deletion", "hold", "pin", "promotion", "move", "inventory", "lease", "checkpoint", "copy", "run"})
+
+
+def _label(key: str) -> str:
+    return key.replace("_", " ") + ":"
+
+
+def audit_changes(before, after) -> list[str]:
+    """An event's before and after as lines a person reads: "held: no → yes" for what changed, "mode: legal" for
+    what the event set, "location was s3:a" for what only the before names; what stayed the same is left out."""
+    before = before if isinstance(before, dict) else ({} if before in (None, "") else {"value": before})
+    after = after if isinstance(after, dict) else ({} if after in (None, "") else {"value": after})
+    lines = []
+    for key in [*before.keys(), *(k for k in after.keys() if k not in before)]:
+        old, new = before.get(key), after.get(key)
+        if key in before and key in after:
+            if old == new:
+                continue
+            lines.append(f"{_label(key)} {audit_value(old, key)} → {audit_value(new, key)}")
+        elif key in after:
+            if new in (None, "", [], {}):
+                continue
+            lines.append(f"{_label(key)} {audit_value(new, key)}")
+        elif old not in (None, "", [], {}):
+            lines.append(f"{key.replace('_', ' ')} was {audit_value(old, key)}")
+    return lines
+
+
+@register.simple_tag
+def audit_change_lines(event: AuditEvent, limit: int = CHANGES_SHOWN) -> dict:
+    """``{% audit_change_lines event as change %}``: ``change.lines`` (at most ``limit``) and ``change.more``."""
+    lines = audit_changes(event.before, event.after)
+    return {"lines": lines[:limit], "more": max(0, len(lines) - limit)}

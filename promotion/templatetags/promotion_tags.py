@@ -7,7 +7,7 @@ from django import template
 from access.roles import Role, has_role
 from catalog.choices import Importance
 from promotion import selectors
-from promotion.choices import RestoreTier
+from promotion.choices import ItemState, RestoreTier
 from promotion.forms import STORAGE_CLASSES
 from promotion.moves import MOVE_CLASSES
 
@@ -44,3 +44,12 @@ def move_run_form(context, run):
         "importances": Importance.choices,
         "can_move": has_role(getattr(request, "user", None), Role.OPERATOR),
     }
+
+
+@register.filter
+def class_now(item, job) -> str:
+    """The storage class a file of ``job`` is in now, as far as the job knows: a file it has copied or changed
+    into ``target_storage_class`` is in that class; any other file is still in the class frozen when asked."""
+    if item.state == ItemState.DONE and job.target_storage_class:
+        return job.target_storage_class
+    return item.source_storage_class

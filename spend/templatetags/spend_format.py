@@ -16,15 +16,26 @@ register = template.Library()
 CENT = Decimal("0.01")
 
 
+def money_text(value) -> str:
+    """An amount without its currency: cents, rounded half up once; a non-zero amount that would read "0.00" keeps
+    two significant digits instead ("0.0042"), so a small sum never reads as nothing. No "-0.00"."""
+    amount = Decimal(value)
+    cents = amount.quantize(CENT, rounding=ROUND_HALF_UP)
+    if cents == 0 and amount != 0:
+        places = min(9, 1 - amount.adjusted())  # two significant digits, to the billionth the usage is priced in
+        small = amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+        if small == 0:
+            return f"{'>-' if amount < 0 else '<'}0.000000001"
+        return f"{small.normalize():f}"
+    return f"{abs(cents) if cents == 0 else cents:,.2f}"
+
+
 @register.filter
 def money(value, currency: str = "USD") -> str:
-    """ "1,234.56 USD", "-0.40 USD": cents always, the currency always, rounded half up once."""
+    """ "1,234.56 USD", "-0.40 USD", "0.0042 USD": the currency always, cents unless that would read 0.00."""
     if value is None or value == "":
         return "—"
-    amount = Decimal(value).quantize(CENT, rounding=ROUND_HALF_UP)
-    if amount == 0:
-        amount = abs(amount)  # no "-0.00"
-    return f"{amount:,.2f} {currency}"
+    return f"{money_text(value)} {currency}"
 
 
 @register.filter
@@ -32,9 +43,8 @@ def signed_money(value, currency: str = "USD") -> str:
     """A change of money with its sign: "+12.30 USD", "-4.00 USD", "0.00 USD"."""
     if value is None or value == "":
         return "—"
-    amount = Decimal(value).quantize(CENT, rounding=ROUND_HALF_UP)
-    sign = "+" if amount > 0 else ""
-    return f"{sign}{money(amount, currency)}"
+    sign = "+" if Decimal(value) > 0 else ""
+    return f"{sign}{money(value, currency)}"
 
 
 @register.filter

@@ -137,7 +137,8 @@ def test_the_preview_lists_what_would_be_refused_with_the_reason(fleet, olga, os
     assert {i.checkpoint.step: i.refusal_code for i in preview.refused} == {100: "held", 200: "pinned"}
     assert [i.checkpoint.step for i in preview.allowed] == [300]
     html = response.content.decode()
-    assert "Would be refused" in html and "under a legal hold (case LEGAL-1)" in html and "promise 1" in html
+    assert "Would be refused" in html and "under a legal hold (case LEGAL-1)" in html
+    assert "until a different person releases the hold" in html and "promise 1" not in html
     assert "is pinned by oscar (baseline)" in html
     pins = client_for(olga).get(URL, {"action": "pin", "item": [item(fleet, 200), item(fleet, 300)]})
     assert [i.refusal_code for i in pins.context["preview"].refused] == ["already_pinned"]

@@ -198,7 +198,7 @@ def test_a_copy_that_becomes_disputed_after_scheduling_is_not_deleted_as_the_bad
     run_due(django_capture_on_commit_callbacks)
     job.refresh_from_db()
     assert job.state == DeletionState.BLOCKED
-    assert "[disputed]" in job.outcome and "promise 10" in job.outcome
+    assert "[disputed]" in job.outcome and "not deleted as bad on the other copy's word" in job.outcome
     assert job.items_deleted == 0
 
 
@@ -213,7 +213,7 @@ def test_a_policy_never_deletes_a_checkpoint_whose_copy_became_disputed_after_sc
     CheckpointCopy.objects.filter(checkpoint=ckpt).update(verification="disputed")
     assert execution.execute(job.pk) == "stopped"
     job.refresh_from_db()
-    assert job.state == DeletionState.BLOCKED and "promise 12" in job.outcome
+    assert job.state == DeletionState.BLOCKED and "cannot positively identify" in job.outcome
     assert job.items_deleted == 0
 
 

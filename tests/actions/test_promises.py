@@ -35,12 +35,15 @@ def test_each_rule_refuses_with_its_code_and_promise_and_allows_otherwise(fleet,
     assert (refusal.code, refusal.promise) == ("newest_restorable", 5)
 
 
-def test_the_preview_and_the_page_name_the_code_and_the_promise(fleet, olga, client):
+def test_the_preview_and_the_page_say_why_in_the_persons_words_and_name_the_code(fleet, olga, client):
     checkpoint = fleet.checkpoints[200]
     services.hold(run=checkpoint.run, checkpoint=checkpoint, reason="audit", case_ref="LEGAL-9", actor=as_ui(olga))
     preview = services.preview(checkpoint=checkpoint)
     assert (preview.refusal_code, preview.promise) == ("held", 1)
-    assert preview.promise_text == "a held checkpoint is never deleted, by anyone"
+    assert (
+        preview.promise_text == "Nothing under a hold is deleted, by anyone, until a different person releases the hold"
+    )
     client.force_login(olga)
     html = client.get(f"/actions/checkpoints/{checkpoint.pk}/delete/").content.decode()
-    assert "<code>held</code>" in html and "promise 1 of the product: a held checkpoint is never deleted" in html
+    assert "<code>held</code>" in html and "Nothing under a hold is deleted, by anyone" in html
+    assert "promise" not in html.lower().split("<main", 1)[1]  # no product-internal numbering on the page

@@ -80,7 +80,10 @@ def test_each_role_browses_and_sees_only_what_it_may_do(demo, person, django_use
         who.click_and_settle(page.get_by_role("link", name="Step 200", exact=True).first, "checkpoint")
         assert page.url.endswith(f"/checkpoints/{pinned.pk}/")
         panel = page.locator("section.actions-panel")
-        assert panel.get_by_text("demo: the checkpoint to restore from").is_visible()  # the pin, for everyone
+        assert panel.locator("li", has_text="demo: the checkpoint to restore from").is_visible()  # the pin, for all
+        if may_act:  # the pin already forbids deleting it: said before any preview, and the preview is not offered
+            assert panel.locator("#deletion-blocked").get_by_text("is pinned by demo-operator").is_visible()
+            assert panel.locator("button", has_text="Preview what would be deleted").is_disabled()
         assert panel.get_by_role("button", name="Unpin").count() == (1 if may_act else 0), username
         assert panel.get_by_text("Schedule deletion", exact=True).count() == (1 if may_act else 0), username
         assert panel.locator("form[method=post]").count() == (3 if may_act else 0), username  # unpin, hold, lease
@@ -104,7 +107,8 @@ def test_each_role_browses_and_sees_only_what_it_may_do(demo, person, django_use
             assert name.startswith("spend-by-team-") and name.endswith(".csv")
             by_team = {row["Team"]: row for row in rows}
             assert by_team["llm"]["Cost center"] == "CC-4100 Foundation models"
-            assert re.fullmatch(r"\d+\.\d{2}", by_team["Total"]["Month to date (USD)"])
+            # Money to six decimals, so a small team's fractions of a cent add up in a spreadsheet.
+            assert re.fullmatch(r"\d+\.\d{6}", by_team["Total"]["Month to date (USD)"])
             stored = ShardFile.objects.filter(gone_at__isnull=True).aggregate(total=Sum("size"))["total"]
             assert int(by_team["Total"]["Stored (bytes)"]) == stored
             assert sum(int(r["Stored (bytes)"]) for t, r in by_team.items() if t != "Total") == stored

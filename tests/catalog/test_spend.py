@@ -12,7 +12,7 @@ import csv
 import io
 import re
 from datetime import date
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 from django.db import connection
@@ -218,7 +218,16 @@ def test_every_table_exports_the_same_numbers_as_csv_and_json(scenario, finance)
     assert 'filename="spend-by-team-2027-01.csv"' in response["Content-Disposition"]
     table = list(csv.reader(io.StringIO(response.content.decode())))
     assert table[0][:3] == ["Team", "Cost center", "Spend (USD)"]
-    assert table[-1][0] == "Total" and table[-1][2] == f"{total}"
+    # The CSV carries money to six decimals (a spreadsheet sums small sums), the page and the JSON to cents.
+    exact = expected(JANUARY.first, JANUARY.last)["all"]
+    assert table[-1][0] == "Total" and table[-1][2] == f"{exact.quantize(Decimal('0.000001'), ROUND_HALF_UP)}"
+    assert Decimal(table[-1][2]).quantize(Decimal("0.01"), ROUND_HALF_UP) == total
+    gib_months = table[0].index("GiB-months")
+    assert all(re.fullmatch(r"\d+\.\d{3}", row[gib_months]) for row in table[1:]), table
+    # Scoped to a team, the file is named after the team, not its number.
+    team = Run.objects.get(name="alpha").team
+    scoped = finance.get(f"/api/v1/spend/by-run/?month=2027-01&team={team.pk}&format=csv")
+    assert f'filename="spend-by-run-2027-01-team-{team.name.lower()}.csv"' in scoped["Content-Disposition"]
     for name in spend.TABLES:
         assert finance.get(f"/api/v1/spend/{name}/?month=2027-01&format=csv").status_code == 200, name
     summary = finance.get("/api/v1/spend/?month=2027-01").json()
@@ -244,7 +253,7 @@ def test_a_csv_cell_that_would_run_as_a_formula_is_quoted(db):
     table = spend.Table("t", "T", [spend.Column("run", "Run"), spend.Column("spend", "Spend", "money")], [], basis)
     table.rows = [{"run": '=HYPERLINK("http://x")', "spend": Decimal("1.005")}]
     out = list(csv.reader(io.StringIO(spend.table_csv(table))))
-    assert out[1] == ['\'=HYPERLINK("http://x")', "1.01"]
+    assert out[1] == ['\'=HYPERLINK("http://x")', "1.005000"]
 
 
 @pytest.mark.parametrize(

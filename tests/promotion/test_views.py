@@ -7,6 +7,8 @@ import pytest
 from audit.models import AuditEvent
 from promotion.choices import JobState
 from promotion.models import PromotionJob
+from promotion.services import promote
+from promotion.views import requested_message
 from tests.conftest import queries_for
 from tests.promotion.conftest import events
 
@@ -137,6 +139,31 @@ def test_the_page_previews_then_promotes_and_shows_progress(operator, kit, djang
     assert (progress["state"], progress["percent"], progress["bytes_done"]) == ("completed", 100, 2048)
     listing = operator.get("/promotions/").content.decode()
     assert f"/promotions/{job.pk}/" in listing
+    # The files table reads the class each file is in now, not the one frozen when it was asked for.
+    assert (
+        '<code>STANDARD</code> <span class="muted small">was <code>STANDARD_IA</code></span>' in page.content.decode()
+    )
+
+
+def test_the_flash_after_asking_says_where_the_job_stands_now(operator, kit, django_capture_on_commit_callbacks):
+    """With tasks in-process (the demo) a promotion may be done before its page is drawn: the flash says so."""
+    _, copy = kit.checkpoint(350, {"a": (b"a" * 1024, "STANDARD_IA")})
+    target = kit.bucket()
+    with django_capture_on_commit_callbacks(execute=True):
+        job = promote(
+            copy=copy,
+            target_location=target.location,
+            target_storage_class="STANDARD",
+            actor=kit.actor,
+            reason="warm it up",
+        )
+        assert (
+            requested_message(job, "Promotion")
+            == f"Promotion #{job.pk} requested: copy between buckets or storage classes."
+        )
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED
+    assert requested_message(job, "Promotion") == f"Promotion #{job.pk} completed."
 
 
 def test_a_refused_page_promotion_says_why_and_changes_nothing(operator, kit):
