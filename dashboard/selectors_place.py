@@ -160,16 +160,16 @@ def residents(location_ids: Sequence[int], user, *, limit: int = RESIDENT_RUNS_S
     for r in runs:
         row = run_costs.get(r.run_id)
         r.cost = money(row["nanos"]) if row and row["priced"] else None
-    team_costs = {
-        row["team_id"]: row
+    team_costs: dict[int | None, tuple[int | None, int]] = {
+        row["team_id"]: (row["nanos"], row["priced"])
         for row in usage.filter(run__isnull=False)
         .values("team_id")
         .annotate(nanos=Sum("cost_nanos"), priced=Count("pk", filter=Q(cost_nanos__isnull=False)))
         .order_by()
     }
     for t in teams:
-        row = team_costs.get(t.team_id)
-        t.cost = money(row["nanos"]) if row and row["priced"] else None
+        nanos, priced_rows = team_costs.get(t.team_id, (None, 0))
+        t.cost = money(nanos) if priced_rows else None
     states = list(
         usage.values("state")
         .annotate(
@@ -179,7 +179,7 @@ def residents(location_ids: Sequence[int], user, *, limit: int = RESIDENT_RUNS_S
         )
         .order_by("state")
     )
-    priced = [s for s in states if s["priced"]]
+    priced_states = [s for s in states if s["priced"]]
     return Residents(
         runs=runs,
         run_count=run_count,
@@ -188,9 +188,9 @@ def residents(location_ids: Sequence[int], user, *, limit: int = RESIDENT_RUNS_S
         bytes=sum(t.bytes for t in teams),
         month=month,
         currency=book_currency(),
-        month_cost=sum((money(s["nanos"]) for s in priced), Decimal(0)) if priced else None,
+        month_cost=sum((money(s["nanos"]) for s in priced_states), Decimal(0)) if priced_states else None,
         unpriced_rows=sum(s["unpriced"] for s in states),
-        by_state=[(_STATE_LABELS.get(s["state"], s["state"]), money(s["nanos"])) for s in priced],
+        by_state=[(_STATE_LABELS.get(s["state"], s["state"]), money(s["nanos"])) for s in priced_states],
     )
 
 
