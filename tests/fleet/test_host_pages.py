@@ -246,3 +246,13 @@ def test_the_api_filters_runs_and_checkpoints_by_place(fleet, signed_in):
     assert [c["step"] for c in rows] == [5]
     rows = signed_in.get("/api/v1/checkpoints/?storage_class=GLACIER").json()
     assert (rows["results"] if isinstance(rows, dict) else rows) == []
+
+
+def test_the_locations_api_carries_the_space_a_host_reported(fleet, signed_in):
+    a, b = fleet
+    rows = {r["id"]: r for r in signed_in.get("/api/v1/locations/").json()["results"]}
+    assert (rows[a.location.pk]["fs_size_bytes"], rows[a.location.pk]["fs_free_bytes"]) == (
+        7_680 * 10**9,
+        2_150 * 10**9,
+    )
+    assert rows[b.location.pk]["fs_size_bytes"] is None
