@@ -123,7 +123,11 @@ class StorageLocation(models.Model):
             ),
             models.CheckConstraint(
                 condition=(Q(fs_size_bytes__isnull=True) & Q(fs_free_bytes__isnull=True))
-                | (Q(fs_free_bytes__gte=0) & Q(fs_free_bytes__lte=models.F("fs_size_bytes"))),
+                | (
+                    Q(fs_size_bytes__isnull=False, fs_free_bytes__isnull=False)
+                    & Q(fs_free_bytes__gte=0)
+                    & Q(fs_free_bytes__lte=models.F("fs_size_bytes"))
+                ),
                 name="location_fs_free_within_size",
             ),
         ]

@@ -4,6 +4,7 @@ the runs list and the API: what lives on gpu-a01, and who may see which of it.""
 from __future__ import annotations
 
 import pytest
+from django.db import IntegrityError, transaction
 
 from audit.models import AuditEvent
 from fleet.models import Bucket, Inventory, StorageLocation
@@ -256,3 +257,12 @@ def test_the_locations_api_carries_the_space_a_host_reported(fleet, signed_in):
         2_150 * 10**9,
     )
     assert rows[b.location.pk]["fs_size_bytes"] is None
+
+
+@pytest.mark.parametrize(
+    ("size", "free"), [(None, 5), (5, None), (100, 101), (100, -1)], ids=["no-size", "no-free", "over", "negative"]
+)
+def test_the_database_refuses_space_that_cannot_be(make_host, size, free):
+    kit = make_host()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        StorageLocation.objects.filter(pk=kit.location.pk).update(fs_size_bytes=size, fs_free_bytes=free)
