@@ -51,6 +51,7 @@ def test_the_host_page_for_each_role_and_width(demo, person):
             page.set_viewport_size({"width": width, "height": height})
             visitor.visit(f"/fleet/hosts/{host.pk}/", name=f"host {width}")
             assert page.get_by_role("heading", name=re.compile("gpu-a01")).first.is_visible()
+            assert "8 GPUs" in page.locator("section", has=page.get_by_role("heading", name="Identity")).inner_text()
             fill = page.locator(f"#location-{root.pk} .fill").inner_text()
             assert re.search(r"\d+\.\d% used: [\d.]+ TiB of 6\.98 TiB · [\d.]+ TiB free", fill), fill
             lives = page.locator("section", has=page.get_by_role("heading", name="What lives here"))

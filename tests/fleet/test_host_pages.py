@@ -97,6 +97,7 @@ def test_the_host_page_answers_what_lives_on_it(fleet, signed_in):
     a, _b = fleet
     html = signed_in.get(f"/fleet/hosts/{a.host.pk}/").content.decode()
     assert "gpu-a01" in html and "dc1" in html and "eu-west" in html
+    assert "not registered" in html and "fleet_host set-gpus gpu-a01" in html  # no GPU count given
     assert "agent" in html.lower() and "<code>tests</code>" in html  # the agent string of its newest inventory
     assert "72.0% used" in html and "6.98 TiB" in html and "1.96 TiB" in html  # 7.68 TB, 2.15 TB free
     assert "llama-405b" in html and "vit-h" in html and "bert-xl" not in html

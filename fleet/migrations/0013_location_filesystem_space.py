@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("catalog", "0022_run_recovery_point_lineage"),
-        ("fleet", "0011_host_down"),
+        ("fleet", "0012_host_gpus"),
     ]
 
     operations = [
