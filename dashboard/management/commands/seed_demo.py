@@ -103,6 +103,18 @@ NVME_DRIVE_BYTES = 7_680_000_000_000
 FS_DEMO = {"gpu-a01": 0.72, "gpu-a02": 0.61, "gpu-b07": 0.84, "lustre-gw1": 0.67, "gpu-c12": 0.78}
 
 
+def demo_filesystem(host_name: str, kind: str, held: int) -> tuple[int, int]:
+    """The (size, free) bytes a demo root's file system would have on real hardware (``FS_DEMO``): NVMe drives
+    enough to hold ``held`` under 85 %, or a 2 PB Lustre; used never less than what it holds."""
+    if kind == "pfs":
+        size = 2 * 10**15
+    else:
+        drives = max(1, -(-int(held / 0.85) // NVME_DRIVE_BYTES))
+        size = drives * NVME_DRIVE_BYTES
+    used = max(int(size * FS_DEMO.get(host_name, 0.7)), held)
+    return size, size - used
+
+
 @dataclass(frozen=True)
 class ScaleRun:
     """A production-shaped run: its manifest under demo/scale, where it lives, and when its steps were saved."""
@@ -607,17 +619,9 @@ class Command(BaseCommand):
     def _filesystem(self, host: Host, root: Path, kind: str, inventory: Inventory) -> None:
         """Report the root's file system at a real size and fill (``FS_DEMO``), never less than what it holds."""
         location = StorageLocation.objects.get(host=host, root_path=str(root))
-        share = FS_DEMO.get(host.name, 0.7)
         held = inventory.bytes_total if inventory.status == "applied" else 0
-        if kind == "pfs":
-            size = 2 * 10**15
-        else:
-            drives = max(1, -(-int(held / 0.85) // NVME_DRIVE_BYTES))  # enough drives to hold it under 85 %
-            size = drives * NVME_DRIVE_BYTES
-        used = max(int(size * share), held)
-        location_record_filesystem(
-            location=location, size_bytes=size, free_bytes=size - used, measured_at=timezone.now()
-        )
+        size, free = demo_filesystem(host.name, kind, held)
+        location_record_filesystem(location=location, size_bytes=size, free_bytes=free, measured_at=timezone.now())
 
     def _prod_bucket(self, endpoint: str, actor: Actor, newest: float) -> None:
         """The production bucket: its manifests put, its inventory report written, and a scan that reads the
