@@ -33,7 +33,7 @@ from catalog.verification import VerificationSummary, failure_domain, summarize
 from ckptfleet.errors import DomainError
 from ckptfleet.params import positive_int_param, whole_number
 from dashboard import selectors_fleet
-from dashboard.run_filters import SORTS, BadCursor, RunFilters
+from dashboard.run_filters import SORTS, BadCursor, Place, RunFilters
 from fleet.choices import Tier
 from fleet.models import StorageLocation
 from spend import placement
@@ -125,7 +125,12 @@ def _place_chips(filters: RunFilters, places: selectors_fleet.PlaceChoices) -> l
 @login_required
 def run_detail(request, pk: int):
     run = get_object_or_404(restrict_runs(selectors.run_list(), request.user), pk=pk)
-    paginator = Paginator(selectors.run_checkpoints(run), CHECKPOINTS_PER_PAGE)
+    # ``?host=``, ``?location=``...: the run's checkpoints with a present copy there (from a host's or bucket's page).
+    place = Place.from_params(request.GET)
+    checkpoints_qs = selectors.run_checkpoints(run)
+    if place:
+        checkpoints_qs = checkpoints_qs.filter(pk__in=place.usage().values("copy__checkpoint_id"))
+    paginator = Paginator(checkpoints_qs, CHECKPOINTS_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
     # The checkpoint recovery would restore the run from, by recovery's one rule (promise 5).
     newest, _verified = recovery.newest_restorable(run)
@@ -144,6 +149,7 @@ def run_detail(request, pk: int):
         "catalog/run_detail.html",
         {
             "run": run,
+            "place_chips": _place_chips(RunFilters(place=place), selectors_fleet.place_choices()) if place else [],
             "page_obj": page,
             "checkpoints": checkpoints,
             "newest": newest,

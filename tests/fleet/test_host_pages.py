@@ -7,6 +7,7 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from audit.models import AuditEvent
+from catalog.models import Run
 from fleet.models import Bucket, Inventory, StorageLocation
 from fleet.services import gzip_lines
 from tests.conftest import give_roles, queries_for
@@ -267,3 +268,19 @@ def test_the_database_refuses_space_that_cannot_be(make_host, size, free):
     kit = make_host()
     with pytest.raises(IntegrityError), transaction.atomic():
         StorageLocation.objects.filter(pk=kit.location.pk).update(fs_size_bytes=size, fs_free_bytes=free)
+
+
+def test_a_runs_page_narrows_to_the_checkpoints_on_a_host_from_the_host_page(make_host, send, signed_in):
+    a = make_host("gpu-a01", "/mnt/nvme0/checkpoints")
+    b = make_host("gpu-b07", "/mnt/nvme0/checkpoints")
+    assert send(a, dcp("llm", "llama-405b", 100, 4096) + dcp("llm", "llama-405b", 200, 4096)).status_code == 202
+    assert send(b, dcp("llm", "llama-405b", 300, 4096)).status_code == 202
+    run = Run.objects.get(name="llama-405b")
+    host_page = signed_in.get(f"/fleet/hosts/{b.host.pk}/").content.decode()
+    assert f'href="/runs/{run.pk}/?host={b.host.pk}#timeline"' in host_page
+    html = signed_in.get(f"/runs/{run.pk}/?host={b.host.pk}").content.decode()
+    assert "Step 300" in html and "Step 100" not in html and "Step 200" not in html
+    assert "host gpu-b07" in html  # the chip that removes it
+    everything = signed_in.get(f"/runs/{run.pk}/").content.decode()
+    assert "Step 100" in everything and "Step 300" in everything
+    assert "No checkpoint of this run there" in signed_in.get(f"/runs/{run.pk}/?storage_class=GLACIER").content.decode()
