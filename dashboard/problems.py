@@ -312,7 +312,6 @@ COPY_VALUES = (
     "checkpoint__run__team__name",
     "location_id",
     "location__name",
-    "location__host_id",
     "state",
     "verification",
     "reasons",
@@ -406,7 +405,7 @@ def _copy_source(kind: str, base: QuerySet, prices: Prices) -> Source:
 
     def to_problem(r: dict) -> Problem:
         checkpoint_url = reverse("catalog:checkpoint-detail", args=[r["checkpoint_id"]])
-        location_url = _location_url(r["location_id"], r["location__host_id"])
+        location_url = _location_url(r["location_id"])
         if kind == Kind.CORRUPT:
             action = (
                 "Delete copy",
@@ -447,11 +446,9 @@ def _copy_source(kind: str, base: QuerySet, prices: Prices) -> Source:
     return Source(kind=kind, queryset=qs, to_problem=to_problem)
 
 
-def _location_url(location_id: int, host_id: int | None) -> str:
-    url = reverse("fleet:overview")
-    if host_id:
-        url += f"?host={host_id}"
-    return f"{url}#location-{location_id}"
+def _location_url(location_id: int) -> str:
+    """The location's own page (``fleet:location-detail``), which leads to its host."""
+    return reverse("fleet:location-detail", args=[location_id])
 
 
 FLAG_ACTIONS = {
@@ -560,7 +557,7 @@ def _orphan_source(filters: Filters, user, prices: Prices) -> Source:
                 team=g.run_label.split("/", 1)[0] if g.run_label else "",
                 location_id=g.location_id,
                 location_name=g.location_name,
-                location_url=_location_url(g.location_id, g.host_id),
+                location_url=_location_url(g.location_id),
                 extra={"orphan_kind": g.kind, "prefix": g.prefix},
             )
         )
@@ -675,7 +672,7 @@ def _pointer_source(filters: Filters, user) -> Source:
                     team=run.team.name,
                     location_id=p.location_id,
                     location_name=p.location_name,
-                    location_url=_location_url(p.location_id, None),
+                    location_url=_location_url(p.location_id),
                     extra={"pointer_state": p.state, "fix_command": p.fix_command},
                 )
             )

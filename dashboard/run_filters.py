@@ -1,7 +1,9 @@
 """The runs list's filters, sort orders and keyset pages, shared by the page and the API (they list the same runs).
 
 Parameters (all optional): ``q`` (part of a run or team name), ``team`` (id), ``status``
-(active/finished/deleted), ``tier`` (runs with a present copy holding bytes on that tier),
+(active/finished/deleted); where the run's bytes are (``Place``): ``tier`` (runs with a present copy holding
+bytes on that tier), ``host`` (id), ``location`` (id), ``bucket`` (a bucket's name, any prefix) and
+``storage_class`` (e.g. ``GLACIER``), all met by the same present copy;
 ``flag`` (runs with a checkpoint raising that placement flag), ``attention=1`` (runs with a partial
 or corrupt present copy) and ``sort`` (one of ``SORTS``). Unknown values are ignored, never an error
 page: a filter link pasted from an older version still opens the list. The one exception is a team id
@@ -21,7 +23,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from django.db.models import BigIntegerField, Count, Exists, F, Max, OuterRef, Q, QuerySet, Sum, Value
@@ -76,6 +79,61 @@ KEYS: dict[str, tuple[tuple[str, object, bool], ...]] = {
     ),
     "checkpoints": (("k_checkpoints", Count("checkpoints", filter=_PRESENT, distinct=True), True), _TEAM, _NAME),
 }
+
+
+STORAGE_CLASS = re.compile(r"[A-Z0-9_]{1,32}")
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a run's or checkpoint's bytes are: a tier, host, location, bucket (by name) and storage class, each
+    optional. Read from ``CopyTierUsage``, the current bytes of every present copy per tier and storage class
+    that the ingest keeps in step with each inventory, so the filter is one indexed subquery."""
+
+    tier: str = ""
+    host_id: int | None = None
+    location_id: int | None = None
+    bucket: str = ""
+    storage_class: str = ""
+
+    @classmethod
+    def from_params(cls, params) -> Place:
+        tier = (params.get("tier") or "").strip()
+        storage_class = (params.get("storage_class") or "").strip().upper()
+        return cls(
+            tier=tier if tier in Tier.values else "",
+            host_id=lenient_id((params.get("host") or "").strip()),
+            location_id=lenient_id((params.get("location") or "").strip()),
+            bucket=(params.get("bucket") or "").strip()[:63],
+            storage_class=storage_class if STORAGE_CLASS.fullmatch(storage_class) else "",
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.tier or self.host_id or self.location_id or self.bucket or self.storage_class)
+
+    def usage(self) -> QuerySet[CopyTierUsage]:
+        """The tier usage rows of present copies (not left-overs) that hold bytes at this place."""
+        rows = CopyTierUsage.objects.filter(copy__gone_at__isnull=True, copy__temporary=False, bytes__gt=0)
+        if self.tier:
+            rows = rows.filter(tier=self.tier)
+        if self.host_id is not None:
+            rows = rows.filter(location__host_id=self.host_id)
+        if self.location_id is not None:
+            rows = rows.filter(location_id=self.location_id)
+        if self.bucket:
+            rows = rows.filter(location__bucket__bucket_name=self.bucket)
+        if self.storage_class:
+            rows = rows.filter(storage_class=self.storage_class)
+        return rows
+
+    def params(self) -> dict[str, str | int]:
+        return {
+            "tier": self.tier,
+            "host": self.host_id or "",
+            "location": self.location_id or "",
+            "bucket": self.bucket,
+            "storage_class": self.storage_class,
+        }
 
 
 class BadCursor(ValueError):
@@ -150,7 +208,7 @@ class RunFilters:
     team_id: int | None = None
     team_name: str = ""  # ``team`` given as a name (``?team=llm``), not an id
     status: str = ""
-    tier: str = ""
+    place: Place = field(default_factory=Place)
     flag: str = ""
     attention: bool = False
     sort: str = "team"
@@ -172,7 +230,7 @@ class RunFilters:
             team_id=team_id,
             team_name=team[:200] if team_by_name and team and team_id is None else "",
             status=pick("status", RunStatus.values),
-            tier=pick("tier", Tier.values),
+            place=Place.from_params(params),
             flag=pick("flag", placement.Flag.values),
             attention=(params.get("attention") or "") in ("1", "true", "yes", "on"),
             sort=pick("sort", SORTS) or "team",
@@ -192,7 +250,13 @@ class RunFilters:
     @property
     def narrowed(self) -> bool:
         """Whether any filter (not the sort) is set."""
-        return bool(self.q or self.team_id or self.team_name or self.status or self.tier or self.flag or self.attention)
+        return bool(
+            self.q or self.team_id or self.team_name or self.status or self.place or self.flag or self.attention
+        )
+
+    @property
+    def tier(self) -> str:
+        return self.place.tier
 
     def narrow(self, runs: QuerySet[Run]) -> QuerySet[Run]:
         """``runs`` limited by the filters; no counting, no order."""
@@ -204,11 +268,8 @@ class RunFilters:
             runs = runs.filter(team__name=self.team_name)
         if self.status:
             runs = runs.filter(status=self.status)
-        if self.tier:
-            on_tier = CopyTierUsage.objects.filter(
-                tier=self.tier, copy__gone_at__isnull=True, copy__temporary=False, bytes__gt=0
-            )
-            runs = runs.filter(pk__in=on_tier.values("copy__checkpoint__run_id"))
+        if self.place:
+            runs = runs.filter(pk__in=self.place.usage().values("copy__checkpoint__run_id"))
         if self.flag:
             runs = runs.filter(pk__in=placement.flagged(self.flag).values("run_id"))
         if self.attention:
@@ -300,7 +361,7 @@ class RunFilters:
             "q": self.q,
             "team": self.team_id or self.team_name or "",
             "status": self.status,
-            "tier": self.tier,
+            **self.place.params(),
             "flag": self.flag,
             "attention": "1" if self.attention else "",
             "sort": "" if self.sort == "team" else self.sort,

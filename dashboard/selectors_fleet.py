@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, TypedDict
 from django.db.models import Count, F, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 
 from catalog.models import ShardFile
-from fleet.choices import InventoryStatus, Tier
-from fleet.models import Host, Inventory, MultipartUpload, ObjectVersion, StorageLocation
+from fleet.choices import DEFAULT_STORAGE_CLASS_TIERS, InventoryStatus, Tier
+from fleet.models import Bucket, Host, Inventory, MultipartUpload, ObjectVersion, StorageLocation
 from spend.models import UsageDaily, UsageState
 
 if TYPE_CHECKING:  # the stubs' helper (a dev dependency) for a model instance with annotations
@@ -232,3 +232,26 @@ def files_changed_by(inventory: Inventory, *, limit: int) -> list[ShardFile]:
         .order_by()[:limit]
     )
     return sorted(sample, key=lambda f: f.path)
+
+
+@dataclass(frozen=True)
+class PlaceChoices:
+    """What the runs list offers to filter by place: hosts, locations, bucket names and storage classes."""
+
+    hosts: list[tuple[int, str]]
+    locations: list[tuple[int, str]]
+    buckets: list[str]
+    storage_classes: list[str]
+
+
+def place_choices() -> PlaceChoices:
+    """Three small queries over the fleet's registrations (hosts, locations, buckets), not over files; the storage
+    classes are those the store names (``DEFAULT_STORAGE_CLASS_TIERS``) and those a bucket maps itself."""
+    hosts = list(Host.objects.order_by("name").values_list("pk", "name"))
+    locations = list(StorageLocation.objects.order_by("name").values_list("pk", "name"))
+    buckets = sorted(set(Bucket.objects.values_list("bucket_name", flat=True)))
+    classes = set(DEFAULT_STORAGE_CLASS_TIERS)
+    for overrides in Bucket.objects.exclude(storage_class_tiers={}).values_list("storage_class_tiers", flat=True):
+        if isinstance(overrides, dict):
+            classes.update(str(k).upper() for k in overrides)
+    return PlaceChoices(hosts=hosts, locations=locations, buckets=buckets, storage_classes=sorted(classes))

@@ -32,7 +32,8 @@ from catalog.reshard import layouts_of
 from catalog.verification import VerificationSummary, failure_domain, summarize
 from ckptfleet.errors import DomainError
 from ckptfleet.params import positive_int_param, whole_number
-from dashboard.run_filters import SORTS, BadCursor, RunFilters
+from dashboard import selectors_fleet
+from dashboard.run_filters import SORTS, BadCursor, Place, RunFilters
 from fleet.choices import Tier
 from fleet.models import StorageLocation
 from spend import placement
@@ -71,6 +72,7 @@ def run_list(request):
         runs = runs.none()
     page = filters.page(runs, cursor=cursor, offset=offset, size=RUNS_PER_PAGE)
     teams = list(restrict_teams(selectors.team_choices(), request.user))
+    places = selectors_fleet.place_choices()
     return render(
         request,
         "catalog/run_list.html",
@@ -88,6 +90,8 @@ def run_list(request):
             "filtered": filters.narrowed,
             "statuses": RunStatus.choices,
             "tiers": Tier.choices,
+            "places": places,
+            "place_chips": _place_chips(filters, places),
             "flags": placement.Flag.choices,
             "sorts": [(key, label) for key, (label, _) in SORTS.items()],
             "page_query": filters.query(),
@@ -98,10 +102,35 @@ def run_list(request):
     )
 
 
+def _place_chips(filters: RunFilters, places: selectors_fleet.PlaceChoices) -> list[tuple[str, str]]:
+    """The place filters in force as (what it says, the list's query without it), for chips that remove them."""
+    place = filters.place
+    hosts, locations = dict(places.hosts), dict(places.locations)
+    chips = []
+    if place.host_id is not None:
+        chips.append((f"host {hosts.get(place.host_id, f'#{place.host_id}')}", filters.query(host="")))
+    if place.location_id is not None:
+        chips.append(
+            (f"location {locations.get(place.location_id, f'#{place.location_id}')}", filters.query(location=""))
+        )
+    if place.bucket:
+        chips.append((f"bucket {place.bucket}", filters.query(bucket="")))
+    if place.tier:
+        chips.append((f"tier {Tier(place.tier).label}", filters.query(tier="")))
+    if place.storage_class:
+        chips.append((f"storage class {place.storage_class}", filters.query(storage_class="")))
+    return chips
+
+
 @login_required
 def run_detail(request, pk: int):
     run = get_object_or_404(restrict_runs(selectors.run_list(), request.user), pk=pk)
-    paginator = Paginator(selectors.run_checkpoints(run), CHECKPOINTS_PER_PAGE)
+    # ``?host=``, ``?location=``...: the run's checkpoints with a present copy there (from a host's or bucket's page).
+    place = Place.from_params(request.GET)
+    checkpoints_qs = selectors.run_checkpoints(run)
+    if place:
+        checkpoints_qs = checkpoints_qs.filter(pk__in=place.usage().values("copy__checkpoint_id"))
+    paginator = Paginator(checkpoints_qs, CHECKPOINTS_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
     # The checkpoint recovery would restore the run from, by recovery's one rule (promise 5).
     newest, _verified = recovery.newest_restorable(run)
@@ -120,6 +149,7 @@ def run_detail(request, pk: int):
         "catalog/run_detail.html",
         {
             "run": run,
+            "place_chips": _place_chips(RunFilters(place=place), selectors_fleet.place_choices()) if place else [],
             "page_obj": page,
             "checkpoints": checkpoints,
             "newest": newest,

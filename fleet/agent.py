@@ -146,6 +146,7 @@ __all__ = [
     "encode_line",
     "facts_kind",
     "file_facts",
+    "filesystem_space",
     "inventory_lines",
     "main",
     "scan_root",
@@ -284,6 +285,21 @@ def _check_root(root: str) -> None:
         raise AgentError(f"root {_printable(root)} does not exist")
     if not os.path.isdir(root):
         raise AgentError(f"root {_printable(root)} is not a directory")
+
+
+def filesystem_space(root: str) -> dict[str, int]:
+    """The size and the free bytes of the file system holding ``root``, for the header; {} when unknown.
+
+    Free is what an unprivileged writer (a training job) can still use: ``f_bavail``, as ``df`` shows
+    under "Avail", not ``f_bfree``, which counts the blocks reserved for root too.
+    """
+    try:
+        st = os.statvfs(root)
+    except (OSError, AttributeError):  # no statvfs (Windows), or the mount went away mid-walk
+        return {}
+    size = st.f_blocks * st.f_frsize
+    free = min(st.f_bavail * st.f_frsize, size)
+    return {"fs_size_bytes": size, "fs_free_bytes": free} if size > 0 else {}
 
 
 def _refusal_reason(name: str) -> str | None:
@@ -548,6 +564,7 @@ def inventory_lines(
     }
     if allow_empty:
         header["allow_empty"] = True
+    header.update(filesystem_space(root))
     yield header
     files = 0
     total = 0

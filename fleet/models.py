@@ -98,6 +98,13 @@ class StorageLocation(models.Model):
         blank=True,
         help_text="When the newest applied inventory was taken: every present file was seen then.",
     )
+    # The file system under a host root, as its agent measured it (statvfs) with its last inventory; empty
+    # until an agent that reports it sends one (older agents do not).
+    fs_size_bytes = models.BigIntegerField(null=True, blank=True, help_text="Size of the file system, bytes.")
+    fs_free_bytes = models.BigIntegerField(
+        null=True, blank=True, help_text="Bytes a writer can still use there (statvfs f_bavail)."
+    )
+    fs_reported_at = models.DateTimeField(null=True, blank=True, help_text="When the agent measured them.")
     soft_delete_days = models.PositiveSmallIntegerField(
         null=True,
         blank=True,
@@ -114,10 +121,33 @@ class StorageLocation(models.Model):
                 | (Q(host__isnull=False) & Q(root_path__startswith="/")),
                 name="location_host_kind_has_host_and_absolute_root",
             ),
+            models.CheckConstraint(
+                condition=(Q(fs_size_bytes__isnull=True) & Q(fs_free_bytes__isnull=True))
+                | (
+                    Q(fs_size_bytes__isnull=False, fs_free_bytes__isnull=False)
+                    & Q(fs_free_bytes__gte=0)
+                    & Q(fs_free_bytes__lte=models.F("fs_size_bytes"))
+                ),
+                name="location_fs_free_within_size",
+            ),
         ]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def fs_used_bytes(self) -> int | None:
+        """Bytes in use on the file system (size less what a writer can use), when the agent reported them."""
+        if self.fs_size_bytes is None or self.fs_free_bytes is None:
+            return None
+        return self.fs_size_bytes - self.fs_free_bytes
+
+    @property
+    def fs_used_percent(self) -> float | None:
+        used = self.fs_used_bytes
+        if used is None or not self.fs_size_bytes:
+            return None
+        return round(100 * used / self.fs_size_bytes, 1)
 
     @property
     def trash_days(self) -> int:

@@ -8,11 +8,13 @@ import hmac
 import json
 import secrets
 import zlib
+from datetime import datetime
 from typing import Any, BinaryIO
 
 from django.conf import settings
 from django.core.files.base import File
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from access.roles import Role, require_role
@@ -303,6 +305,49 @@ def _read_header(first_chunk: bytes) -> dict:
     return header
 
 
+FS_BYTES_MAX = 2**63 - 1  # a bigint column; 8 EiB is far past any file system a host mounts
+
+
+def filesystem_space_of(header: dict) -> tuple[int, int] | None:
+    """The file system's (size, free) bytes an inventory header reports, or None when it reports none (an agent
+    older than the fields). Raises ``DomainError`` (``bad_inventory``) for values that cannot be true: one of
+    the two alone, a value that is not a whole number of bytes, negative, or more free than the size."""
+    size, free = header.get("fs_size_bytes"), header.get("fs_free_bytes")
+    if size is None and free is None:
+        return None
+    if size is None or free is None:
+        missing = "fs_size_bytes" if size is None else "fs_free_bytes"
+        raise DomainError(f"line 1: the header reports the file system's space without {missing}", code="bad_inventory")
+    for name, value in (("fs_size_bytes", size), ("fs_free_bytes", free)):
+        if type(value) is not int or not 0 <= value <= FS_BYTES_MAX:
+            raise DomainError(
+                f"line 1: {name} must be a whole number of bytes from 0 to {FS_BYTES_MAX}, not {value!r}",
+                code="bad_inventory",
+            )
+    if free > size:
+        raise DomainError(f"line 1: fs_free_bytes ({free}) is more than fs_size_bytes ({size})", code="bad_inventory")
+    return size, free
+
+
+def location_record_filesystem(
+    *, location: StorageLocation, size_bytes: int, free_bytes: int, measured_at: datetime
+) -> bool:
+    """Keep what an agent measured of the file system under ``location`` (its size and free bytes), unless a
+    newer measurement is already kept (uploads may arrive out of order). The agent's facts, not an action: like
+    ``last_seen_at`` it is not audited. Returns whether it was kept. Refuses values that cannot be true."""
+    filesystem_space_of({"fs_size_bytes": size_bytes, "fs_free_bytes": free_bytes})
+    if location.kind not in (LocationKind.NVME, LocationKind.PFS):
+        raise DomainError(f"{location.name} is a bucket: it has no file system to report", code="bad_inventory")
+    kept = (
+        StorageLocation.objects.filter(pk=location.pk)
+        .filter(Q(fs_reported_at__isnull=True) | Q(fs_reported_at__lte=measured_at))
+        .update(fs_size_bytes=size_bytes, fs_free_bytes=free_bytes, fs_reported_at=measured_at)
+    )
+    if kept:
+        location.fs_size_bytes, location.fs_free_bytes, location.fs_reported_at = size_bytes, free_bytes, measured_at
+    return bool(kept)
+
+
 def inventory_receive(*, host: Host, stream: BinaryIO, content_encoding: str) -> Inventory:
     """Store an uploaded inventory of ``host`` and queue its ingestion. Nothing is applied here.
 
@@ -326,6 +371,7 @@ def inventory_receive(*, host: Host, stream: BinaryIO, content_encoding: str) ->
         raise DomainError(
             f"{root!r} is not a registered root of {host.name} (registered: {roots})", code="unknown_root"
         )
+    space = filesystem_space_of(header)
 
     import tempfile
 
@@ -350,7 +396,14 @@ def inventory_receive(*, host: Host, stream: BinaryIO, content_encoding: str) ->
             )
             inventory.upload.save(f"{host.name}-{location.pk}.ndjson.gz", File(spool), save=False)
             inventory.save()
-            Host.objects.filter(pk=host.pk).update(last_seen_at=timezone.now())
+            now = timezone.now()
+            Host.objects.filter(pk=host.pk).update(last_seen_at=now)
+            if space is not None:
+                # When the agent started the walk, which is when it measured; a clock ahead of ours is not trusted.
+                measured = min(taken_at, now) if taken_at and timezone.is_aware(taken_at) else now
+                location_record_filesystem(
+                    location=location, size_bytes=space[0], free_bytes=space[1], measured_at=measured
+                )
             # By task name: ingestion sits above fleet (ingest.tasks), which starts it without importing it.
             transaction.on_commit(lambda: task("ingest.tasks.ingest_inventory").delay(inventory.pk))
     return inventory

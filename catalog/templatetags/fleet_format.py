@@ -200,11 +200,14 @@ def run_status(run):
 
 @register.filter
 def location_href(location) -> str:
-    """The fleet page row of a storage location: its host's page when it has one, so it is never on page 2."""
-    url = reverse("fleet:overview")
-    if getattr(location, "host_id", None):
-        url += f"?host={location.host_id}"
-    return f"{url}#location-{location.pk}"
+    """The page of a storage location (a bucket, or a host's root with a link to its host)."""
+    return reverse("fleet:location-detail", args=[location.pk])
+
+
+@register.filter
+def host_href(host) -> str:
+    """The page of a host: a ``Host``, or its id."""
+    return reverse("fleet:host-detail", args=[getattr(host, "pk", host)])
 
 
 @register.filter

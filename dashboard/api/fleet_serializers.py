@@ -63,8 +63,11 @@ class StorageLocationSerializer(serializers.ModelSerializer):
             "last_applied_at",
             "soft_delete_days",
             "trash_days",
+            "fs_size_bytes",
+            "fs_free_bytes",
+            "fs_reported_at",
         ]
-        read_only_fields = ["soft_delete_days", "trash_days"]
+        read_only_fields = ["soft_delete_days", "trash_days", "fs_size_bytes", "fs_free_bytes", "fs_reported_at"]
 
 
 class HostSerializer(serializers.ModelSerializer):

@@ -26,7 +26,7 @@ from dashboard.api.serializers import (
     RunPlacementSerializer,
     RunSerializer,
 )
-from dashboard.run_filters import SORTS, BadCursor, RunFilters
+from dashboard.run_filters import SORTS, BadCursor, Place, RunFilters
 from fleet.choices import Tier
 from spend import placement
 
@@ -142,12 +142,22 @@ RUN_EXAMPLE = {
 }
 
 
+# Where the bytes are (``dashboard.run_filters.Place``): each met by the same present copy.
+PLACE_PARAMETERS = [
+    OpenApiParameter("tier", str, enum=Tier.values, description="With a present copy holding bytes on this tier."),
+    OpenApiParameter("host", int, description="With a present copy on this host (its id)."),
+    OpenApiParameter("location", int, description="With a present copy at this storage location (its id)."),
+    OpenApiParameter("bucket", str, description="With a present copy in this bucket (its name, any prefix)."),
+    OpenApiParameter("storage_class", str, description="With present bytes in this storage class, e.g. GLACIER."),
+]
+
+
 @extend_schema_view(
     list=extend_schema(
         parameters=[
             OpenApiParameter("q", str, description="Part of a run or team name."),
             OpenApiParameter("team", str, description="A team's id or name (`llm`); an unknown one is a 404."),
-            OpenApiParameter("tier", str, enum=Tier.values, description="Runs with a present copy on this tier."),
+            *PLACE_PARAMETERS,
             OpenApiParameter(
                 "flag", str, enum=placement.Flag.values, description="Runs with a checkpoint raising this flag."
             ),
@@ -273,6 +283,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         return Response({"run": run.pk, "ladder": [r.as_dict() for r in ladder_for(run)]})
 
 
+@extend_schema_view(list=extend_schema(parameters=PLACE_PARAMETERS))
 class CheckpointViewSet(viewsets.ReadOnlyModelViewSet):
     """Checkpoints with every present copy, its state and the reasons."""
 
@@ -291,6 +302,10 @@ class CheckpointViewSet(viewsets.ReadOnlyModelViewSet):
         leftover = CheckpointCopy.objects.filter(checkpoint=OuterRef("pk"), temporary=True)
         kept = CheckpointCopy.objects.filter(checkpoint=OuterRef("pk"), temporary=False)
         checkpoints = checkpoints.exclude(Exists(leftover) & ~Exists(kept))
+        place = Place.from_params(self.request.query_params)
+        if self.action == "list" and place:
+            # Checkpoints with a present copy holding bytes there (the runs list's place filters).
+            checkpoints = checkpoints.filter(pk__in=place.usage().values("copy__checkpoint_id"))
         return checkpoints.select_related("run__team").prefetch_related(
             Prefetch("copies", queryset=copies, to_attr="present")
         )

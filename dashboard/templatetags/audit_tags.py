@@ -55,7 +55,9 @@ def audit_target_href(event: AuditEvent) -> str:
             name, args = names[event.target_type]
             return reverse(name, args=args)
         if event.target_type == "host":
-            return f"{reverse('fleet:overview')}?host={event.target_id}"
+            return reverse("fleet:host-detail", args=[event.target_id])
+        if event.target_type == "location":
+            return reverse("fleet:location-detail", args=[event.target_id])
     except NoReverseMatch:
         return ""
     return ""

@@ -64,3 +64,19 @@ def test_the_demo_agents_refuse_outside_development(settings, db):
     settings.DEBUG = False
     with pytest.raises(CommandError, match="CKPTFLEET_DEBUG=1"):
         call_command("demo_agents", "--server", "http://127.0.0.1:9/", "--once")
+
+
+def test_the_demo_agents_report_the_hardware_the_demo_plays_not_the_development_disk(demo, live_server):
+    from fleet.models import StorageLocation
+
+    seeded = {loc.pk: loc.fs_reported_at for loc in StorageLocation.objects.filter(host__isnull=False)}
+    said = io.StringIO()
+    call_command("demo_agents", "--server", live_server.url, "--dir", str(demo), "--once", stdout=said, stderr=said)
+    assert " failed (" not in said.getvalue(), said.getvalue()
+    for loc in StorageLocation.objects.filter(host__isnull=False):
+        drive = 2 * 10**15 if loc.kind == "pfs" else 7_680_000_000_000
+        assert loc.fs_size_bytes % drive == 0 and 60 <= loc.fs_used_percent <= 90, loc
+        assert loc.fs_reported_at >= seeded[loc.pk]
+    # gpu-a01 was seeded first, seconds before its agent reported: these figures came through the receive.
+    first = StorageLocation.objects.get(host__name="gpu-a01")
+    assert first.fs_reported_at > seeded[first.pk]

@@ -81,9 +81,9 @@ def test_a_row_shows_state_verified_copies_domains_tiers_and_each_copy_under_its
     assert "Checksums disagree: __1_0.distcp: sha256 differs from the copy at s3://ckpt-eu" in corrupt
     assert "timeline__mark--corrupt" in corrupt
     assert "Partial" in row_of(html, half) and "timeline__mark--partial" in row_of(html, half)
-    # The column heads are the locations with their tier and failure domain, linking to the fleet page.
+    # The column heads are the locations with their tier and failure domain, linking to the location's page.
     timeline = timeline_of(html)
-    assert f'href="/fleet/?host={nvme.host_id}#location-{nvme.pk}"' in timeline
+    assert f'href="/fleet/locations/{nvme.pk}/"' in timeline
     assert "s3://ckpt-eu" in timeline and "region eu-west" in timeline
 
 

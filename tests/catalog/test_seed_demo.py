@@ -10,7 +10,7 @@ from django.db.models import Max, Min, Sum
 from catalog.models import CheckpointCopy, Run, ShardFile
 from dashboard.problems import Filters, Kind, problem_page
 from fleet.choices import InventoryStatus
-from fleet.models import Host, Inventory
+from fleet.models import Host, Inventory, StorageLocation
 from spend.models import UsageDaily, UsageMonthly
 from spend.usage import money
 
@@ -37,6 +37,11 @@ def test_the_demo_has_hosts_runs_and_broken_checkpoints(db, tmp_path, settings):
     formats = set(CheckpointCopy.objects.values_list("format", flat=True))
     assert {"pytorch_dcp", "hf_safetensors", "hf_trainer", "deepspeed", "megatron", "orbax", "single_file"} <= formats
     assert (tmp_path / "demo-password").exists()
+    # Every root reports its file system as an agent would, at a real size and fill, never less than it holds.
+    for loc in StorageLocation.objects.filter(host__isnull=False).select_related("last_inventory"):
+        assert (loc.fs_size_bytes and loc.fs_size_bytes % 7_680_000_000_000 == 0) or loc.kind == "pfs", loc
+        assert 60 <= loc.fs_used_percent <= 90, (loc, loc.fs_used_percent)
+        assert loc.fs_used_bytes >= loc.last_inventory.bytes_total
 
     call_command("seed_demo", dir=str(tmp_path / "demo"))
     again = Inventory.objects.order_by("-id")[:5]

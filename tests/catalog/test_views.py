@@ -152,7 +152,7 @@ def test_the_run_page_lists_checkpoints_newest_first_with_the_reasons(signed_in)
     assert "missing model-00002-of-00004.safetensors" in html
     assert "Newest restorable checkpoint" in html
     assert f'href="/checkpoints/{bad.checkpoint_id}/"' in html
-    assert f'href="/fleet/?host={loc.host_id}#location-{loc.pk}"' in html
+    assert f'href="/fleet/locations/{loc.pk}/"' in html
     assert "Corrupt" in html and "Partial" in html and "Complete" in html
     assert "3.0 KiB" in html and "2 files" in html
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -110,3 +111,17 @@ def test_the_agent_is_installed_as_a_console_script():
     result = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
     assert result.stdout.strip().startswith("ckptfleet-agent/")
+
+
+def test_the_agent_reports_the_file_systems_size_and_free_space(live_server, host_tree):
+    kit, root = host_tree
+    assert run_agent(live_server.url, root) == 0
+    st = os.statvfs(root)
+    kit.location.refresh_from_db()
+    assert kit.location.fs_size_bytes == st.f_blocks * st.f_frsize > 0
+    # Free space moves as the machine writes; what the agent measured is within a few MiB of ours.
+    assert abs(kit.location.fs_free_bytes - st.f_bavail * st.f_frsize) < 256 * 2**20
+    assert 0 <= kit.location.fs_free_bytes <= kit.location.fs_size_bytes
+    assert kit.location.fs_reported_at is not None
+    header = next(iter(agent.inventory_lines(str(root), "gpu-a01")))
+    assert header["fs_size_bytes"] == kit.location.fs_size_bytes

@@ -458,7 +458,7 @@ def test_scan_now_without_javascript_scans_and_says_how_it_went(signed_in, s3):
 
     inventory = Inventory.objects.get(location=bucket.location)
     assert inventory.status == InventoryStatus.APPLIED, inventory.error
-    assert response.redirect_chain[-1][0] == f"/fleet/#location-{bucket.location.pk}"
+    assert response.redirect_chain[-1][0] == f"/fleet/locations/{bucket.location.pk}/"
     html = response.content.decode()
     assert f"Scan #{inventory.pk} of {bucket.location.name} applied: 9 objects" in html
     event = AuditEvent.objects.get(action="location.scan")

@@ -53,6 +53,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
+from django.utils import timezone
 
 from access.roles import Role
 from actions import services as actions
@@ -67,7 +68,7 @@ from fleet import agent
 from fleet.choices import InventoryStatus
 from fleet.models import Bucket, Host, Inventory, MultipartUpload, StorageLocation
 from fleet.pricebook import utc_today
-from fleet.services import host_register, inventory_receive, location_add
+from fleet.services import host_register, inventory_receive, location_add, location_record_filesystem
 from ingest import inventory as ingest
 from ingest.scan import bucket_add, scan_run, scan_start
 from spend.backfill import usage_backfill
@@ -94,6 +95,24 @@ DEMO_HOSTS = {
 # copies are complete by their manifest and unverified, as on a fleet whose agents skip --checksums.
 DEMO_SCALE = Path(settings.BASE_DIR) / "demo" / "scale"
 SCALE_HOST = ("gpu-c12", "dc2", "us-east", "nvme0")
+# What each root's file system would hold on real hardware, as its agent would measure it (statvfs): GPU hosts
+# carry 7.68 TB NVMe drives (U.2 data-centre size; as many as the checkpoints need), a Lustre gateway a 2 PB file
+# system; the share in use, as on a busy fleet. The agent run by the seed measures the demo directory's own
+# disk; these replace it through the same service the ingest uses.
+NVME_DRIVE_BYTES = 7_680_000_000_000
+FS_DEMO = {"gpu-a01": 0.72, "gpu-a02": 0.61, "gpu-b07": 0.84, "lustre-gw1": 0.67, "gpu-c12": 0.78}
+
+
+def demo_filesystem(host_name: str, kind: str, held: int) -> tuple[int, int]:
+    """The (size, free) bytes a demo root's file system would have on real hardware (``FS_DEMO``): NVMe drives
+    enough to hold ``held`` under 85 %, or a 2 PB Lustre; used never less than what it holds."""
+    if kind == "pfs":
+        size = 2 * 10**15
+    else:
+        drives = max(1, -(-int(held / 0.85) // NVME_DRIVE_BYTES))
+        size = drives * NVME_DRIVE_BYTES
+    used = max(int(size * FS_DEMO.get(host_name, 0.7)), held)
+    return size, size - used
 
 
 @dataclass(frozen=True)
@@ -590,11 +609,19 @@ class Command(BaseCommand):
                 host=host, name=f"{host.name}:{root_name}", kind=kind, tier=tier, root_path=str(root), actor=actor
             )
         inventory = self._scan(host, root, checksums=checksums)
+        self._filesystem(host, root, kind, inventory)
         self.stdout.write(
             f"{host.name}:{root}: {inventory.files_count} files, {inventory.checkpoints_found} checkpoint "
             f"copies ({inventory.status}{': ' + inventory.error if inventory.error else ''})"
             + ("" if checksums else ", scanned without content checksums")
         )
+
+    def _filesystem(self, host: Host, root: Path, kind: str, inventory: Inventory) -> None:
+        """Report the root's file system at a real size and fill (``FS_DEMO``), never less than what it holds."""
+        location = StorageLocation.objects.get(host=host, root_path=str(root))
+        held = inventory.bytes_total if inventory.status == "applied" else 0
+        size, free = demo_filesystem(host.name, kind, held)
+        location_record_filesystem(location=location, size_bytes=size, free_bytes=free, measured_at=timezone.now())
 
     def _prod_bucket(self, endpoint: str, actor: Actor, newest: float) -> None:
         """The production bucket: its manifests put, its inventory report written, and a scan that reads the
