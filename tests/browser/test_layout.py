@@ -84,7 +84,28 @@ DETAIL_PAGES: list[tuple[str, Callable[[], str]]] = [
     ("audit trail", lambda: "/audit/"),
     ("recovery page", lambda: f"/recovery/{_run('llama3-70b')}/"),
     ("spend of one team", lambda: "/spend/?team=1"),
+    ("host page", lambda: f"/fleet/hosts/{_host('gpu-c12')}/"),
+    ("location page of a host", lambda: f"/fleet/locations/{_location('gpu-a01:nvme0')}/"),
+    ("location page of a parallel file system", lambda: f"/fleet/locations/{_location('lustre-gw1:lustre')}/"),
+    ("problems list", lambda: "/problems/"),
+    ("wrong resume pointers", lambda: "/problems/?kind=pointer"),
+    ("API tokens", lambda: "/account/tokens/"),
+    ("recovery points", lambda: "/recovery/points/"),
+    ("jobs", lambda: "/jobs/"),
 ]
+
+
+def _host(name: str) -> int:
+    from fleet.models import Host
+
+    return Host.objects.get(name=name).pk
+
+
+def _location(name: str) -> int:
+    from fleet.models import StorageLocation
+
+    return StorageLocation.objects.get(name=name).pk
+
 
 # What reaches past the window's right edge outside anything that scrolls or clips sideways; and the navigation.
 MEASURE = """() => {
