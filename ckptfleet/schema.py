@@ -85,6 +85,13 @@ def recorded_examples() -> dict[str, dict]:
     return json.loads(EXAMPLES_FILE.read_text()) if EXAMPLES_FILE.exists() else {}
 
 
+def recorded(operation_id: str, **changes) -> dict:
+    """A copy of the body recorded for an operation, with some fields changed: the answer of a write that
+    returns the same object as a read, for a view's ``OpenApiExample(response_only=True)``."""
+    body = recorded_examples().get(operation_id, {}).get("body", {})
+    return {**(body if isinstance(body, dict) else {}), **changes}
+
+
 def has_example(op: dict, *, recorded: bool = True) -> bool:
     """Whether the operation has a request or response example (``recorded=False``: one not recorded here)."""
     bodies = list(op.get("requestBody", {}).get("content", {}).values())

@@ -9,7 +9,8 @@ manage.py migrate && manage.py seed_demo && manage.py api_examples --write``, th
 ``ckptfleet/api_examples.json``. Nothing is seeded or changed here: every GET operation of ``/api/v1/schema/``
 without an explicit example (the host agents' own reads aside: they sign URLs and claim work) is called with
 Django's test client as the demo admin (``demo``), ids in its path filled with the first real object of the
-kind the path names. Each 2xx answer is kept trimmed (lists to their first two items, long strings cut),
+kind the path names. An empty answer (the demo has no such object) is left to a hand-written example; each
+other 2xx answer is kept trimmed (lists to their first two items, long strings cut),
 and any value that looks like a secret (a key naming a token, secret or password, or a ``cfu_``/``cfh_``/
 presigned string) is replaced, so the file holds nothing that would sign anyone in. ``ckptfleet.schema``
 attaches each recorded body to its operation's response as a response-only example.
@@ -55,6 +56,10 @@ ID_OF = [
 ]
 # Path parameters that are not ids, and query parameters an operation needs to say something.
 NAMED = {"name": "by-team"}
+QUERY = {
+    "change_request_list": {"state": "all"},  # the demo's changes are decided: none awaits approval
+    "checkpoints_flagged_list": {"flag": "finished_on_nvme"},  # the paged list the schema declares, not the counts
+}
 QUERY_IDS = {"checkpoint": Checkpoint, "run": Run, "host": Host, "location": StorageLocation}
 SKIP_PREFIX = "/api/v1/agent/"  # the host agents' reads sign URLs and start uploads: examples by hand
 
@@ -64,13 +69,18 @@ SECRET_KEY = re.compile(r"token|secret|password|signature|credential", re.I)
 SECRET_VALUE = re.compile(r"\bcf[uh]_\w+|X-Amz-Signature=|Signature=", re.I)
 
 
+VAR_DIR_SHOWN = "/var/lib/ckptfleet"  # the scratch directory the demo was seeded in, as a real install's
+
+
 def trim(value: Any, key: str = "") -> Any:
-    """The value with lists cut to their first items, long strings cut and secret-looking values replaced."""
+    """The value with lists cut to their first items, long strings cut, secret-looking values replaced and the
+    scratch CKPTFLEET_VAR_DIR shown as a real install's."""
     if isinstance(value, dict):
         return {k: trim(v, k) for k, v in value.items()}
     if isinstance(value, list):
         return [trim(v, key) for v in value[:LIST_ITEMS]]
     if isinstance(value, str):
+        value = value.replace(str(settings.VAR_DIR).rstrip("/"), VAR_DIR_SHOWN)
         if (SECRET_KEY.search(key) and value) or SECRET_VALUE.search(value):
             return "<redacted>"
         return value if len(value) <= STRING_MAX else value[: STRING_MAX - 1] + "…"
@@ -144,13 +154,18 @@ class Command(BaseCommand):
             except Missing as why:
                 skipped.append(f"{oid}: not recorded, {why} (give it an example by hand)")
                 continue
+            params = {**QUERY.get(oid, {}), **params}
             response = client.get(url, params, HTTP_ACCEPT="application/json")
             if params:
                 url += "?" + "&".join(f"{k}={v}" for k, v in params.items())
             if not 200 <= response.status_code < 300 or "json" not in response.get("Content-Type", ""):
                 failed.append(f"{oid}: GET {url} answered {response.status_code}")
                 continue
-            recorded[oid] = {"status": response.status_code, "path": url, "body": trim(response.json())}
+            body = response.json()
+            if body in ([], {}) or (isinstance(body, dict) and body.get("results") == []):
+                skipped.append(f"{oid}: not recorded, GET {url} answered an empty list (give it an example by hand)")
+                continue
+            recorded[oid] = {"status": response.status_code, "path": url, "body": trim(body)}
             self.stdout.write(f"{oid}: GET {url} {response.status_code}")
         for line in skipped + failed:
             self.stderr.write(line)
