@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import permissions, status, viewsets
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
@@ -34,6 +34,16 @@ from fleet.services import host_gpus_set, host_mark_down, host_mark_up, inventor
 from ingest.scan import scan_start
 from promotion import pushes
 from promotion.pulls import pending, report
+
+# What an upload and a scan answer (202): the new inventory's id and state, and where to follow it.
+INVENTORY_RECEIVED = inline_serializer(
+    "InventoryReceived",
+    fields={
+        "id": serializers.IntegerField(),
+        "status": serializers.CharField(help_text="received, applied or failed (an inventory's status)."),
+        "url": serializers.CharField(help_text="The inventory's own URL: GET it until it is applied or failed."),
+    },
+)
 
 
 class StreamParser(BaseParser):
@@ -64,7 +74,7 @@ class InventoryUploadView(APIView):
     @extend_schema(
         request={"application/x-ndjson": bytes},
         responses={
-            202: InventorySerializer,
+            202: INVENTORY_RECEIVED,
             400: OpenApiResponse(description="malformed header"),
             403: OpenApiResponse(description="token of another host"),
             413: OpenApiResponse(),
@@ -205,7 +215,7 @@ class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
         summary="Scan a bucket now (operator role)",
         request=None,
         responses={
-            202: InventorySerializer,
+            202: INVENTORY_RECEIVED,
             400: OpenApiResponse(description="not a bucket"),
             409: OpenApiResponse(description="a scan of this bucket is already running"),
         },

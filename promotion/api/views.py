@@ -74,39 +74,19 @@ PROMOTION_EXAMPLE = {
     "source_outcome": "",
     "plan": {},
 }
-PROMOTION_ITEMS_EXAMPLE = {
-    "next": None,
-    "previous": None,
-    "results": [
-        {
-            "path": "step-4000/model-00001-of-00004.safetensors",
-            "source_key": "llm/llama-tiny/step-4000/model-00001-of-00004.safetensors",
-            "target_key": "llm/llama-tiny/step-4000/model-00001-of-00004.safetensors",
-            "size": 4999610368,
-            "etag": '"b1946ac92492d2347c6235b4d2611184-596"',
-            "version_id": "",
-            "source_storage_class": "DEEP_ARCHIVE",
-            "state": "done",
-            "detail": "",
-            "done_at": "2026-11-27T11:40:02Z",
-            "sha256": "9f2c4e1b7a0d3c5e8f6a2b4d1c7e9a3f5b8d0c2e4a6f1b3d5c7e9a0b2d4f6a8c",
-            "verified_at": "2026-11-27T11:40:09Z",
-        },
-        {
-            "path": "step-4000/model-00002-of-00004.safetensors",
-            "source_key": "llm/llama-tiny/step-4000/model-00002-of-00004.safetensors",
-            "target_key": "llm/llama-tiny/step-4000/model-00002-of-00004.safetensors",
-            "size": 4999610368,
-            "etag": '"3b5d5c3712955042212316173ccf37be-596"',
-            "version_id": "",
-            "source_storage_class": "DEEP_ARCHIVE",
-            "state": "restoring",
-            "detail": "",
-            "done_at": None,
-            "sha256": None,
-            "verified_at": None,
-        },
-    ],
+PROMOTION_ITEM_EXAMPLE = {
+    "path": "step-4000/model-00001-of-00004.safetensors",
+    "source_key": "llm/llama-tiny/step-4000/model-00001-of-00004.safetensors",
+    "target_key": "llm/llama-tiny/step-4000/model-00001-of-00004.safetensors",
+    "size": 4999610368,
+    "etag": '"b1946ac92492d2347c6235b4d2611184-596"',
+    "version_id": "",
+    "source_storage_class": "DEEP_ARCHIVE",
+    "state": "done",
+    "detail": "",
+    "done_at": "2026-11-27T11:40:02Z",
+    "sha256": "9f2c4e1b7a0d3c5e8f6a2b4d1c7e9a3f5b8d0c2e4a6f1b3d5c7e9a0b2d4f6a8c",
+    "verified_at": "2026-11-27T11:40:09Z",
 }
 
 
@@ -121,7 +101,9 @@ PROMOTION_ITEMS_EXAMPLE = {
             OpenApiExample("A restore from Deep Archive, a third done", value=PROMOTION_EXAMPLE, response_only=True)
         ]
     ),
-    items=extend_schema(examples=[OpenApiExample("Its files", value=PROMOTION_ITEMS_EXAMPLE, response_only=True)]),
+    items=extend_schema(
+        examples=[OpenApiExample("One of its files", value=PROMOTION_ITEM_EXAMPLE, response_only=True)]
+    ),
 )
 @extend_schema_view(
     create=extend_schema(

@@ -6,7 +6,7 @@ import pytest
 from django.conf import settings
 from drf_spectacular.generators import SchemaGenerator
 
-from ckptfleet.schema import RECORDED, has_example, recorded_examples
+from ckptfleet.schema import has_example, recorded_examples
 
 METHODS = ("get", "post", "put", "patch", "delete")
 
@@ -48,9 +48,10 @@ def resolve(schema: dict, components: dict) -> dict:
     return schema
 
 
-def mismatches(value, schema: dict, components: dict, where: str = "body") -> list[str]:
-    """Where a value disagrees with a schema: keys an object with declared properties does not declare (unless it
-    takes additional ones), required keys left out, an object or list where the schema says otherwise."""
+def mismatches(value, schema: dict, components: dict, *, sent: bool, where: str = "body") -> list[str]:
+    """Where an example disagrees with its schema: keys that an object with declared properties does not declare
+    (unless it takes additional ones), required keys left out (read-only ones in a request, write-only ones in
+    an answer aside), an object or a list where the schema says otherwise."""
     schema = resolve(schema, components)
     if value is None or not schema:
         return []
@@ -58,41 +59,51 @@ def mismatches(value, schema: dict, components: dict, where: str = "body") -> li
     if kind == "array":
         if not isinstance(value, list):
             return [f"{where}: a list expected, got {type(value).__name__}"]
+        item = schema.get("items", {})
         return [
-            p for i, v in enumerate(value) for p in mismatches(v, schema.get("items", {}), components, f"{where}[{i}]")
+            p for i, v in enumerate(value) for p in mismatches(v, item, components, sent=sent, where=f"{where}[{i}]")
         ]
-    if kind == "object" and schema.get("properties"):
-        if not isinstance(value, dict):
-            return [f"{where}: an object expected, got {type(value).__name__}"]
-        declared = schema["properties"]
-        problems = []
-        if not schema.get("additionalProperties"):
-            problems += [
-                f"{where}: {sorted(set(value) - set(declared))} not declared" for _ in [1] if set(value) - set(declared)
-            ]
-        read = [k for k in schema.get("required", []) if k not in value and not declared.get(k, {}).get("writeOnly")]
-        problems += [f"{where}: required {read} missing" for _ in [1] if read]
-        for key, v in value.items():
-            if key in declared:
-                problems += mismatches(v, declared[key], components, f"{where}.{key}")
-        return problems
-    return []
-
-
-def test_every_recorded_example_is_an_operations_answer_and_fits_its_schema(operations):
-    schema = SchemaGenerator().get_schema(request=None, public=True)
-    components = schema["components"]["schemas"]
+    if kind != "object" or not schema.get("properties"):
+        return []
+    if not isinstance(value, dict):
+        return [f"{where}: an object expected, got {type(value).__name__}"]
+    declared = schema["properties"]
     problems = []
-    for oid, found in recorded_examples().items():
-        if oid not in operations:
-            problems.append(f"{oid}: no such operation any more (regenerate: manage.py api_examples --write)")
-            continue
-        _, _, op = operations[oid]
-        media = op["responses"].get(str(found["status"]), {}).get("content", {}).get("application/json", {})
-        if RECORDED not in media.get("examples", {}):
-            continue  # the view has an explicit example now; the recorded one is not shown
-        problems += [f"{oid}: {p}" for p in mismatches(found["body"], media.get("schema", {}), components)]
-    assert not problems, "recorded examples that do not fit their operation's schema:\n" + "\n".join(problems)
+    unknown = sorted(set(value) - set(declared))
+    if unknown and not schema.get("additionalProperties"):
+        problems.append(f"{where}: {unknown} not declared")
+    skip = "readOnly" if sent else "writeOnly"
+    left_out = [
+        k
+        for k in schema.get("required", [])
+        if k not in value and not resolve(declared.get(k, {}), components).get(skip)
+    ]
+    if left_out:
+        problems.append(f"{where}: required {left_out} missing")
+    for key, v in value.items():
+        if key in declared:
+            problems += mismatches(v, declared[key], components, sent=sent, where=f"{where}.{key}")
+    return problems
+
+
+def test_every_example_fits_its_schema(operations):
+    """Hand-written and recorded, request and response: an example that the schema contradicts misleads more
+    than none."""
+    components = SchemaGenerator().get_schema(request=None, public=True)["components"]["schemas"]
+    problems = []
+    for oid, (_, _, op) in sorted(operations.items()):
+        bodies = [("request", True, m) for m in op.get("requestBody", {}).get("content", {}).values()]
+        bodies += [(code, False, m) for code, r in op["responses"].items() for m in r.get("content", {}).values()]
+        for code, sent, media in bodies:
+            for name, example in media.get("examples", {}).items():
+                found = mismatches(example.get("value"), media.get("schema", {}), components, sent=sent)
+                problems += [f"{oid} {code} example {name!r}: {p}" for p in found]
+    assert not problems, "examples that do not fit their operation's schema:\n" + "\n".join(problems)
+
+
+def test_every_recorded_example_is_of_an_operation(operations):
+    gone = sorted(set(recorded_examples()) - set(operations))
+    assert not gone, f"recorded answers of no operation (regenerate: manage.py api_examples --write): {gone}"
 
 
 def test_recorded_examples_hold_no_token_and_no_scratch_path():

@@ -4,16 +4,21 @@
     manage.py api_examples                    # print which operations it would record, and their status
     manage.py api_examples --write            # write them to ckptfleet/api_examples.json
 
-To regenerate the committed file: on a scratch database, ``CKPTFLEET_DEBUG=1 CKPTFLEET_VAR_DIR=$(mktemp -d)
-manage.py migrate && manage.py seed_demo && manage.py api_examples --write``, then commit
-``ckptfleet/api_examples.json``. Nothing is seeded or changed here: every GET operation of ``/api/v1/schema/``
-without an explicit example (the host agents' own reads aside: they sign URLs and claim work) is called with
-Django's test client as the demo admin (``demo``), ids in its path filled with the first real object of the
-kind the path names. An empty answer (the demo has no such object) is left to a hand-written example; each
-other 2xx answer is kept trimmed (lists to their first two items, long strings cut),
-and any value that looks like a secret (a key naming a token, secret or password, or a ``cfu_``/``cfh_``/
-presigned string) is replaced, so the file holds nothing that would sign anyone in. ``ckptfleet.schema``
-attaches each recorded body to its operation's response as a response-only example.
+To regenerate the committed file (after an API change; README, "API tokens"), on a scratch database (without
+``DATABASE_URL`` the SQLite file is in ``CKPTFLEET_VAR_DIR``)::
+
+    unset DATABASE_URL; export CKPTFLEET_DEBUG=1 CKPTFLEET_VAR_DIR=$(mktemp -d)
+    manage.py migrate && manage.py seed_demo && manage.py api_examples --write
+
+then commit ``ckptfleet/api_examples.json``. It seeds nothing and sends only GETs: every GET operation of
+``/api/v1/schema/`` without an explicit example (the host agents' own reads aside: they sign URLs and claim
+work) is called with Django's test client as the demo admin (``demo``), ids in its path filled with the first
+real object of the kind the path names. An empty answer (the demo has no such object) is left to a
+hand-written example; each other 2xx answer is kept trimmed (lists to their first two items, long strings
+cut), the scratch directory shown as a real install's, and any value that looks like a secret (a key naming a
+token, secret or password, a ``cfu_``/``cfh_`` token, a presigned URL) replaced, so the file holds nothing
+that would sign anyone in. ``ckptfleet.schema.attach_recorded_examples`` shows each recorded body as its
+operation's response example.
 """
 
 from __future__ import annotations
