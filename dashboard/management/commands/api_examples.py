@@ -138,8 +138,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--write", action="store_true", help=f"write {EXAMPLES_FILE.name} (else only list)")
         parser.add_argument("--user", default="demo", help="who reads (an admin of the demo fleet)")
+        parser.add_argument("--output", default=str(EXAMPLES_FILE), help="where --write writes (default: %(default)s)")
 
-    def handle(self, *args, write: bool, user: str, **options):
+    def handle(self, *args, write: bool, user: str, output: str, **options):
         person = get_user_model().objects.filter(username=user).first()
         if person is None:
             raise CommandError(f"no user {user!r}: run manage.py seed_demo first")
@@ -175,7 +176,7 @@ class Command(BaseCommand):
         for line in skipped + failed:
             self.stderr.write(line)
         if write:
-            EXAMPLES_FILE.write_text(json.dumps(recorded, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
-            self.stdout.write(f"wrote {len(recorded)} examples to {Path(EXAMPLES_FILE).name}")
+            Path(output).write_text(json.dumps(recorded, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+            self.stdout.write(f"wrote {len(recorded)} examples to {output}")
         if failed:
-            raise CommandError(f"{len(failed)} operations did not answer 2xx; the others were recorded")
+            raise CommandError(f"{len(failed)} operations did not answer 2xx (named above)")
