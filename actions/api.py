@@ -36,6 +36,7 @@ from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from ckptfleet.errors import DomainError
 from ckptfleet.params import parse_id
+from ckptfleet.schema import recorded
 
 
 def _get(model, pk, what: str, request):
@@ -549,7 +550,23 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         page = self.paginate_queryset(DeletionItem.objects.filter(job=job))
         return self.get_paginated_response(DeletionItemSerializer(page, many=True).data)
 
-    @extend_schema(request=None, responses={200: DeletionJobSerializer})
+    @extend_schema(
+        request=None,
+        responses={200: DeletionJobSerializer},
+        examples=[
+            OpenApiExample(
+                "Approved by a second person",
+                value=recorded(
+                    "actions_deletions_retrieve",
+                    needs_approval=True,
+                    approval_reasons=["the newest verified checkpoint of its run"],
+                    approved_at="2026-11-27T10:05:00Z",
+                    approved_label="grace",
+                ),
+                response_only=True,
+            )
+        ],
+    )
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         """Approve a deletion (approver role, not the person who asked)."""
@@ -573,7 +590,17 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         )
         return Response(DeletionJobSerializer(job).data)
 
-    @extend_schema(request=ReasonInput, responses={200: DeletionJobSerializer})
+    @extend_schema(
+        request=ReasonInput,
+        responses={200: DeletionJobSerializer},
+        examples=[
+            OpenApiExample(
+                "Restore from the trash",
+                value={"reason": "step 400 is the baseline of the ablation after all"},
+                request_only=True,
+            )
+        ],
+    )
     @action(detail=True, methods=["post"])
     def restore(self, request, pk=None):
         """Undo an executed soft deletion while its recovery window is open: one audited action for the job."""

@@ -100,6 +100,26 @@ TAKE_EXAMPLE = OpenApiExample(
 )
 
 
+LEASE_EXAMPLE = OpenApiExample(
+    "A live lease of a resuming job",
+    value={
+        "id": 17,
+        "checkpoint": 42,
+        "owner": "job-7",
+        "purpose": "resuming",
+        "taken_label": "ada",
+        "taken_at": "2026-11-27T08:00:00Z",
+        "renewed_at": "2026-11-27T08:55:00Z",
+        "expires_at": "2026-11-27T09:55:00Z",
+        "released_at": None,
+        "released_label": "",
+        "lapsed_at": None,
+        "live": True,
+    },
+    response_only=True,
+)
+
+
 class LeaseListView(APIView):
     """Leases of the checkpoints a person may see; POST takes one (operator role)."""
 
@@ -110,6 +130,7 @@ class LeaseListView(APIView):
             OpenApiParameter("live", bool, description="true: only live ones."),
         ],
         responses=LeaseSerializer(many=True),
+        examples=[LEASE_EXAMPLE],
     )
     def get(self, request):
         rows = _visible_leases(request.user)
@@ -193,7 +214,7 @@ class AgentLeaseView(APIView):
     authentication_classes = [HostTokenAuthentication]
     permission_classes = [IsLeasingHost]
 
-    @extend_schema(summary="Leases this host took", responses=LeaseSerializer(many=True))
+    @extend_schema(summary="Leases this host took", responses=LeaseSerializer(many=True), examples=[LEASE_EXAMPLE])
     def get(self, request):
         rows = Lease.objects.filter(host=request.user.host).order_by("-taken_at")[:200]
         return Response(LeaseSerializer(rows, many=True).data)

@@ -24,7 +24,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -680,7 +680,34 @@ class BulkApiView(APIView):
     was done and what was refused. Acting needs the operator role; a refusal of the role is audited.
     """
 
-    @extend_schema(request=BulkInput, responses={200: BulkOutput}, summary="Bulk pin, hold or deletion")
+    @extend_schema(
+        request=BulkInput,
+        responses={200: BulkOutput},
+        summary="Bulk pin, hold or deletion",
+        examples=[
+            OpenApiExample(
+                "Preview a legal hold on two checkpoints (confirm: true acts)",
+                value={
+                    "action": "hold",
+                    "items": [{"checkpoint": 42}, {"checkpoint": 43}],
+                    "reason": "litigation hold",
+                    "case_ref": "LEGAL-12",
+                    "confirm": False,
+                },
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Delete one copy of a checkpoint",
+                value={
+                    "action": "delete",
+                    "items": [{"checkpoint": 42, "copy": 97}],
+                    "reason": "superseded by newer steps",
+                    "confirm": True,
+                },
+                request_only=True,
+            ),
+        ],
+    )
     def post(self, request):
         data = BulkInput(data=request.data)
         data.is_valid(raise_exception=True)

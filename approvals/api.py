@@ -24,6 +24,7 @@ from approvals.registry import kind_of
 from approvals.selectors import restrict_changes
 from audit.actor import Actor
 from ckptfleet.errors import DomainError
+from ckptfleet.schema import recorded
 
 LIST_LIMIT = 500
 
@@ -111,7 +112,18 @@ class ChangeRequestApproveView(_Decision):
     def get_permissions(self):
         return [role_required(Role.APPROVER, doing="approving a change")()]
 
-    @extend_schema(operation_id="change_request_approve", request=None, responses=ChangeRequestSerializer)
+    @extend_schema(
+        operation_id="change_request_approve",
+        request=None,
+        responses=ChangeRequestSerializer,
+        examples=[
+            OpenApiExample(
+                "Approved by a second person: applied",
+                value=recorded("change_request_read", state="applied", decided_label="grace"),
+                response_only=True,
+            )
+        ],
+    )
     def post(self, request, pk: int):
         return self._done(
             request, pk, lambda c, actor, _reason, rid: services.approve_change(change=c, actor=actor, request_id=rid)

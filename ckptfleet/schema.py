@@ -4,12 +4,20 @@ An explicit ``@extend_schema(summary=...)`` wins. Otherwise the summary is the f
 of the view's method or action (what a reader of the code reads first), else, for the standard actions of a
 viewset, what they do to the view's model ("List holds", "One hold"), else the first sentence of the view
 class's docstring. ``tests/ckptfleet/test_api_schema.py`` fails naming any operation left without one.
+
+Each operation has an example too: a write's is written by hand on its view (``OpenApiExample``); a read
+without one gets the answer recorded from the demo fleet (``api_examples.json``, written by
+``manage.py api_examples --write`` after ``manage.py seed_demo``), attached by ``attach_recorded_examples``
+(a ``POSTPROCESSING_HOOKS`` entry) as a response example named ``recorded``.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import re
+from functools import cache
+from pathlib import Path
 
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 
@@ -64,3 +72,49 @@ class AutoSchema(SpectacularAutoSchema):
 
     def _class_summary(self) -> str:
         return first_sentence(type(self.view).__doc__)
+
+
+EXAMPLES_FILE = Path(__file__).with_name("api_examples.json")
+RECORDED = "recorded"
+METHODS = ("get", "post", "put", "patch", "delete")
+
+
+@cache
+def recorded_examples() -> dict[str, dict]:
+    """{operation id: {"status", "path", "body"}} as ``manage.py api_examples --write`` recorded them."""
+    return json.loads(EXAMPLES_FILE.read_text()) if EXAMPLES_FILE.exists() else {}
+
+
+def recorded(operation_id: str, **changes) -> dict:
+    """A copy of the body recorded for an operation, with some fields changed: the answer of a write that
+    returns the same object as a read, for a view's ``OpenApiExample(response_only=True)``."""
+    body = recorded_examples().get(operation_id, {}).get("body", {})
+    return {**(body if isinstance(body, dict) else {}), **changes}
+
+
+def has_example(op: dict, *, recorded: bool = True) -> bool:
+    """Whether the operation has a request or response example (``recorded=False``: one not recorded here)."""
+    bodies = list(op.get("requestBody", {}).get("content", {}).values())
+    bodies += [c for r in op.get("responses", {}).values() for c in r.get("content", {}).values()]
+    return any(
+        body.get("example") is not None or any(recorded or name != RECORDED for name in body.get("examples", {}))
+        for body in bodies
+    )
+
+
+def attach_recorded_examples(result, generator, request, public):
+    """A POSTPROCESSING_HOOK: each operation without an example gets its recorded answer as one."""
+    examples = recorded_examples()
+    for item in result.get("paths", {}).values():
+        for method, op in item.items():
+            found = examples.get(op.get("operationId", "")) if method in METHODS else None
+            if found is None or has_example(op):
+                continue
+            response = op.setdefault("responses", {}).setdefault(str(found["status"]), {"description": ""})
+            media = response.setdefault("content", {}).setdefault("application/json", {})
+            media.setdefault("examples", {})[RECORDED] = {
+                "summary": "Recorded from the demo fleet",
+                "description": f"`GET {found['path']}` on the seeded demo fleet (lists cut to two items).",
+                "value": found["body"],
+            }
+    return result

@@ -327,6 +327,11 @@ SPECTACULAR_SETTINGS = {
     ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Reads without an example of their own get the answer recorded from the demo (manage.py api_examples).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "ckptfleet.schema.attach_recorded_examples",
+    ],
     # The interactive page is served from our own static files; nothing loads from a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

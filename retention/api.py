@@ -25,6 +25,7 @@ from approvals.models import ChangeRequest
 from audit.actor import Actor
 from catalog.models import Run, Team
 from ckptfleet.errors import DomainError
+from ckptfleet.schema import recorded
 from fleet.choices import Tier
 from retention import services
 from retention.models import RetentionPolicy
@@ -244,6 +245,34 @@ class TieringView(APIView):
         )
 
 
+POLICY_EXAMPLE = OpenApiExample(
+    "A team's policy, locked and binding",
+    value={
+        "id": 3,
+        "name": "llm: last 5 + every 1000",
+        "team": 2,
+        "run": None,
+        "keep_last": 5,
+        "keep_every": 1000,
+        "keep_milestones": True,
+        "keep_critical": True,
+        "keep_stepless": True,
+        "enabled": True,
+        "created_label": "ada",
+        "created_at": "2026-10-02T09:14:00Z",
+        "updated_at": "2026-10-02T09:14:00Z",
+        "last_proposed_at": "2026-11-27T03:00:00Z",
+        "last_proposed_count": 4,
+        "locked_at": "2026-10-03T11:00:00Z",
+        "locked_label": "ada",
+        "lock_cooling_off_ends_at": "2026-10-10T11:00:00Z",
+        "lock_state": "binding",
+        "pending_changes": [],
+    },
+    response_only=True,
+)
+
+
 class PolicySerializer(serializers.ModelSerializer):
     reason = serializers.CharField(write_only=True, required=False, allow_blank=True, default="")
     lock_state = serializers.CharField(
@@ -327,7 +356,9 @@ class PolicyListView(APIView):
             return [role_required(Role.OPERATOR, doing="creating a retention policy")()]
         return super().get_permissions()
 
-    @extend_schema(operation_id="retention_policy_list", responses=PolicySerializer(many=True))
+    @extend_schema(
+        operation_id="retention_policy_list", responses=PolicySerializer(many=True), examples=[POLICY_EXAMPLE]
+    )
     def get(self, request):
         """List retention policies."""
         policies = restrict_policies(RetentionPolicy.objects.all(), request.user).order_by("name", "pk")
@@ -373,7 +404,11 @@ class PolicyDetailView(APIView):
             return [role_required(Role.OPERATOR, doing="editing a retention policy")()]
         return super().get_permissions()
 
-    @extend_schema(operation_id="retention_policy_read", responses=PolicySerializer)
+    @extend_schema(
+        operation_id="retention_policy_read",
+        responses=PolicySerializer,
+        examples=[POLICY_EXAMPLE],
+    )
     def get(self, request, pk: int):
         """One retention policy."""
         policy = get_object_or_404(restrict_policies(RetentionPolicy.objects.all(), request.user), pk=pk)
@@ -456,7 +491,17 @@ class PolicyUnlockView(PolicyLockView):
 class PolicyDryRunView(APIView):
     """What the policy would keep and propose now (the simulator on its rules). Changes nothing."""
 
-    @extend_schema(operation_id="retention_policy_dry_run", responses=dict)
+    @extend_schema(
+        operation_id="retention_policy_dry_run",
+        responses=dict,
+        examples=[
+            OpenApiExample(
+                "What policy 3 would keep and propose now",
+                value=recorded("retention_simulate", policy=3, enabled=True),
+                response_only=True,
+            )
+        ],
+    )
     def get(self, request, pk: int):
         policy = get_object_or_404(restrict_policies(RetentionPolicy.objects.all(), request.user), pk=pk)
         data = simulation_data(services.policy_dry_run(policy, team_names=visible_team_names(request.user)))

@@ -240,6 +240,11 @@ class TieringPolicyRunView(APIView):
         summary="Run a tiering policy now",
         request=TieringRunSerializer,
         responses=dict,
+        examples=[
+            OpenApiExample(
+                "Run it now", value={"reason": "free NVMe on gpu-a01 before the next run starts"}, request_only=True
+            )
+        ],
     )
     def post(self, request, pk: int):
         _visible(request, pk)

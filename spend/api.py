@@ -6,7 +6,7 @@ The tables are the ones the pages show (``spend.report``); ``?format=csv`` expor
 from __future__ import annotations
 
 from django.http import Http404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
@@ -151,7 +151,25 @@ class PricePointListView(APIView):
         """The price book: every price point, by provider, region and storage class."""
         return Response(PricePointSerializer(spend.price_points(), many=True).data)
 
-    @extend_schema(request=PricePointSerializer, responses={201: PricePointSerializer})
+    @extend_schema(
+        request=PricePointSerializer,
+        responses={201: PricePointSerializer},
+        examples=[
+            OpenApiExample(
+                "A negotiated S3 Standard price from a date",
+                value={
+                    "tier": "object_standard",
+                    "storage_class": "STANDARD",
+                    "price": "0.019500",
+                    "basis": "gib_month",
+                    "currency": "USD",
+                    "effective_from": "2027-01-01",
+                    "source": "AWS private pricing addendum, 2027 (contract CF-2291)",
+                },
+                request_only=True,
+            )
+        ],
+    )
     def post(self, request):
         """Add a price point to the price book (finance role)."""
         require_role(request.user, Role.FINANCE, doing="Adding to the price book", target_type="price_point")

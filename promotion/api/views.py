@@ -40,6 +40,71 @@ def _source(data, user) -> tuple[Checkpoint | None, CheckpointCopy | None]:
     return checkpoint, copy
 
 
+PROMOTION_EXAMPLE = {
+    "id": 9,
+    "checkpoint": 42,
+    "source_copy": 97,
+    "source_location": "ckpt-archive-eu",
+    "target_location": 3,
+    "target_location_name": "ckpt-hot-eu",
+    "target_storage_class": "STANDARD",
+    "target_tier": "object_standard",
+    "method": "restore",
+    "state": "restoring",
+    "in_place": False,
+    "restore_days": 3,
+    "restore_tier": "Standard",
+    "reason": "resume training from step 4000",
+    "requested_label": "ada",
+    "requested_at": "2026-11-27T08:02:11Z",
+    "started_at": "2026-11-27T08:02:15Z",
+    "finished_at": None,
+    "cancelled_label": "",
+    "items_total": 9,
+    "items_done": 3,
+    "items_blocked": 0,
+    "bytes_total": 15032385536,
+    "bytes_done": 5010795178,
+    "percent": 33,
+    "error": "",
+    "direction": "promote",
+    "origin": "manual",
+    "verified_at": None,
+    "source_deletion": None,
+    "source_outcome": "",
+    "plan": {},
+}
+PROMOTION_ITEM_EXAMPLE = {
+    "path": "step-4000/model-00001-of-00004.safetensors",
+    "source_key": "llm/llama-tiny/step-4000/model-00001-of-00004.safetensors",
+    "target_key": "llm/llama-tiny/step-4000/model-00001-of-00004.safetensors",
+    "size": 4999610368,
+    "etag": '"b1946ac92492d2347c6235b4d2611184-596"',
+    "version_id": "",
+    "source_storage_class": "DEEP_ARCHIVE",
+    "state": "done",
+    "detail": "",
+    "done_at": "2026-11-27T11:40:02Z",
+    "sha256": "9f2c4e1b7a0d3c5e8f6a2b4d1c7e9a3f5b8d0c2e4a6f1b3d5c7e9a0b2d4f6a8c",
+    "verified_at": "2026-11-27T11:40:09Z",
+}
+
+
+@extend_schema_view(
+    list=extend_schema(
+        examples=[
+            OpenApiExample("A restore from Deep Archive, a third done", value=PROMOTION_EXAMPLE, response_only=True)
+        ]
+    ),
+    retrieve=extend_schema(
+        examples=[
+            OpenApiExample("A restore from Deep Archive, a third done", value=PROMOTION_EXAMPLE, response_only=True)
+        ]
+    ),
+    items=extend_schema(
+        examples=[OpenApiExample("One of its files", value=PROMOTION_ITEM_EXAMPLE, response_only=True)]
+    ),
+)
 @extend_schema_view(
     create=extend_schema(
         examples=[

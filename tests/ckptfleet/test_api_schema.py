@@ -6,77 +6,9 @@ import pytest
 from django.conf import settings
 from drf_spectacular.generators import SchemaGenerator
 
-METHODS = ("get", "post", "put", "patch", "delete")
+from ckptfleet.schema import has_example, recorded_examples
 
-# Operations that still have no example, by operationId. The list may only shrink: an operation given an example
-# must leave it (the last test fails otherwise), and a new operation without one fails the test naming it.
-EXAMPLES_STILL_MISSING: frozenset[str] = frozenset(
-    {
-        "actions_bulk_create",
-        "actions_deletions_approve_create",
-        "actions_deletions_items_list",
-        "actions_deletions_list",
-        "actions_deletions_preview_retrieve",
-        "actions_deletions_restore_create",
-        "actions_deletions_retrieve",
-        "actions_leases_list",
-        "agent_deletions_create",
-        "agent_deletions_retrieve",
-        "agent_leases_list",
-        "agent_offloads_create",
-        "agent_offloads_retrieve",
-        "agent_offloads_sign_create",
-        "agent_promotions_create",
-        "agent_promotions_retrieve",
-        "audit_list",
-        "audit_retrieve",
-        "change_request_approve",
-        "change_request_list",
-        "change_request_read",
-        "checkpoints_flagged_list",
-        "checkpoints_list",
-        "checkpoints_placement_retrieve",
-        "checkpoints_retrieve",
-        "hosts_down_create",
-        "hosts_gpus_create",
-        "hosts_list",
-        "hosts_retrieve",
-        "hosts_up_create",
-        "inventories_create",
-        "inventories_retrieve",
-        "inventory_list_list",
-        "inventory_list_retrieve",
-        "jobs_retrieve",
-        "locations_list",
-        "locations_retrieve",
-        "locations_scan_create",
-        "locations_soft_delete_create",
-        "orphans_list",
-        "overview_retrieve",
-        "promotions_items_list",
-        "promotions_list",
-        "promotions_retrieve",
-        "recovery_points_retrieve",
-        "recovery_retrieve",
-        "retention_policy_dry_run",
-        "retention_policy_list",
-        "retention_policy_read",
-        "retention_simulate",
-        "retention_tiering",
-        "runs_ladder_retrieve",
-        "runs_lineage_retrieve",
-        "runs_placement_retrieve",
-        "runs_recovery_point_retrieve",
-        "spend_price_points_create",
-        "spend_price_points_list",
-        "spend_summary",
-        "spend_table",
-        "tiering_policy_list",
-        "tiering_policy_preview",
-        "tiering_policy_read",
-        "tiering_policy_run",
-    }
-)
+METHODS = ("get", "post", "put", "patch", "delete")
 
 
 @pytest.fixture(scope="module")
@@ -90,31 +22,95 @@ def operations():
     }
 
 
-def _has_example(op: dict) -> bool:
-    bodies = list(op.get("requestBody", {}).get("content", {}).values())
-    bodies += [c for r in op.get("responses", {}).values() for c in r.get("content", {}).values()]
-    return any(body.get("examples") or body.get("example") for body in bodies)
-
-
 def test_every_operation_has_a_summary(operations):
     missing = [f"{m} {p} ({oid})" for oid, (m, p, op) in operations.items() if not op.get("summary", "").strip()]
     assert not missing, "operations without a summary:\n" + "\n".join(sorted(missing))
 
 
 def test_every_operation_has_an_example(operations):
-    missing = [
-        f"{m} {p} ({oid})"
-        for oid, (m, p, op) in operations.items()
-        if oid not in EXAMPLES_STILL_MISSING and not _has_example(op)
+    missing = [f"{m} {p} ({oid})" for oid, (m, p, op) in operations.items() if not has_example(op)]
+    assert not missing, (
+        "operations without a request or response example (a write: OpenApiExample on its view; a read: "
+        "manage.py api_examples --write after manage.py seed_demo, or OpenApiExample):\n" + "\n".join(sorted(missing))
+    )
+
+
+def resolve(schema: dict, components: dict) -> dict:
+    while "$ref" in schema:
+        schema = components[schema["$ref"].rsplit("/", 1)[-1]]
+    if "allOf" in schema:
+        merged: dict = {"type": "object", "properties": {}, "required": []}
+        for part in schema["allOf"]:
+            part = resolve(part, components)
+            merged["properties"].update(part.get("properties", {}))
+            merged["required"] += part.get("required", [])
+        return merged
+    return schema
+
+
+def mismatches(value, schema: dict, components: dict, *, sent: bool, where: str = "body") -> list[str]:
+    """Where an example disagrees with its schema: keys that an object with declared properties does not declare
+    (unless it takes additional ones), required keys left out (read-only ones in a request, write-only ones in
+    an answer aside), an object or a list where the schema says otherwise."""
+    schema = resolve(schema, components)
+    if value is None or not schema:
+        return []
+    kind = schema.get("type")
+    if kind == "array":
+        if not isinstance(value, list):
+            return [f"{where}: a list expected, got {type(value).__name__}"]
+        item = schema.get("items", {})
+        return [
+            p for i, v in enumerate(value) for p in mismatches(v, item, components, sent=sent, where=f"{where}[{i}]")
+        ]
+    if kind != "object" or not schema.get("properties"):
+        return []
+    if not isinstance(value, dict):
+        return [f"{where}: an object expected, got {type(value).__name__}"]
+    declared = schema["properties"]
+    problems = []
+    unknown = sorted(set(value) - set(declared))
+    if unknown and not schema.get("additionalProperties"):
+        problems.append(f"{where}: {unknown} not declared")
+    skip = "readOnly" if sent else "writeOnly"
+    left_out = [
+        k
+        for k in schema.get("required", [])
+        if k not in value and not resolve(declared.get(k, {}), components).get(skip)
     ]
-    assert not missing, "operations without a request or response example:\n" + "\n".join(sorted(missing))
+    if left_out:
+        problems.append(f"{where}: required {left_out} missing")
+    for key, v in value.items():
+        if key in declared:
+            problems += mismatches(v, declared[key], components, sent=sent, where=f"{where}.{key}")
+    return problems
 
 
-def test_the_list_of_operations_without_an_example_only_shrinks(operations):
-    given = sorted(oid for oid in EXAMPLES_STILL_MISSING if oid in operations and _has_example(operations[oid][2]))
-    gone = sorted(oid for oid in EXAMPLES_STILL_MISSING if oid not in operations)
-    assert not given, f"these have an example now; take them off EXAMPLES_STILL_MISSING: {given}"
-    assert not gone, f"no such operations any more; take them off EXAMPLES_STILL_MISSING: {gone}"
+def test_every_example_fits_its_schema(operations):
+    """Hand-written and recorded, request and response: an example that the schema contradicts misleads more
+    than none."""
+    components = SchemaGenerator().get_schema(request=None, public=True)["components"]["schemas"]
+    problems = []
+    for oid, (_, _, op) in sorted(operations.items()):
+        bodies = [("request", True, m) for m in op.get("requestBody", {}).get("content", {}).values()]
+        bodies += [(code, False, m) for code, r in op["responses"].items() for m in r.get("content", {}).values()]
+        for code, sent, media in bodies:
+            for name, example in media.get("examples", {}).items():
+                found = mismatches(example.get("value"), media.get("schema", {}), components, sent=sent)
+                problems += [f"{oid} {code} example {name!r}: {p}" for p in found]
+    assert not problems, "examples that do not fit their operation's schema:\n" + "\n".join(problems)
+
+
+def test_every_recorded_example_is_of_an_operation(operations):
+    gone = sorted(set(recorded_examples()) - set(operations))
+    assert not gone, f"recorded answers of no operation (regenerate: manage.py api_examples --write): {gone}"
+
+
+def test_recorded_examples_hold_no_token_and_no_scratch_path():
+    text = str(recorded_examples())
+    assert recorded_examples(), "ckptfleet/api_examples.json is missing or empty"
+    for word in ("cfu_", "cfh_", "X-Amz-Signature", "/tmp/"):
+        assert word not in text, word
 
 
 def test_the_description_says_how_to_get_and_send_a_token():
