@@ -152,7 +152,11 @@ def test_schedule_approve_and_cancel_through_the_pages(fleet, olga, april, setti
     answer = april_c.post(reverse("actions:approve", args=[job.pk]), follow=True)
     job.refresh_from_db()
     assert job.state == DeletionState.SCHEDULED and b"approved" in answer.content
+    # Approved, it is the operators' to cancel: the approver is refused, the operator cancels it.
     april_c.post(reverse("actions:cancel", args=[job.pk]), {"reason": "wrong step"})
+    job.refresh_from_db()
+    assert job.state == DeletionState.SCHEDULED
+    olga_c.post(reverse("actions:cancel", args=[job.pk]), {"reason": "wrong step"})
     job.refresh_from_db()
     assert job.state == DeletionState.CANCELLED
     listing = olga_c.get(reverse("actions:deletion-list") + "?show=all").content.decode()

@@ -167,7 +167,7 @@ def test_the_inventory_page_shows_its_outcome_with_units(signed_in):
     assert "120.6 KiB compressed" in html
     assert "ckptfleet-agent/0.1.0" in html
     assert "1 min 24 s" in html
-    assert "vision/vit/checkpoint-10/model.safetensors" in html
+    assert "vision/vit/checkpoint-10/model.safetensors" in html.replace("<wbr>", "")  # a path may wrap after a /
     assert "2 copies" in html
 
 
