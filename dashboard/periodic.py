@@ -54,12 +54,14 @@ def in_process() -> bool:
 
 def run_entry(entry: Entry) -> Outcome:
     """Run or send one entry's task. A failure is logged and reported, never raised: the others still run."""
+    local = in_process()
     try:
-        result = task(entry.task).apply_async()
+        # In-process (no broker): run it here, now, whatever the Celery app's own configuration says.
+        result = task(entry.task).apply() if local else task(entry.task).apply_async()
     except Exception as exc:  # a broker that is down: the task is not sent
         log.exception("periodic task %s could not be started", entry.task)
         return Outcome(entry, "failed", f"{type(exc).__name__}: {exc}")
-    if not in_process():
+    if not local:
         return Outcome(entry, "queued")
     if result.failed():
         log.error("periodic task %s failed: %r", entry.task, result.result)
