@@ -8,8 +8,7 @@ from datetime import UTC, datetime, timedelta
 from django import template
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import conditional_escape, format_html
-from django.utils.safestring import mark_safe
+from django.utils.html import format_html, format_html_join
 
 from catalog.verification import is_verification_stale, stale_days
 from ckptfleet.units import bytes_iec
@@ -25,8 +24,9 @@ def path_breaks(value, autoescape: bool = True) -> str:
     wraps between its parts, not as "distc" / "p" (a single name wider than its column still wraps, by CSS)."""
     if value is None:
         return ""
-    text = conditional_escape(str(value)) if autoescape else str(value)
-    return mark_safe(text.replace("/", "/<wbr>"))  # noqa: S308 - escaped just above
+    *heads, last = str(value).split("/")
+    # Each part escaped by format_html; only the <wbr> after each slash is markup.
+    return format_html_join("", "{}/<wbr>", ((part,) for part in heads)) + format_html("{}", last)
 
 
 @register.filter

@@ -42,7 +42,7 @@ def test_it_comes_from_the_environment(value, seconds, tmp_path):
 def test_a_bad_value_stops_the_start_with_a_message_naming_it(value, tmp_path):
     done = start(value, tmp_path)
     assert done.returncode != 0
-    assert "ImproperlyConfigured: CKPTFLEET_PROMOTION_PRESIGN_SECONDS=" in done.stderr, done.stderr[-2000:]
+    assert "manage.py: not configured: CKPTFLEET_PROMOTION_PRESIGN_SECONDS=" in done.stderr, done.stderr[-2000:]
 
 
 def test_the_pull_urls_are_signed_for_that_long(settings):
