@@ -48,7 +48,7 @@ def test_a_change_that_can_delete_is_applied_only_when_a_second_person_approves(
     nav = page.get_by_role("navigation", name="Main").get_by_role("link")
     tops = {round(nav.nth(i).bounding_box()["y"]) for i in range(nav.count())}
     assert len(tops) == 1, f"the navigation wraps onto {len(tops)} rows at 1280 px"
-    page.get_by_role("link", name="Approvals").click()
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Approvals").click()
     page.wait_for_selector("text=Changes awaiting approval")
     assert page.get_by_text("asked by olga", exact=False).first.is_visible()
     shot(page, "approvals-inbox")

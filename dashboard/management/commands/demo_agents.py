@@ -57,27 +57,28 @@ class Command(BaseCommand):
             hosts[host.name] = (roots, token)
         if not hosts:
             raise CommandError(f"no demo host has a root below {base}; run `manage.py seed_demo` first")
-        stopping: list[bool] = []
         if not opts["once"]:
             for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, lambda *_: stopping.append(True))
+                signal.signal(sig, _interrupt)
         self.stdout.write(f"demo_agents: {len(hosts)} hosts ({', '.join(hosts)}) reporting to {opts['server']}")
         self.stdout.flush()
+        try:
+            self._loop(hosts, opts)
+        except KeyboardInterrupt:  # Ctrl-C or a SIGTERM, even mid-pass: the agent's work survives being stopped
+            pass
+        self.stdout.write("demo_agents: stopped")
+
+    def _loop(self, hosts: dict, opts) -> None:
         last_report = time.monotonic()
         while True:
             report = opts["once"] or time.monotonic() - last_report >= opts["report_every"]
             for name, (roots, token) in hosts.items():
-                if stopping:
-                    break
                 self._pass(name, roots, token, opts["server"], report=report)
             if report:
                 last_report = time.monotonic()
-            if opts["once"] or stopping:
-                break
-            deadline = time.monotonic() + opts["every"]
-            while time.monotonic() < deadline and not stopping:
-                time.sleep(0.5)
-        self.stdout.write("demo_agents: stopped")
+            if opts["once"]:
+                return
+            time.sleep(opts["every"])
 
     def _pass(self, name: str, roots: list[str], token: str, server: str, *, report: bool) -> None:
         common = ["--server", server, "--host", name, *(a for root in roots for a in ("--root", root))]
@@ -94,6 +95,8 @@ class Command(BaseCommand):
                 contextlib.redirect_stderr(said),
             ):
                 status = agent.main([*common, *extra])
+            if status == 130:  # the agent was interrupted (Ctrl-C, SIGTERM): so is this
+                raise KeyboardInterrupt
             words = " ".join(said.getvalue().split())
             if status != 0:
                 self.stderr.write(f"demo_agents: {name} {label} failed ({status}): {words[-500:]}")
@@ -141,3 +144,7 @@ def _demo_disks(host_name: str):
         yield
     finally:
         agent.filesystem_space = real  # type: ignore[assignment]
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt

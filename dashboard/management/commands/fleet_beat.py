@@ -40,13 +40,15 @@ class Command(BaseCommand):
             if failed:
                 self.stderr.write(f"{failed} periodic task(s) failed; the log says why")
             return
-        stopping = []
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stopping.append(True))
+            signal.signal(sig, _interrupt)
         mode = "in this process" if periodic.in_process() else "sent to the workers"
         self.stdout.write(f"fleet_beat: {len(periodic.entries())} periodic tasks, each run {mode} on its schedule")
         self.stdout.flush()
-        periodic.loop(stop=lambda: bool(stopping), on_outcome=self._report)
+        try:
+            periodic.loop(on_outcome=self._report)
+        except KeyboardInterrupt:  # at once, even mid-task: every task survives being stopped and runs again
+            pass
         self.stdout.write("fleet_beat: stopped")
 
     def _report(self, outcome: periodic.Outcome) -> None:
@@ -55,6 +57,10 @@ class Command(BaseCommand):
         else:
             self.stdout.write(f"fleet_beat: {outcome.entry.name} {outcome.state}")
         self.stdout.flush()
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
 
 
 def _every(seconds: float) -> str:
