@@ -73,6 +73,7 @@ def test_the_minutes_setting_refuses_to_start_outside_development(debug, ok, tmp
 def test_fleet_beat_once_starts_a_deletion_whose_grace_ended_and_is_audited(
     s3, scanned, settings, django_capture_on_commit_callbacks
 ):
+    settings.CELERY_TASK_ALWAYS_EAGER = True  # the embedded default, as the demo runs (no broker)
     settings.DEBUG = True
     settings.DELETION_GRACE_MINUTES = 3
     job = services.schedule_deletion(checkpoint=checkpoint(100), reason="superseded", actor=OPERATOR)
@@ -114,7 +115,8 @@ def test_the_loop_runs_each_task_once_its_interval_passed(monkeypatch):
     assert 2 <= ran.count("fast") <= 6
 
 
-def test_a_failing_task_is_reported_and_the_others_still_run(monkeypatch):
+def test_a_failing_task_is_reported_and_the_others_still_run(monkeypatch, settings):
+    settings.CELERY_TASK_ALWAYS_EAGER = True  # in-process: each outcome is known at once
     monkeypatch.setattr(
         periodic,
         "entries",
@@ -157,3 +159,22 @@ def test_only_an_admin_runs_the_periodic_work_from_the_jobs_page(client, django_
     assert ran == [e.name for e in periodic.entries()]
     event = AuditEvent.objects.get(action=periodic.RUN_NOW)
     assert (event.actor_label, event.actor_kind) == ("ada", "user")
+
+
+def test_with_a_broker_the_tasks_are_sent_to_the_workers(monkeypatch, settings):
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    sent: list[str] = []
+    from ckptfleet import celery
+
+    class Sent:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def apply_async(self):
+            sent.append(self.name)
+
+    monkeypatch.setattr(periodic, "task", lambda name: Sent(name))
+    outcomes = periodic.run_now(actor=OPERATOR)
+    assert {o.state for o in outcomes} == {"queued"} and sent == [e.task for e in periodic.entries()]
+    assert AuditEvent.objects.get(action=periodic.RUN_NOW).after["mode"] == "queued"
+    assert celery.app.conf.beat_schedule  # the same schedule celery beat sends
