@@ -156,6 +156,12 @@ def host_state(request, pk: int):
     """Mark the host down (its copies leave the restore ranking) or up again: the same audited services as the
     recovery page and the API."""
     host = get_object_or_404(Host, pk=pk)
+    mark_host_from_form(request, host)
+    return redirect(reverse("fleet:host-detail", args=[host.pk]) + "#health")
+
+
+def mark_host_from_form(request, host: Host) -> None:
+    """A page's "Mark down" / "Mark up" form (``do``, ``reason``): the audited services, and a message either way."""
     up = request.POST.get("do") == "up"
     service = host_mark_up if up else host_mark_down
     try:
@@ -167,7 +173,6 @@ def host_state(request, pk: int):
             messages.success(request, f"{host.name} is marked up: its copies are ranked for restore again.")
         else:
             messages.success(request, f"{host.name} is marked down: its copies are no longer offered for restore.")
-    return redirect(reverse("fleet:host-detail", args=[host.pk]) + "#health")
 
 
 @login_required

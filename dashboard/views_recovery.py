@@ -24,8 +24,8 @@ from catalog.recovery import recovery_for
 from catalog.reshard import layout_of
 from ckptfleet.errors import DomainError
 from ckptfleet.params import parse_id
+from dashboard.views_fleet import mark_host_from_form
 from fleet.models import Host
-from fleet.services import host_mark_down, host_mark_up
 
 MATCHES_SHOWN = 20
 
@@ -143,15 +143,5 @@ def host_state(request, pk: int, host_id: int):
     host = Host.objects.filter(pk=host_id, locations__copies__checkpoint__run=the_run).distinct().first()
     if host is None:
         raise Http404("no host holds a copy of this run")
-    up = request.POST.get("do") == "up"
-    service = host_mark_up if up else host_mark_down
-    try:
-        service(host=host, reason=request.POST.get("reason", ""), actor=Actor.for_request(request))
-    except DomainError as exc:
-        messages.error(request, f"Nothing was changed: {exc.message}")
-    else:
-        if up:
-            messages.success(request, f"{host.name} is marked up: its copies are ranked again.")
-        else:
-            messages.success(request, f"{host.name} is marked down: its copies are no longer offered for restore.")
+    mark_host_from_form(request, host)
     return redirect(reverse("recovery:run", args=[the_run.pk]) + "#copies-title")
