@@ -99,6 +99,8 @@ def loop(
     while not stop():
         now = time.monotonic()
         for entry in entries():
+            if stop():
+                return
             if now - last[entry.name] >= entry.every:
                 last[entry.name] = now
                 on_outcome(run_entry(entry))

@@ -57,22 +57,30 @@ class Command(BaseCommand):
             hosts[host.name] = (roots, token)
         if not hosts:
             raise CommandError(f"no demo host has a root below {base}; run `manage.py seed_demo` first")
+        stopping: list[bool] = []
+
+        def interrupt(*_) -> None:
+            stopping.append(True)  # in case the agent's own handling swallows the interruption
+            raise KeyboardInterrupt
+
         if not opts["once"]:
             for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, _interrupt)
+                signal.signal(sig, interrupt)
         self.stdout.write(f"demo_agents: {len(hosts)} hosts ({', '.join(hosts)}) reporting to {opts['server']}")
         self.stdout.flush()
         try:
-            self._loop(hosts, opts)
+            self._loop(hosts, opts, stopping)
         except KeyboardInterrupt:  # Ctrl-C or a SIGTERM, even mid-pass: the agent's work survives being stopped
             pass
         self.stdout.write("demo_agents: stopped")
 
-    def _loop(self, hosts: dict, opts) -> None:
+    def _loop(self, hosts: dict, opts, stopping: list[bool]) -> None:
         last_report = time.monotonic()
         while True:
             report = opts["once"] or time.monotonic() - last_report >= opts["report_every"]
             for name, (roots, token) in hosts.items():
+                if stopping:
+                    return
                 self._pass(name, roots, token, opts["server"], report=report)
             if report:
                 last_report = time.monotonic()
@@ -144,7 +152,3 @@ def _demo_disks(host_name: str):
         yield
     finally:
         agent.filesystem_space = real  # type: ignore[assignment]
-
-
-def _interrupt(*_) -> None:
-    raise KeyboardInterrupt

@@ -40,14 +40,22 @@ class Command(BaseCommand):
             if failed:
                 self.stderr.write(f"{failed} periodic task(s) failed; the log says why")
             return
+        stopping: list[bool] = []
+
+        def interrupt(*_) -> None:
+            # Stop at once, even mid-task (every task survives being stopped and runs again). A task's own error
+            # handling may swallow the interruption, so the loop also stops at the next step on the flag.
+            stopping.append(True)
+            raise KeyboardInterrupt
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, _interrupt)
+            signal.signal(sig, interrupt)
         mode = "in this process" if periodic.in_process() else "sent to the workers"
         self.stdout.write(f"fleet_beat: {len(periodic.entries())} periodic tasks, each run {mode} on its schedule")
         self.stdout.flush()
         try:
-            periodic.loop(on_outcome=self._report)
-        except KeyboardInterrupt:  # at once, even mid-task: every task survives being stopped and runs again
+            periodic.loop(stop=lambda: bool(stopping), on_outcome=self._report)
+        except KeyboardInterrupt:
             pass
         self.stdout.write("fleet_beat: stopped")
 
@@ -57,10 +65,6 @@ class Command(BaseCommand):
         else:
             self.stdout.write(f"fleet_beat: {outcome.entry.name} {outcome.state}")
         self.stdout.flush()
-
-
-def _interrupt(*_) -> None:
-    raise KeyboardInterrupt
 
 
 def _every(seconds: float) -> str:
