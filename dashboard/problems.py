@@ -64,7 +64,7 @@ from spend import placement
 PAGE_SIZE = 50
 POINTER_RUNS = 200  # active runs whose resume pointers the list judges (catalog.pointers, three queries)
 MAX_PAGE_SIZE = 500
-COST_PLACES = Decimal("0.0001")
+COST_PLACES = Decimal("0.000000000001")  # as stored: a few bytes cost a fraction of a cent, never 0.00
 MONEY = DecimalField(max_digits=30, decimal_places=12)
 
 
