@@ -171,6 +171,15 @@ def test_every_page_fits_1440_and_390_pixels_and_the_navigation_fits_too(demo, p
             if size is WIDE:
                 if len(state["navTops"]) != 1:
                     problems.append(f"{path}: the navigation takes {len(state['navTops'])} rows at 1440 px")
+                # The last top-level item ends before the person's name and Sign out begin: nothing overlaps.
+                gap = page.evaluate(
+                    "(() => { const items = document.querySelectorAll('nav[aria-label=Main] .nav__list > li');"
+                    " const user = document.querySelector('.user');"
+                    " return user.getBoundingClientRect().left - items[items.length - 1].getBoundingClientRect().right;"
+                    " })()"
+                )
+                if gap < 0:
+                    problems.append(f"{path}: the navigation runs {-gap:.0f} px into the signed-in person's name")
             elif state["navItems"]:
                 problems.append(f"{path}: {state['navItems']} navigation items show at 390 px with the menu closed")
     assert not problems, "layouts that do not fit:\n" + "\n".join(problems)
