@@ -52,10 +52,17 @@ def test_stopping_the_demo_stops_the_web_server_and_the_s3_endpoint(tmp_path, ho
         CKPTFLEET_DEMO_PYTHON=sys.executable,  # the test venv: it has the demo's packages too
     )
     log = (tmp_path / "demo.log").open("wb")
-    # A session of its own: its process group is the demo's alone, as a terminal's foreground job is.
-    demo = subprocess.Popen(
-        ["bash", "scripts/demo"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    # A session of its own: its process group is the demo's alone, as a terminal's foreground job is. And SIGINT
+    # at its default, as a terminal's job has it: when the suite runs as a background job of a shell (make test runs
+    # the two databases side by side), it inherits an ignored SIGINT, which bash could not trap. (A disposition set
+    # here is inherited through exec; no preexec_fn, which is unsafe beside the live server's threads.)
+    before = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        demo = subprocess.Popen(
+            ["bash", "scripts/demo"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    finally:
+        signal.signal(signal.SIGINT, before)
     try:
         deadline = time.monotonic() + START_SECONDS
         while not up(f"http://127.0.0.1:{web}/healthz/"):
