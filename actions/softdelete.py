@@ -425,6 +425,6 @@ def pending_reclaim(*, job: DeletionJob | None = None, team_ids: list[int] | Non
     for t in totals:
         location = locations[t["location_id"]]
         price = book.price(location, location.tier, "", today)
-        cost = (Decimal(t["size"]) / GIB * price).quantize(Decimal("0.01")) if price is not None else None
+        cost = Decimal(t["size"]) / GIB * price if price is not None else None
         found.append(PendingReclaim(location, t["n"], t["size"], t["until"], cost, book.currency))
     return sorted(found, key=lambda p: (-p.bytes, p.location.name))
