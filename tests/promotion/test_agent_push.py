@@ -276,8 +276,18 @@ def test_a_killed_agent_resumes_a_multipart_upload_without_sending_a_part_twice(
     proc.communicate(timeout=30)
 
     item.refresh_from_db()
-    first = kit.s3.client.list_parts(Bucket=target.bucket_name, Key=item.target_key, UploadId=item.upload_id)
-    before = {p["PartNumber"]: (p["ETag"], p["LastModified"]) for p in first["Parts"]}
+    # A part whose body was wholly sent when the agent died may still be stored by the server a moment after
+    # the kill (its request thread finishes on its own); wait until the store's list of parts stops changing,
+    # so that "before" is what the second run will find.
+    before: dict = {}
+    settle = time.monotonic() + 15
+    while True:
+        first = kit.s3.client.list_parts(Bucket=target.bucket_name, Key=item.target_key, UploadId=item.upload_id)
+        now = {p["PartNumber"]: (p["ETag"], p["LastModified"]) for p in first.get("Parts", [])}
+        if now == before or time.monotonic() > settle:
+            break
+        before = now
+        time.sleep(0.5)
     assert 3 <= len(before) < 9, "the agent was killed mid-upload"
     assert item.state == ItemState.READY
     with pytest.raises(kit.s3.client.exceptions.ClientError):
