@@ -14,11 +14,17 @@ What it does, against PostgreSQL (a database of its own, ``ckptfleet_bench`` unl
    seconds;
 4. beside them, in the same run and under the same load, ``--baseline-threads`` threads call
    ``GET /api/v1/agent/leases/`` with the empty host's token (the same authentication, one query, nothing
-   written) and ``GET /healthz/`` (no authentication, ``SELECT 1``): the server's floor under that load.
+   written) and ``GET /healthz/`` (no authentication, ``SELECT 1``), every ``--baseline-interval`` seconds: the
+   server's floor under that load (back to back, they would be a load of their own);
+5. from 3 s in (when the burst of takes has drained; the renewals start then too), ``--takers`` threads take a
+   lease on a checkpoint of their own and release it, every
+   ``--take-interval`` seconds: a job starting and one ending while the 100 renew (the steady take; the 100 takes
+   at once at the start are a burst, reported apart).
 
-It prints p50/p95/p99 of take, renew and the two baselines, the requests per second and every error, the
-1-minute load average before and after, and the audit events written (every take and renew is audited in its
-own transaction). This is a benchmark, not a test: the figures go to docs/benchmarks.md.
+It prints p50/p95/p99 of the burst of takes, renew, the steady takes and releases and the two baselines, the
+requests per second and every error, the 1-minute load average before and after, and the audit events written
+(every take and renew is audited in its own transaction). This is a benchmark, not a test: the figures go to
+docs/benchmarks.md.
 
     .venv/bin/python bench/lease_bench.py                       # 100 jobs, 30 s
     .venv/bin/python bench/lease_bench.py --jobs 20 --seconds 10
@@ -48,6 +54,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 PG = "postgres://postgres@127.0.0.1:5432/{db}"
+SPARE = 8  # checkpoints for the steady takers, beside the jobs' own
 
 
 def say(message: str) -> None:
@@ -117,7 +124,7 @@ def setup(jobs: int, hosts: int, out: str) -> None:
         team = Team.objects.create(name="bench")
         run = Run.objects.create(team=team, name="lease-bench", status="active")
         checkpoints = Checkpoint.objects.bulk_create(
-            [Checkpoint(run=run, step=(i + 1) * 100, first_seen_at=now) for i in range(jobs)]
+            [Checkpoint(run=run, step=(i + 1) * 100, first_seen_at=now) for i in range(jobs + SPARE)]
         )
         CheckpointCopy.objects.bulk_create(
             [
@@ -132,8 +139,10 @@ def setup(jobs: int, hosts: int, out: str) -> None:
                 for i, c in enumerate(checkpoints)
             ]
         )
+    specs = [{"checkpoint": c.pk, "token": kits[i % hosts]["token"]} for i, c in enumerate(checkpoints)]
     plan = {
-        "jobs": [{"checkpoint": c.pk, "token": kits[i % hosts]["token"]} for i, c in enumerate(checkpoints)],
+        "jobs": specs[:jobs],
+        "spare": specs[jobs:],
         "baseline_token": kits[hosts]["token"],
     }
     Path(out).write_text(json.dumps(plan))
@@ -214,12 +223,23 @@ class Conn:
 
 
 def client_proc(port: int, jobs: list[dict], baseline_token: str | None, baselines: int, start_at: float,
-                seconds: float, interval: float, queue) -> None:  # fmt: skip
-    """One client process: a thread per job (take, then renew until the end), and ``baselines`` baseline threads."""
-    results: dict[str, list] = {"take": [], "renew": [], "agent GET (baseline)": [], "healthz (baseline)": []}
+                seconds: float, interval: float, queue, baseline_interval: float = 0.0,
+                takers: list[dict] | None = None, take_interval: float = 0.5) -> None:  # fmt: skip
+    """One client process: a thread per job (take, then renew until the end), ``baselines`` baseline threads, and a
+    thread per ``takers`` spec that takes and releases a lease again and again while the jobs renew."""
+    takers = takers or []
+    settle = min(3.0, seconds / 5)
+    results: dict[str, list] = {
+        "take (100 at once)": [],
+        "renew": [],
+        "take (while renewing)": [],
+        "release (while renewing)": [],
+        "agent GET (baseline)": [],
+        "healthz (baseline)": [],
+    }
     errors: list[str] = []
     lock = threading.Lock()
-    barrier = threading.Barrier(len(jobs) + baselines)
+    barrier = threading.Barrier(len(jobs) + baselines + len(takers))
 
     def record(kind: str, ms: float) -> None:
         with lock:
@@ -237,12 +257,14 @@ def client_proc(port: int, jobs: list[dict], baseline_token: str | None, baselin
                 "ttl_seconds": 600}  # fmt: skip
         t = time.perf_counter()
         status, payload = conn.request("POST", "/api/v1/agent/leases/", spec["token"], body)
-        record("take", (time.perf_counter() - t) * 1000)
+        record("take (100 at once)", (time.perf_counter() - t) * 1000)
         if status != 201:
             fail(f"take {status}: {payload[:200]!r}")
             return
         lease = json.loads(payload)["id"]
         end = start_at + seconds
+        # Renewals are measured once the burst of takes has drained (they would otherwise time the burst again).
+        time.sleep(max(0.0, start_at + settle - time.time()))
         if interval:
             # Jobs do not renew in step: each starts its rhythm at its own moment within the interval.
             time.sleep(random.uniform(0, interval))
@@ -276,9 +298,37 @@ def client_proc(port: int, jobs: list[dict], baseline_token: str | None, baselin
                 record(kind, (time.perf_counter() - t) * 1000)
                 if status != 200:
                     fail(f"{path} {status}: {payload[:200]!r}")
+                if baseline_interval:
+                    time.sleep(baseline_interval)
+
+    def taker(spec: dict) -> None:
+        """A job starting (take) and another ending (release) while the 100 renew: after the first burst settles."""
+        conn = Conn(port)
+        barrier.wait()
+        time.sleep(max(0.0, start_at + settle - time.time()))
+        time.sleep(random.uniform(0, take_interval))
+        end = start_at + seconds
+        body = {"checkpoint": spec["checkpoint"], "owner": f"taker-{spec['checkpoint']}", "purpose": "evaluating",
+                "ttl_seconds": 600}  # fmt: skip
+        while time.time() < end:
+            t = time.perf_counter()
+            status, payload = conn.request("POST", "/api/v1/agent/leases/", spec["token"], body)
+            record("take (while renewing)", (time.perf_counter() - t) * 1000)
+            if status != 201:
+                fail(f"take {status}: {payload[:200]!r}")
+                return
+            lease = json.loads(payload)["id"]
+            time.sleep(take_interval)
+            t = time.perf_counter()
+            status, payload = conn.request("POST", f"/api/v1/agent/leases/{lease}/release/", spec["token"], {})
+            record("release (while renewing)", (time.perf_counter() - t) * 1000)
+            if status != 200:
+                fail(f"release {status}: {payload[:200]!r}")
+            time.sleep(take_interval)
 
     threads = [threading.Thread(target=job, args=(spec,)) for spec in jobs]
     threads += [threading.Thread(target=baseline) for _ in range(baselines)]
+    threads += [threading.Thread(target=taker, args=(spec,)) for spec in takers]
     for t in threads:
         t.start()
     for t in threads:
@@ -311,6 +361,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=8, help="threads per gunicorn worker (gthread)")
     parser.add_argument("--client-procs", type=int, default=4, help="client processes the jobs are spread over")
     parser.add_argument("--baseline-threads", type=int, default=2)
+    parser.add_argument(
+        "--baseline-interval",
+        type=float,
+        default=0.1,
+        help="seconds each baseline thread waits between its calls (0: back to back, which loads the server too)",
+    )
+    parser.add_argument(
+        "--takers", type=int, default=2, help=f"threads taking and releasing leases while the jobs renew (<= {SPARE})"
+    )
+    parser.add_argument("--take-interval", type=float, default=0.5, help="seconds between a taker's take and release")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--child", choices=["setup"], help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -409,9 +469,15 @@ def main() -> None:
         procs = []
         for i, chunk in enumerate(chunks):
             baselines = args.baseline_threads if i == 0 else 0
+            takers = plan["spare"][: args.takers] if i == 0 else []
             p = mp.Process(
                 target=client_proc,
                 args=(port, chunk, plan["baseline_token"], baselines, start_at, args.seconds, args.interval, queue),
+                kwargs={
+                    "baseline_interval": args.baseline_interval,
+                    "takers": takers,
+                    "take_interval": args.take_interval,
+                },
             )
             p.start()
             procs.append(p)
@@ -434,10 +500,13 @@ def main() -> None:
         errors += errs
     events = audit_events(args.db)
     rhythm = "back to back" if not args.interval else f"every {args.interval:g} s"
+    pace = "back to back" if not args.baseline_interval else f"every {args.baseline_interval:g} s"
     print(
         f"\nLeases through the agent API: {args.jobs} jobs take a lease at once, then renew it {rhythm} for "
-        f"{args.seconds:g} s; gunicorn {args.workers} workers x {args.threads} threads (gthread), DEBUG off, "
-        f"PostgreSQL; {os.cpu_count()} CPUs. Load average (1 min) before {load_before}, after {load_after}.\n"
+        f"{args.seconds:g} s; meanwhile {args.takers} takers take and release a lease every {args.take_interval:g} s "
+        f"and {args.baseline_threads} baseline threads call {pace}; gunicorn {args.workers} workers x {args.threads} "
+        f"threads (gthread), DEBUG off, PostgreSQL; {os.cpu_count()} CPUs. Load average (1 min) before "
+        f"{load_before}, after {load_after}.\n"
     )
     print("| call | requests | per second | p50 (ms) | p95 (ms) | p99 (ms) | max (ms) |")
     print("|---|---|---|---|---|---|---|")
@@ -445,7 +514,7 @@ def main() -> None:
     for kind, values in results.items():
         if not values:
             continue
-        rate = len(values) / args.seconds if kind != "take" else float("nan")
+        burst = kind.startswith("take (100")
         figures[kind] = {
             "n": len(values),
             "p50": round(statistics.median(values), 1),
@@ -454,7 +523,7 @@ def main() -> None:
             "max": round(max(values), 1),
         }
         f = figures[kind]
-        per_second = "-" if kind == "take" else f"{rate:.0f}"
+        per_second = "-" if burst else f"{len(values) / args.seconds:.0f}"
         print(f"| {kind} | {f['n']:,} | {per_second} | {f['p50']} | {f['p95']} | {f['p99']} | {f['max']} |")
     print(f"\nErrors: {len(errors)}" + "".join(f"\n  {e}" for e in errors[:10]))
     print(f"Audit events written: {events}")

@@ -224,3 +224,52 @@ def test_the_real_agent_takes_renews_and_releases_a_lease(live_server, tmp_path)
         "lease.renew",
         "lease.release",
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_leasing_locks_the_checkpoint_or_lease_alone_never_its_run_or_team():
+    """With 100 jobs of one run renewing at once, a lock on the shared run (or team) row would queue every renewal
+    behind every other (docs/benchmarks.md, leases): a take, renew and release go through while another
+    transaction holds the run's and the team's rows."""
+    import threading
+
+    from django.db import connection, connections, transaction
+
+    from catalog.models import Checkpoint, Run, Team
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks between connections: this runs in the PostgreSQL pass")
+    team = Team.objects.create(name="locks")
+    run = Run.objects.create(team=team, name="many-jobs", status="active")
+    ckpt = Checkpoint.objects.create(run=run, step=100, first_seen_at=timezone.now())
+    holding, done = threading.Event(), threading.Event()
+
+    def hold_run_and_team() -> None:
+        try:
+            with transaction.atomic():
+                list(Run.objects.select_for_update().filter(pk=run.pk))
+                list(Team.objects.select_for_update().filter(pk=team.pk))
+                holding.set()
+                done.wait(timeout=30)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=hold_run_and_team)
+    other.start()
+    try:
+        assert holding.wait(timeout=10)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")  # waiting for the run's row would fail here, not hang
+        lease = take(ckpt)
+        leases.renew(lease=lease, ttl_seconds=600, actor=OPERATOR)
+        leases.release(lease=lease, actor=OPERATOR)
+    finally:
+        done.set()
+        other.join(timeout=30)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = 0")
+    assert [e.action for e in AuditEvent.objects.filter(target_id=ckpt.pk).order_by("id")] == [
+        "lease.take",
+        "lease.renew",
+        "lease.release",
+    ]
