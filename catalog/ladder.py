@@ -22,7 +22,7 @@ from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from catalog.pointers import Pointer, pointers_for_run, where
 from catalog.recovery import RankedCopy, _buckets, _parts, _present, _rank, assumptions
-from catalog.recovery_point import recovery_point_of, resume_costs
+from catalog.recovery_point import RecoveryPoint, recovery_point_of, resume_costs
 from catalog.reshard import layout_of
 
 LADDER_LENGTH = 20
@@ -110,8 +110,9 @@ def _newest_present(run: Run, limit: int) -> list[Checkpoint]:
     return (stepped + unstepped)[:limit]
 
 
-def ladder_for(run: Run, *, limit: int = LADDER_LENGTH) -> list[Rung]:
-    """The run's newest ``limit`` checkpoints as a ladder: candidates first, in the order to try them."""
+def ladder_for(run: Run, *, limit: int = LADDER_LENGTH, point: RecoveryPoint | None = None) -> list[Rung]:
+    """The run's newest ``limit`` checkpoints as a ladder: candidates first, in the order to try them. ``point``:
+    the run's recovery point, when the caller has it already (the recovery page shows it too)."""
     checkpoints = _newest_present(run, limit)
     copies = [c for c in _present([c.pk for c in checkpoints]) if not c.temporary]
     ranked = _rank(copies, _parts(copies), _buckets(copies), assumptions())
@@ -119,7 +120,7 @@ def ladder_for(run: Run, *, limit: int = LADDER_LENGTH) -> list[Rung]:
     for r in ranked:
         by_checkpoint[r.copy.checkpoint_id].append(r)
     rungs = [Rung(c, None, "", by_checkpoint[c.pk]) for c in checkpoints]
-    point = recovery_point_of(run)
+    point = point if point is not None else recovery_point_of(run)
     costs = resume_costs(point, checkpoints)
     for rung in rungs:
         # What resuming here throws away: the steps since it, and the hours (until now for a run still training)

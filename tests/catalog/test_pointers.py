@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from catalog import pointers
 from catalog.models import Run
 from catalog.pointers import PointerState, pointers_for_run, pointers_for_runs
 from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def ingest(tmp_path, make_host, client, django_capture_on_commit_callbacks):
+def ingest(tmp_path, make_host, client, django_capture_on_commit_callbacks, monkeypatch):
     """ingest(build) -> {run name: [pointers]}: ``build(root)`` lays out trees, the real agent reports them."""
 
     def go(build) -> dict[str, list]:
@@ -36,9 +37,16 @@ def ingest(tmp_path, make_host, client, django_capture_on_commit_callbacks):
         # The fleet-wide problems list judges many runs at once: it must say exactly the same of each.
         runs = list(Run.objects.all())
         batched = pointers_for_runs(runs)
-        assert {r.name: [p.as_dict() for p in batched[r.pk]] for r in runs} == {
-            name: [p.as_dict() for p in pointers] for name, pointers in judged.items()
-        }
+        said = {name: [p.as_dict() for p in pointers] for name, pointers in judged.items()}
+        assert {r.name: [p.as_dict() for p in batched[r.pk]] for r in runs} == said
+        # Only each folder's newest copies are read first (FOLDER_WINDOW); a folder whose judgment needs an older
+        # one is read whole. With a window of one or two copies, every case here takes that path, and says the same
+        # as reading every copy.
+        for window in (1, 2, 10**9):
+            monkeypatch.setattr(pointers, "FOLDER_WINDOW", window)
+            assert {r.name: [p.as_dict() for p in pointers_for_run(r)] for r in runs} == said, f"window {window}"
+            assert {r.name: [p.as_dict() for p in pointers_for_runs(runs)[r.pk]] for r in runs} == said
+        monkeypatch.undo()
         return judged
 
     return go
