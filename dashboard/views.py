@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import Min
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -242,7 +241,9 @@ def _timeline(run: Run, run_placement: placement.RunPlacement, newest: Checkpoin
     """The run page's timeline of a page of checkpoints; four queries (the step range, holds, pins and open
     deletions), whatever the number of checkpoints."""
     present = selectors.with_kept_copy(Checkpoint.objects.filter(run=run, step__isnull=False))
-    low = present.aggregate(low=Min("step"))["low"]
+    # The lowest step through the (run, step) index, stopping at the first with a kept copy (an aggregate probed
+    # every checkpoint of the run: 20 ms for one of 5,000).
+    low = present.order_by("step").values_list("step", flat=True).first()
     high = run.newest_step
     rows = run_placement.rows
     ids = [r.checkpoint.pk for r in rows]
