@@ -26,7 +26,8 @@ requests per second and every error, the 1-minute load average before and after,
 (every take and renew is audited in its own transaction). This is a benchmark, not a test: the figures go to
 docs/benchmarks.md.
 
-    .venv/bin/python bench/lease_bench.py                       # 100 jobs, 30 s
+    .venv/bin/python bench/lease_bench.py                       # 100 jobs renewing every 5 s, 30 s
+    .venv/bin/python bench/lease_bench.py --interval 0          # back to back: the most the server takes
     .venv/bin/python bench/lease_bench.py --jobs 20 --seconds 10
     make bench-lease BENCH_ARGS="--workers 4 --threads 8"
 """
@@ -354,7 +355,7 @@ def main() -> None:
     parser.add_argument(
         "--interval",
         type=float,
-        default=0.0,
+        default=5.0,
         help="seconds each job waits between its renewals (0: back to back, the most the server can take)",
     )
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers (the compose file's default: 3)")
