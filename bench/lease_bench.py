@@ -250,19 +250,24 @@ def client_proc(port: int, jobs: list[dict], baseline_token: str | None, baselin
         with lock:
             errors.append(what[:300])
 
+    def take(conn: Conn, spec: dict, owner: str, purpose: str, kind: str) -> int | None:
+        """Take a lease as ``ckptfleet-agent lease take`` does, timed as ``kind``; its id, or None (recorded)."""
+        body = {"checkpoint": spec["checkpoint"], "owner": owner, "purpose": purpose, "ttl_seconds": 600}
+        t = time.perf_counter()
+        status, payload = conn.request("POST", "/api/v1/agent/leases/", spec["token"], body)
+        record(kind, (time.perf_counter() - t) * 1000)
+        if status != 201:
+            fail(f"take {status}: {payload[:200]!r}")
+            return None
+        return json.loads(payload)["id"]
+
     def job(spec: dict) -> None:
         conn = Conn(port)
         barrier.wait()
         time.sleep(max(0.0, start_at - time.time()))
-        body = {"checkpoint": spec["checkpoint"], "owner": f"job-{spec['checkpoint']}", "purpose": "resuming",
-                "ttl_seconds": 600}  # fmt: skip
-        t = time.perf_counter()
-        status, payload = conn.request("POST", "/api/v1/agent/leases/", spec["token"], body)
-        record("take (100 at once)", (time.perf_counter() - t) * 1000)
-        if status != 201:
-            fail(f"take {status}: {payload[:200]!r}")
+        lease = take(conn, spec, f"job-{spec['checkpoint']}", "resuming", "take (100 at once)")
+        if lease is None:
             return
-        lease = json.loads(payload)["id"]
         end = start_at + seconds
         # Renewals are measured once the burst of takes has drained (they would otherwise time the burst again).
         time.sleep(max(0.0, start_at + settle - time.time()))
@@ -309,16 +314,10 @@ def client_proc(port: int, jobs: list[dict], baseline_token: str | None, baselin
         time.sleep(max(0.0, start_at + settle - time.time()))
         time.sleep(random.uniform(0, take_interval))
         end = start_at + seconds
-        body = {"checkpoint": spec["checkpoint"], "owner": f"taker-{spec['checkpoint']}", "purpose": "evaluating",
-                "ttl_seconds": 600}  # fmt: skip
         while time.time() < end:
-            t = time.perf_counter()
-            status, payload = conn.request("POST", "/api/v1/agent/leases/", spec["token"], body)
-            record("take (while renewing)", (time.perf_counter() - t) * 1000)
-            if status != 201:
-                fail(f"take {status}: {payload[:200]!r}")
+            lease = take(conn, spec, f"taker-{spec['checkpoint']}", "evaluating", "take (while renewing)")
+            if lease is None:
                 return
-            lease = json.loads(payload)["id"]
             time.sleep(take_interval)
             t = time.perf_counter()
             status, payload = conn.request("POST", f"/api/v1/agent/leases/{lease}/release/", spec["token"], {})
