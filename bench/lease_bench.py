@@ -231,7 +231,7 @@ def client_proc(port: int, jobs: list[dict], baseline_token: str | None, baselin
     takers = takers or []
     settle = min(3.0, seconds / 5)
     results: dict[str, list] = {
-        "take (100 at once)": [],
+        "take (all at once)": [],
         "renew": [],
         "take (while renewing)": [],
         "release (while renewing)": [],
@@ -265,7 +265,7 @@ def client_proc(port: int, jobs: list[dict], baseline_token: str | None, baselin
         conn = Conn(port)
         barrier.wait()
         time.sleep(max(0.0, start_at - time.time()))
-        lease = take(conn, spec, f"job-{spec['checkpoint']}", "resuming", "take (100 at once)")
+        lease = take(conn, spec, f"job-{spec['checkpoint']}", "resuming", "take (all at once)")
         if lease is None:
             return
         end = start_at + seconds
@@ -514,7 +514,7 @@ def main() -> None:
     for kind, values in results.items():
         if not values:
             continue
-        burst = kind.startswith("take (100")
+        burst = kind.startswith("take (all")
         figures[kind] = {
             "n": len(values),
             "p50": round(statistics.median(values), 1),
