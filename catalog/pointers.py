@@ -349,10 +349,10 @@ def _build(rows, *, window: int | None) -> dict[tuple[int, int, str, str], _Fold
     return folders
 
 
-def _folders_of(run_ids: list[int], *, everything: bool = False) -> dict[int, list[_Folder]]:
-    """The save folders of each of these runs, each with its newest FOLDER_WINDOW copies (or, ``everything``, all
-    of them), in two queries (the copies as plain rows, the runs' few locations)."""
-    window = None if everything else FOLDER_WINDOW
+def _folders_of(run_ids: list[int]) -> dict[int, list[_Folder]]:
+    """The save folders of each of these runs, each with its newest FOLDER_WINDOW copies, in two queries (the copies
+    as plain rows, the runs' few locations)."""
+    window = FOLDER_WINDOW
     folders = _build(_copy_rows(Q(checkpoint__run_id__in=run_ids), window=window), window=window)
     locations = StorageLocation.objects.select_related("bucket", "host").in_bulk({k[1] for k in folders})
     by_run: dict[int, list[_Folder]] = {}
