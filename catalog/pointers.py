@@ -595,7 +595,8 @@ def pointers_for_run(run: Run) -> list[Pointer]:
 
 def pointers_for_runs(runs) -> dict[int, list[Pointer]]:
     """``pointers_for_run`` for many runs in a fixed number of queries (their copies, their locations, the pointer
-    and .metadata files), for the fleet-wide problems list: ``{run id: pointers, worst first}``."""
+    and .metadata files), for the fleet-wide problems list: ``{run id: pointers, worst first}``. A folder with more
+    than FOLDER_WINDOW copies whose newest do not settle its judgment costs two more (``_whole``)."""
     by_id = {run.pk: run for run in runs}
     if not by_id:
         return {}

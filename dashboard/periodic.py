@@ -11,6 +11,8 @@ An admin can also run every periodic task now (the Jobs page, ``manage.py fleet_
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -105,3 +107,18 @@ def loop(
                 last[entry.name] = now
                 on_outcome(run_entry(entry))
         time.sleep(tick)
+
+
+def stop_on_signals() -> threading.Event:
+    """Make Ctrl-C and SIGTERM stop a long-running command at once, even mid-step: each raises KeyboardInterrupt
+    and sets the returned event, which the command's loop also checks (a step's own error handling may swallow the
+    interruption). For ``fleet_beat`` and ``demo_agents``, whose every step survives being stopped."""
+    stopping = threading.Event()
+
+    def interrupt(*_) -> None:
+        stopping.set()
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, interrupt)
+    return stopping

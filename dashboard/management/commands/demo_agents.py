@@ -17,7 +17,7 @@ import contextlib
 import io
 import os
 import re
-import signal
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.actor import Actor
+from dashboard import periodic
 from dashboard.management.commands.seed_demo import demo_filesystem
 from fleet import agent
 from fleet.models import Host, StorageLocation
@@ -57,15 +58,7 @@ class Command(BaseCommand):
             hosts[host.name] = (roots, token)
         if not hosts:
             raise CommandError(f"no demo host has a root below {base}; run `manage.py seed_demo` first")
-        stopping: list[bool] = []
-
-        def interrupt(*_) -> None:
-            stopping.append(True)  # in case the agent's own handling swallows the interruption
-            raise KeyboardInterrupt
-
-        if not opts["once"]:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, interrupt)
+        stopping = periodic.stop_on_signals() if not opts["once"] else threading.Event()
         self.stdout.write(f"demo_agents: {len(hosts)} hosts ({', '.join(hosts)}) reporting to {opts['server']}")
         self.stdout.flush()
         try:
@@ -74,12 +67,12 @@ class Command(BaseCommand):
             pass
         self.stdout.write("demo_agents: stopped")
 
-    def _loop(self, hosts: dict, opts, stopping: list[bool]) -> None:
+    def _loop(self, hosts: dict, opts, stopping: threading.Event) -> None:
         last_report = time.monotonic()
         while True:
             report = opts["once"] or time.monotonic() - last_report >= opts["report_every"]
             for name, (roots, token) in hosts.items():
-                if stopping:
+                if stopping.is_set():
                     return
                 self._pass(name, roots, token, opts["server"], report=report)
             if report:

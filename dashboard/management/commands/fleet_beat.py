@@ -9,8 +9,6 @@ With a broker (REDIS_URL set) run ``celery beat`` instead; ``--once`` then sends
 
 from __future__ import annotations
 
-import signal
-
 from django.core.management.base import BaseCommand
 
 from audit.actor import Actor
@@ -40,22 +38,13 @@ class Command(BaseCommand):
             if failed:
                 self.stderr.write(f"{failed} periodic task(s) failed; the log says why")
             return
-        stopping: list[bool] = []
-
-        def interrupt(*_) -> None:
-            # Stop at once, even mid-task (every task survives being stopped and runs again). A task's own error
-            # handling may swallow the interruption, so the loop also stops at the next step on the flag.
-            stopping.append(True)
-            raise KeyboardInterrupt
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, interrupt)
+        stopping = periodic.stop_on_signals()
         mode = "in this process" if periodic.in_process() else "sent to the workers"
         self.stdout.write(f"fleet_beat: {len(periodic.entries())} periodic tasks, each run {mode} on its schedule")
         self.stdout.flush()
         try:
-            periodic.loop(stop=lambda: bool(stopping), on_outcome=self._report)
-        except KeyboardInterrupt:
+            periodic.loop(stop=stopping.is_set, on_outcome=self._report)
+        except KeyboardInterrupt:  # at once, even mid-task: every task survives being stopped and runs again
             pass
         self.stdout.write("fleet_beat: stopped")
 
