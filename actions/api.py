@@ -513,6 +513,7 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                 "needs_approval": p.needs_approval,
                 "approval_reasons": p.approval_reasons,
                 "child_runs": [{"id": r.pk, "team": r.team.name, "name": r.name} for r in p.child_runs],
+                "left_in_place": p.archived_stay,
                 "copies": [
                     {
                         "copy": part.copy.pk,

@@ -654,7 +654,9 @@ def _verdict(job: DeletionJob) -> tuple[str, str]:
             else "",
         )
     if skipped:
-        parts.append(f"{skipped} skipped (changed since scheduling, or already gone)")
+        parts.append(
+            f"{skipped} skipped and left in place (changed since scheduling, already gone, or archived; each says why)"
+        )
     if blocked:
         parts.append(f"{blocked} refused by the store (Object Lock legal hold or retention); they remain")
         return DeletionState.BLOCKED, "; ".join(parts)

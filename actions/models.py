@@ -300,7 +300,7 @@ class ItemState(models.TextChoices):
     PENDING = "pending", "Pending"
     DELETED = "deleted", "Deleted"
     BLOCKED = "blocked", "Blocked"
-    SKIPPED = "skipped", "Skipped (changed since scheduling)"
+    SKIPPED = "skipped", "Skipped (left in place)"
     TRASHED = "trashed", "In the trash (recoverable)"
     RESTORING = "restoring", "Being restored from the trash"
     RESTORED = "restored", "Restored"

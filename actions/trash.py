@@ -30,6 +30,15 @@ TRASH_PREFIX = s3.TRASH_PREFIX  # at a bucket's root, and below a host's root as
 THREADS = 16
 
 
+# What S3 answers a copy of an object in GLACIER or DEEP_ARCHIVE that is not restored (moto says the second):
+# without versioning its bytes cannot reach the trash, so it stays, and says so.
+ARCHIVED_CODES = ("InvalidObjectState", "ObjectNotInActiveTierError")
+ARCHIVED_SKIP = (
+    "left in place: it is in an archive storage class (GLACIER or DEEP_ARCHIVE), which S3 cannot copy to the trash "
+    "until it is restored; restore it first, or delete it with no recovery window at this location"
+)
+
+
 def trash_key(job_id: int, path: str) -> str:
     return f"{TRASH_PREFIX}{job_id}/{path}"
 
@@ -106,6 +115,8 @@ def _copy_to_trash(client: Any, bucket: str, job_id: int, item: Any) -> Moved | 
             return Moved(s3.DeleteOutcome(item.path, item.version_id), skip="missing: already gone from the store")
         if exc.transient:
             return Moved(s3.DeleteOutcome(item.path, item.version_id, code="SlowDown", message=exc.message))
+        if exc.code in ARCHIVED_CODES:
+            return Moved(s3.DeleteOutcome(item.path, item.version_id), skip=ARCHIVED_SKIP)
         return Moved(
             s3.DeleteOutcome(item.path, item.version_id),
             skip=f"left in place: it could not be copied to the trash: {exc.message}",

@@ -185,6 +185,35 @@ def test_unversioned_trash_restore_and_purge(s3, unversioned, django_capture_on_
     assert content(s3, name)[taken] == b"someone else's file"
 
 
+def test_archived_objects_of_an_unversioned_bucket_stay_and_say_why_before_and_after(
+    s3, scan_now, django_capture_on_commit_callbacks
+):
+    """S3 copies no unrestored GLACIER or DEEP_ARCHIVE object, so without versioning it cannot reach the trash: the
+    preview says so before anything is scheduled, and the executed job leaves it in place with that reason (not
+    "changed since scheduling")."""
+    name = s3.bucket()
+    s3.upload_tree(name, "nvme-a", prefix="fleet/", classes={"llm/llama-tiny/step-100/__1_0.distcp": "DEEP_ARCHIVE"})
+    bucket = s3.register(name, prefix="fleet/")
+    assert scan_now(bucket).status == "applied"
+    archived = STEP_100 + "__1_0.distcp"
+
+    preview = services.preview(checkpoint=checkpoint(100))
+    [line] = preview.archived_stay
+    assert line.startswith(f"1 object at {bucket.location.name} is in GLACIER or DEEP_ARCHIVE")
+    assert "without versioning" in line and "leave it in place" in line
+
+    job = execute(
+        services.schedule_deletion(checkpoint=checkpoint(100), reason="superseded", actor=OPERATOR),
+        django_capture_on_commit_callbacks,
+    )
+    left = DeletionItem.objects.get(job=job, path=archived)
+    assert left.state == ItemState.SKIPPED and left.get_state_display() == "Skipped (left in place)"
+    assert left.detail.startswith("left in place: it is in an archive storage class"), left.detail
+    assert "2 of 3 moved to the trash" in job.outcome and "1 skipped and left in place" in job.outcome, job.outcome
+    now = {o["Key"] for o in s3.client.list_objects_v2(Bucket=name)["Contents"]}
+    assert archived in now and not any(k.startswith(f".ckptfleet-trash/{job.pk}/{archived}") for k in now)
+
+
 def test_a_bucket_scan_does_not_list_the_trash(s3, scan_now, django_capture_on_commit_callbacks):
     name = s3.bucket()
     s3.upload_tree(name, "nvme-a")
