@@ -267,3 +267,11 @@ class FlaggedCheckpointSerializer(serializers.Serializer):
     def get_run(self, item) -> str:
         run = item["checkpoint"].run
         return f"{run.team.name}/{run.name}"
+
+
+class FlaggedPageSerializer(serializers.Serializer):
+    """One cursor page of the checkpoints raising a flag (``GET /api/v1/checkpoints/flagged/?flag=...``)."""
+
+    next = serializers.URLField(allow_null=True, help_text="The next page, or null on the last.")
+    previous = serializers.URLField(allow_null=True, help_text="The previous page, or null on the first.")
+    results = FlaggedCheckpointSerializer(many=True)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from django.db.models import Exists, OuterRef, Prefetch
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import generics, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -22,6 +28,7 @@ from dashboard.api.serializers import (
     CheckpointSerializer,
     FlagCountSerializer,
     FlaggedCheckpointSerializer,
+    FlaggedPageSerializer,
     OrphanGroupSerializer,
     RunPlacementSerializer,
     RunSerializer,
@@ -334,11 +341,37 @@ class CheckpointViewSet(viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(
         summary="Placement flags with their counts, or the checkpoints raising one flag",
+        operation_id="checkpoints_flagged_list",
+        examples=[
+            OpenApiExample(
+                "Without flag: every flag with its count",
+                value=[
+                    {
+                        "flag": "finished_on_nvme",
+                        "label": "Finished run still on NVMe",
+                        "help": "The run has ended (finished, failed or abandoned), its newest checkpoint was saved "
+                        "more than 14 days ago, and this checkpoint still has a copy on GPU-host NVMe, the most "
+                        "expensive tier, which training jobs need. Move it to object storage or delete that copy.",
+                        "count": 2,
+                    }
+                ],
+                response_only=True,
+            )
+        ],
         parameters=[
             OpenApiParameter("flag", str, enum=placement.Flag.values, description="List the checkpoints of one flag."),
             OpenApiParameter("run", int, description="Only this run (its id)."),
         ],
-        responses={200: FlaggedCheckpointSerializer(many=True)},
+        # Two shapes, as the description says: without ``flag`` the list of flags with their counts, with it a
+        # cursor page of checkpoints (declared as it is, so the schema generator does not page the list again).
+        responses={
+            200: PolymorphicProxySerializer(
+                component_name="FlaggedAnswer",
+                serializers=[FlagCountSerializer(many=True), FlaggedPageSerializer()],
+                resource_type_field_name=None,
+                many=False,
+            )
+        },
     )
     @action(detail=False, methods=["get"], url_path="flagged", filter_backends=[])
     def flagged(self, request):

@@ -126,3 +126,14 @@ def test_the_schema_page_lists_the_declared_parameters(operations):
     assert {"team", "status", "cursor", "page_size"} <= names
     _, _, offloads = operations["agent_offloads_retrieve"]
     assert {"root", "after", "dry_run", "defer"} <= {p["name"] for p in offloads["parameters"]}
+
+
+def test_the_flagged_answer_declares_both_of_its_shapes(operations):
+    """Without ``flag`` the answer is the list of flags and counts, with it a cursor page: the schema says both."""
+    _, _, op = operations["checkpoints_flagged_list"]
+    components = SchemaGenerator().get_schema(request=None, public=True)["components"]["schemas"]
+    answer = resolve(op["responses"]["200"]["content"]["application/json"]["schema"], components)
+    shapes = [resolve(s, components) for s in answer["oneOf"]]
+    assert [s.get("type") for s in shapes] == ["array", "object"]
+    assert set(resolve(shapes[0]["items"], components)["required"]) == {"flag", "label", "help", "count"}
+    assert set(shapes[1]["properties"]) == {"next", "previous", "results"}
