@@ -23,9 +23,9 @@ from ckptfleet.errors import DomainError
 from ckptfleet.params import positive_int_param
 from dashboard import selectors_fleet as selectors
 from dashboard import selectors_place
+from dashboard.host_forms import mark_host_from_form
 from fleet.choices import InventoryStatus
 from fleet.models import Host, Inventory, StorageLocation
-from fleet.services import host_mark_down, host_mark_up
 from ingest.scan import scan_start
 
 HOSTS_PER_PAGE = 100
@@ -158,21 +158,6 @@ def host_state(request, pk: int):
     host = get_object_or_404(Host, pk=pk)
     mark_host_from_form(request, host)
     return redirect(reverse("fleet:host-detail", args=[host.pk]) + "#health")
-
-
-def mark_host_from_form(request, host: Host) -> None:
-    """A page's "Mark down" / "Mark up" form (``do``, ``reason``): the audited services, and a message either way."""
-    up = request.POST.get("do") == "up"
-    service = host_mark_up if up else host_mark_down
-    try:
-        service(host=host, reason=request.POST.get("reason", ""), actor=Actor.for_request(request))
-    except DomainError as exc:
-        messages.error(request, f"Nothing was changed: {exc.message}")
-    else:
-        if up:
-            messages.success(request, f"{host.name} is marked up: its copies are ranked for restore again.")
-        else:
-            messages.success(request, f"{host.name} is marked down: its copies are no longer offered for restore.")
 
 
 @login_required

@@ -25,7 +25,7 @@ from catalog.recovery_point import recovery_point_of
 from catalog.reshard import layout_of
 from ckptfleet.errors import DomainError
 from ckptfleet.params import parse_id
-from dashboard.views_fleet import mark_host_from_form
+from dashboard.host_forms import mark_host_from_form
 from fleet.models import Host
 
 MATCHES_SHOWN = 20
