@@ -6,7 +6,7 @@ so each is billed 80 more days at its price (0.30 USD per GiB-month here): 3 x 0
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
 import pytest
@@ -35,9 +35,11 @@ def glacier_copy(fleet, *, ages: tuple[int, ...] = (10, 10, 10), storage_class: 
         effective_from=date(2020, 1, 1),
     )
     copy = add_copy(fleet.checkpoints[300], bucket, files=len(ages), size=GIB)
-    now = timezone.now()
+    # Ages count in UTC calendar days (the charge's rule): written at noon ``age`` days ago, whatever the hour now.
+    today = timezone.now().astimezone(UTC).date()
     for f, age in zip(ShardFile.objects.filter(copy=copy).order_by("path"), ages, strict=True):
-        f.storage_class, f.tier, f.mtime = storage_class, "archive", now - timedelta(days=age, hours=1)
+        written = datetime.combine(today - timedelta(days=age), time(12), tzinfo=UTC)
+        f.storage_class, f.tier, f.mtime = storage_class, "archive", written
         f.save(update_fields=["storage_class", "tier", "mtime"])
     return copy
 
