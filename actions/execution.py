@@ -178,7 +178,7 @@ def lock(job_id: int) -> DeletionJob | None:
     checkpoint_id, location_id = row
     if checkpoint_id is None:
         orphans.lock_checkpoints(job_id)
-        StorageLocation.objects.select_for_update().filter(pk=location_id).first()
+        StorageLocation.objects.locked().filter(pk=location_id).first()
         return DeletionJob.objects.select_for_update(of=("self",)).select_related("orphan_location").get(pk=job_id)
     checkpoint = lock_checkpoint(checkpoint_id)
     job = DeletionJob.objects.select_for_update(of=("self",)).select_related("copy").get(pk=job_id)
@@ -715,7 +715,7 @@ def _rejudge(job: DeletionJob, *, now: datetime) -> None:
         .values_list("location_id", flat=True)
         .distinct()
     )
-    for location in StorageLocation.objects.filter(pk__in=list(touched)).order_by("pk").select_for_update():
+    for location in StorageLocation.objects.filter(pk__in=list(touched)).order_by("pk").locked():
         location_recognize(location=location)
         hooks.location_rejudged(location, now)  # the usage rollups (spend) follow, in this transaction
 

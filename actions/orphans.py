@@ -336,7 +336,7 @@ def schedule_cleanup(
     grace = grace_period()
     with transaction.atomic():
         # The location's lock is the one a scan's apply takes: no rescan claims a file while the list is frozen.
-        StorageLocation.objects.select_for_update().filter(pk=location.pk).first()
+        StorageLocation.objects.locked().filter(pk=location.pk).first()
         assessed, files, uploads = _assess(kind, location, prefix, run, with_money=False)
         if assessed.refusal:
             raise DomainError(assessed.refusal, code=assessed.refusal_code)

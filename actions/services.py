@@ -1122,7 +1122,7 @@ def _lock_job(job: DeletionJob) -> DeletionJob:
     if job.checkpoint_id is not None:
         lock_checkpoint(job.checkpoint_id)
     else:
-        StorageLocation.objects.select_for_update().filter(pk=cast(int, job.orphan_location_id)).first()
+        StorageLocation.objects.locked().filter(pk=cast(int, job.orphan_location_id)).first()
     return (
         DeletionJob.objects.select_for_update(of=("self",))
         .select_related("checkpoint__run__team", "orphan_location")

@@ -190,7 +190,7 @@ def _settle(job: DeletionJob, *, actor: Actor) -> None:
     )
     now = timezone.now()
     touched = DeletionItem.objects.filter(job=job, state=ItemState.RESTORED).values_list("location_id", flat=True)
-    for location in StorageLocation.objects.filter(pk__in=list(touched)).order_by("pk").select_for_update():
+    for location in StorageLocation.objects.filter(pk__in=list(touched)).order_by("pk").locked():
         location_recognize(location=location)
         hooks.location_rejudged(location, now)
 

@@ -75,6 +75,16 @@ def trash_days_of(soft_delete_days: int | None) -> int:
     return soft_delete_days
 
 
+class StorageLocationQuerySet(models.QuerySet):
+    def locked(self):
+        """These locations locked for work at them (an ingest, a scan, a deletion, a rollup), until the transaction
+        ends: ``FOR NO KEY UPDATE`` on PostgreSQL, which excludes every other worker's lock on the row but not the
+        key-share lock a new row referencing the location takes (a deletion item, a copy, a usage row). With ``FOR
+        UPDATE`` a transaction that had locked a checkpoint and then inserted rows at the location deadlocked with a
+        worker that held the location and then touched that checkpoint."""
+        return self.select_for_update(no_key=True)
+
+
 class StorageLocation(models.Model):
     """A place checkpoints live: a host's NVMe root, a parallel-FS mount, or (later) a bucket and prefix.
 
@@ -111,6 +121,8 @@ class StorageLocation(models.Model):
         help_text="Days an executed deletion stays recoverable in the trash here; empty: the default "
         "(CKPTFLEET_SOFT_DELETE_DAYS); 0: deleted at once (refused when CKPTFLEET_SOFT_DELETE_REQUIRED=1).",
     )
+
+    objects = StorageLocationQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]

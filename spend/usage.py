@@ -462,7 +462,7 @@ def usage_carry_forward(*, location_id: int, through: date) -> int:
     as an ingest of the location, so the two never interleave.
     """
     with transaction.atomic():
-        location = StorageLocation.objects.select_for_update().filter(pk=location_id).first()
+        location = StorageLocation.objects.locked().filter(pk=location_id).first()
         cursor = UsageCursor.objects.select_for_update().filter(location_id=location_id).first()
         if location is None or cursor is None or cursor.day >= through:
             return 0

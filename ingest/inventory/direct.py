@@ -122,7 +122,7 @@ def ingest_direct(inventory: Inventory, *, started: float) -> Inventory | None:
     files = total = 0
     try:
         with inventory.upload.open("rb") as stream, transaction.atomic():
-            location = StorageLocation.objects.select_for_update().get(pk=inventory.location_id)
+            location = StorageLocation.objects.locked().get(pk=inventory.location_id)
             if ShardFile.objects.filter(location=location).exists():
                 return None
             now = timezone.now()

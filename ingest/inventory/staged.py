@@ -236,7 +236,7 @@ def apply_staged(inventory: Inventory, *, files: int, total: int, started: float
     try:
         with transaction.atomic():
             # One inventory of a location is merged at a time; a newer snapshot waits for an older one.
-            location = StorageLocation.objects.select_for_update().get(pk=location.pk)
+            location = StorageLocation.objects.locked().get(pk=location.pk)
             now = timezone.now()
             t1 = time.monotonic()
             if connection.vendor == "postgresql":

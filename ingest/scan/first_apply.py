@@ -92,7 +92,7 @@ def apply_first(inventory: Inventory, prejudged: PreJudge, *, files: int, total:
     location = inventory.location
     try:
         with transaction.atomic():
-            location = StorageLocation.objects.select_for_update().get(pk=location.pk)
+            location = StorageLocation.objects.locked().get(pk=location.pk)
             now = timezone.now()
             t1 = time.monotonic()
             judge = Judge(location, now=now)

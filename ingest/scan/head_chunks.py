@@ -137,7 +137,7 @@ def _chunk_end(
     fields = ["checksum", "checksum_algo", "version_id", "legal_hold", "retain_until", "digests"]
     with transaction.atomic():
         # The ingest's lock: a scan or inventory applying at this location waits, and is waited for.
-        location = StorageLocation.objects.select_for_update().filter(pk=chunk.location_id).first()
+        location = StorageLocation.objects.locked().filter(pk=chunk.location_id).first()
         now = timezone.now()
         took = HeadChunk.objects.filter(pk=chunk.pk, state=HeadChunkState.PENDING).update(
             state=state,

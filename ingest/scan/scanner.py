@@ -187,7 +187,7 @@ class Scanner:
                     return None
                 # Uploads and versions first, under the lock the merge takes: the merge rolls up usage,
                 # and what it sums of them must be this scan's, not the last one's.
-                StorageLocation.objects.select_for_update().filter(pk=self.location.pk).first()
+                StorageLocation.objects.locked().filter(pk=self.location.pk).first()
                 now = timezone.now()
                 apply_uploads(self.location, self.uploads, now)
                 apply_versions(self.location, self.versions, versioned=self.versioned, now=now)
