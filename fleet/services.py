@@ -477,7 +477,7 @@ def location_set_soft_delete(
             code="soft_delete_required",
         )
     with transaction.atomic():
-        current = StorageLocation.objects.select_for_update().get(pk=location.pk)
+        current = StorageLocation.objects.locked().get(pk=location.pk)
         before, before_effective = current.soft_delete_days, current.trash_days
         if actor.kind == ActorKind.USER and effective < before_effective:
             # Shortening it can make deletions final sooner: a second person approves it (approvals).
@@ -508,7 +508,7 @@ def location_set_soft_delete(
 def apply_soft_delete_change(change: ChangeRequest, approver: Actor) -> Applied:
     """Apply an approved shortening of a location's recovery window (``approvals.registry``), in the approval's
     transaction: refused when the window changed since it was asked for."""
-    current = StorageLocation.objects.select_for_update().get(pk=change.target_id)
+    current = StorageLocation.objects.locked().get(pk=change.target_id)
     asked = change.change
     if current.soft_delete_days != asked["before"]["soft_delete_days"]:
         raise DomainError(
