@@ -35,6 +35,11 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/ckptfleet
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 # Extra arguments for pytest, e.g. `make test-sqlite PYTEST_ARGS='-k ingest -x'`.
 PYTEST_ARGS ?=
+# Workers per pass (pytest-xdist): much of a test waits on a browser, a worker process, a server or the database,
+# so a pass on two workers takes about half as long even beside the other pass on a 2-CPU machine. 0: one process.
+# Each worker has its own test database (pytest-django), var folder (tests/worker_env.py) and free ports.
+TEST_WORKERS ?= 2
+XDIST_ARGS ?= -n $(TEST_WORKERS)
 
 # One pytest run: $(1) is a header, $(2) the environment, $(3) the name of its screenshot folder.
 # A fresh temporary folder holds the run's CKPTFLEET_VAR_DIR (so it stays off the checkout's var/:
@@ -46,7 +51,7 @@ define run_pytest
 	@tmp=$$(mktemp -d -t ckptfleet-test.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
 	env -u DATABASE_URL -u REDIS_URL CKPTFLEET_DEBUG=1 CKPTFLEET_VAR_DIR="$$tmp/var" \
 		CKPTFLEET_ARTEFACTS="$(CURDIR)/var/test-artefacts/$(3)" $(2) \
-		$(PY) -m pytest --basetemp="$$tmp/pytest" $(PYTEST_ARGS)
+		$(PY) -m pytest --basetemp="$$tmp/pytest" $(XDIST_ARGS) $(PYTEST_ARGS)
 endef
 PYTEST_SQLITE = $(call run_pytest,"pytest on SQLite (embedded default)",,sqlite)
 PYTEST_POSTGRES = $(call run_pytest,"pytest on PostgreSQL + Redis",DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL),postgres)
@@ -152,9 +157,9 @@ test-postgres: venv test-deps services ## The suite on PostgreSQL + Redis only
 # on SQLite and then on PostgreSQL + Redis. `make test` runs only their short smoke.
 test-reliability: venv test-deps services ## The reliability suite at full length (tests/reliability, RELIABILITY_LONG=1), on both databases
 	@failed=""; \
-	RELIABILITY_LONG=1 $(MAKE) --no-print-directory _pytest-sqlite PYTEST_ARGS="-s tests/reliability $(PYTEST_ARGS)" \
+	RELIABILITY_LONG=1 $(MAKE) --no-print-directory _pytest-sqlite XDIST_ARGS= PYTEST_ARGS="-s tests/reliability $(PYTEST_ARGS)" \
 		|| failed="$$failed SQLite"; \
-	RELIABILITY_LONG=1 $(MAKE) --no-print-directory _pytest-postgres PYTEST_ARGS="-s tests/reliability $(PYTEST_ARGS)" \
+	RELIABILITY_LONG=1 $(MAKE) --no-print-directory _pytest-postgres XDIST_ARGS= PYTEST_ARGS="-s tests/reliability $(PYTEST_ARGS)" \
 		|| failed="$$failed PostgreSQL"; \
 	if [ -n "$$failed" ]; then echo "make test-reliability: FAILED on$$failed" >&2; exit 1; fi
 
