@@ -42,7 +42,7 @@ def api_token_create(*, user, label: str = "", actor: Actor, request_id: str = "
     prefix = secrets.token_hex(6)
     raw = f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
-        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+        get_user_model().objects.select_for_update(of=("self",)).filter(pk=user.pk).first()
         active = ApiToken.objects.filter(user=user, revoked_at__isnull=True).count()
         if active >= API_TOKENS_MAX_ACTIVE:
             raise DomainError(
@@ -67,7 +67,7 @@ def api_token_create(*, user, label: str = "", actor: Actor, request_id: str = "
 def api_token_revoke(*, user, actor: Actor, prefix: str = "", request_id: str = "") -> int:
     """Revoke ``user``'s active tokens (only the one with ``prefix`` when given); returns how many."""
     with transaction.atomic():
-        tokens = ApiToken.objects.select_for_update().filter(user=user, revoked_at__isnull=True)
+        tokens = ApiToken.objects.select_for_update(of=("self",)).filter(user=user, revoked_at__isnull=True)
         if prefix:
             tokens = tokens.filter(prefix=prefix)
         prefixes = list(tokens.values_list("prefix", flat=True))

@@ -172,7 +172,7 @@ def lock_checkpoint(checkpoint_id: int) -> Checkpoint:
     if run_id is None:
         raise DomainError(f"checkpoint {checkpoint_id} does not exist", code="not_found", http_status=404)
     run = lock_run(run_id)
-    checkpoint = Checkpoint.objects.select_for_update().get(pk=checkpoint_id)
+    checkpoint = Checkpoint.objects.select_for_update(of=("self",)).get(pk=checkpoint_id)
     checkpoint.run = run
     return checkpoint
 
@@ -250,7 +250,7 @@ def unpin(
     checkpoint_id = pin.checkpoint_id if pin is not None else cast(Checkpoint, checkpoint).pk
     with transaction.atomic():
         locked = lock_checkpoint(checkpoint_id)
-        active = Pin.objects.select_for_update().filter(checkpoint=locked, unpinned_at__isnull=True)
+        active = Pin.objects.select_for_update(of=("self",)).filter(checkpoint=locked, unpinned_at__isnull=True)
         if pin is not None:
             active = active.filter(pk=pin.pk)
         current = active.first()
@@ -357,7 +357,12 @@ def hold(
             locked_run = lock_run(run.pk)
             # The deletion executor locks only the checkpoint of its job: a hold on the whole run
             # takes every checkpoint's lock too, so it waits for a batch in flight and then wins.
-            list(Checkpoint.objects.select_for_update().filter(run=locked_run).order_by("pk").values_list("pk"))
+            list(
+                Checkpoint.objects.select_for_update(of=("self",))
+                .filter(run=locked_run)
+                .order_by("pk")
+                .values_list("pk")
+            )
         same = Hold.objects.filter(run=locked_run, checkpoint=checkpoint, released_at__isnull=True, case_ref=case_ref)
         if same.exists():
             raise DomainError(f"case {case_ref} already holds {checkpoint or locked_run}", code="already_held")

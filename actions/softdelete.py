@@ -360,7 +360,7 @@ def agent_report(*, host: Host, results: list) -> dict[str, int]:
             tally: Counter[str] = Counter()
             back = []
             for entry in entries:
-                item = DeletionItem.objects.select_for_update().get(pk=entry["id"])
+                item = DeletionItem.objects.select_for_update(of=("self",)).get(pk=entry["id"])
                 result, detail = entry["result"], entry.get("detail", "")[:500]
                 if item.state == ItemState.TRASHED and result in ("purged", "skipped"):
                     item.state, item.detail = ItemState.DELETED, (detail or "purged from the trash")

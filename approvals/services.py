@@ -134,7 +134,7 @@ def _refuse_own(actor: Actor, doing: str, change: ChangeRequest) -> None:
 
 
 def _lock(change: ChangeRequest) -> ChangeRequest:
-    return ChangeRequest.objects.select_for_update().get(pk=change.pk)
+    return ChangeRequest.objects.select_for_update(of=("self",)).get(pk=change.pk)
 
 
 def _not_awaiting(change: ChangeRequest) -> DomainError:

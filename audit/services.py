@@ -96,7 +96,9 @@ def audit_record(
     """Append one event to the chain. Must run inside the transaction that makes the change."""
     if not connection.in_atomic_block:
         raise RuntimeError("audit_record must be called inside the transaction of the change it records")
-    head, _ = AuditChainHead.objects.select_for_update().get_or_create(pk=1, defaults={"last_hash": GENESIS})
+    head, _ = AuditChainHead.objects.select_for_update(of=("self",)).get_or_create(
+        pk=1, defaults={"last_hash": GENESIS}
+    )
     event = AuditEvent(
         at=timezone.now(),
         actor_kind=actor_kind,

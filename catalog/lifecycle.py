@@ -215,7 +215,7 @@ def runs_infer_ended(*, now: datetime | None = None, actor: Actor | None = None)
         for pk in ids[i : i + INFER_CHUNK]:
             with transaction.atomic():
                 # Locked first, then asked again: FOR UPDATE does not go with the GROUP BY of the question.
-                if not Run.objects.select_for_update().filter(pk=pk).exists():
+                if not Run.objects.select_for_update(of=("self",)).filter(pk=pk).exists():
                     continue
                 run = _idle(Run.objects.filter(pk=pk), cutoff).first()
                 if run is None:

@@ -454,7 +454,7 @@ def team_rpo_set(*, team: Team, hours, actor: Actor, reason: str = "", request_i
     reason = _reason(reason)
     _operator(actor, "setting a team's recovery point objective", "team", team)
     with transaction.atomic():
-        locked = Team.objects.select_for_update().get(pk=team.pk)
+        locked = Team.objects.select_for_update(of=("self",)).get(pk=team.pk)
         if locked.rpo_hours == hours:
             return locked
         before = locked.rpo_hours

@@ -156,7 +156,7 @@ def team_create(*, actor: Actor, name: str, cost_center: str = "", reason: str =
 
 def _lock(team_id) -> Team:
     try:
-        return Team.objects.select_for_update().get(pk=team_id)
+        return Team.objects.select_for_update(of=("self",)).get(pk=team_id)
     except (Team.DoesNotExist, ValueError, TypeError):
         raise DomainError("no such team", code="not_found", http_status=404) from None
 
@@ -172,7 +172,7 @@ def team_rename(*, actor: Actor, team_id: int, name: str, reason: str = "", requ
         if _name_taken(name, other_than=team.pk):
             raise DomainError(f"a team named {name!r} already exists", code="exists", http_status=409)
         old_group, new_group = f"{TEAM_GROUP_PREFIX}{team.name}", f"{TEAM_GROUP_PREFIX}{name}"
-        group = Group.objects.select_for_update().filter(name=old_group).first()
+        group = Group.objects.select_for_update(of=("self",)).filter(name=old_group).first()
         if group is not None and Group.objects.filter(name=new_group).exists():
             raise DomainError(
                 f"the scoping group {new_group!r} already exists: an administrator merges or removes it first",

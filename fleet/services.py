@@ -84,7 +84,7 @@ def host_gpus_set(*, host: Host, gpus, actor: Actor, request_id: str = "") -> Ho
         )
     gpus = host_gpus_clean(gpus)
     with transaction.atomic():
-        host = Host.objects.select_for_update().get(pk=host.pk)
+        host = Host.objects.select_for_update(of=("self",)).get(pk=host.pk)
         if host.gpus == gpus:
             return host
         before, host.gpus = host.gpus, gpus
@@ -115,7 +115,7 @@ def host_mark_down(*, host: Host, reason: str, actor: Actor, request_id: str = "
     if len(reason) > 2000:
         raise DomainError("a reason is at most 2,000 characters")
     with transaction.atomic():
-        host = Host.objects.select_for_update().get(pk=host.pk)
+        host = Host.objects.select_for_update(of=("self",)).get(pk=host.pk)
         if host.down_since is not None:
             return host
         host.down_since, host.down_reason, host.down_label = timezone.now(), reason, actor.label
@@ -139,7 +139,7 @@ def host_mark_up(*, host: Host, reason: str, actor: Actor, request_id: str = "")
     if actor.kind == ActorKind.USER:
         require_role(actor.user, Role.OPERATOR, doing=f"marking {host.name} up", target_type="host", target_id=host.pk)
     with transaction.atomic():
-        host = Host.objects.select_for_update().get(pk=host.pk)
+        host = Host.objects.select_for_update(of=("self",)).get(pk=host.pk)
         if host.down_since is None:
             return host
         before = {"down": True, "down_since": host.down_since.isoformat(), "down_reason": host.down_reason}

@@ -335,7 +335,7 @@ def _items_done(job: PromotionJob, outcomes: list[tuple[PromotionItem, str, str]
         return
     with transaction.atomic():
         open_pks = set(
-            PromotionItem.objects.select_for_update()
+            PromotionItem.objects.select_for_update(of=("self",))
             .filter(pk__in=[item.pk for item, _s, _d in outcomes])
             .exclude(state__in=(ItemState.DONE, ItemState.BLOCKED, ItemState.FAILED))
             .values_list("pk", flat=True)

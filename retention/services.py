@@ -130,7 +130,7 @@ def policy_create(
         values["enabled"] = False
     with transaction.atomic():
         scope = {"team": team} if team is not None else {"run": run}
-        if RetentionPolicy.objects.select_for_update().filter(**scope).exists():
+        if RetentionPolicy.objects.select_for_update(of=("self",)).filter(**scope).exists():
             what = f"team {team}" if team is not None else f"run {run}"
             raise DomainError(f"{what} already has a retention policy: edit that one", code="exists")
         try:

@@ -222,7 +222,7 @@ class PolicyEdit:
 
 
 def _lock(policy_id: int) -> TieringPolicy:
-    policy = TieringPolicy.objects.select_for_update().filter(pk=policy_id).first()
+    policy = TieringPolicy.objects.select_for_update(of=("self",)).filter(pk=policy_id).first()
     if policy is None:
         raise DomainError("no such tiering policy", code="not_found", http_status=404)
     return policy

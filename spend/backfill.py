@@ -74,7 +74,7 @@ def usage_backfill(*, since: date, actor: Actor, today: date | None = None) -> B
     written: dict[str, int] = {}
     rows = 0
     with transaction.atomic():
-        cursors = list(UsageCursor.objects.select_for_update().order_by("pk"))
+        cursors = list(UsageCursor.objects.select_for_update(of=("self",)).order_by("pk"))
         locations = StorageLocation.objects.in_bulk([c.location_id for c in cursors])
         measured = dict(
             UsageDaily.objects.filter(estimated=False, location_id__in=list(locations))

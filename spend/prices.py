@@ -210,7 +210,7 @@ def price_set(
             affected = affected.filter(host=change.host)
         elif change.kind:
             affected = affected.filter(kind=change.kind)
-        affected_ids = list(affected.select_for_update().values_list("pk", flat=True))
+        affected_ids = list(affected.locked().values_list("pk", flat=True))
         _check_against_book(change)
         point = PricePoint.objects.create(
             kind=change.kind,

@@ -327,7 +327,7 @@ def usage_refresh(
     """
     now = now or timezone.now()
     with transaction.atomic():
-        cursor = UsageCursor.objects.select_for_update().filter(location_id=location.pk).first()
+        cursor = UsageCursor.objects.select_for_update(of=("self",)).filter(location_id=location.pk).first()
         if cursor is not None and day < cursor.day:
             day = cursor.day
         book = PriceBook.load(until=day)
@@ -379,7 +379,9 @@ def copies_restated(copy_ids: Iterable[int], *, today: date | None = None) -> in
     today = today or utc_today()
     written = 0
     with transaction.atomic():
-        cursors = list(UsageCursor.objects.select_for_update().filter(location_id__in=list(runs_at)).order_by("pk"))
+        cursors = list(
+            UsageCursor.objects.select_for_update(of=("self",)).filter(location_id__in=list(runs_at)).order_by("pk")
+        )
         if not cursors:
             return 0
         locations = StorageLocation.objects.in_bulk([c.location_id for c in cursors])
@@ -463,7 +465,7 @@ def usage_carry_forward(*, location_id: int, through: date) -> int:
     """
     with transaction.atomic():
         location = StorageLocation.objects.locked().filter(pk=location_id).first()
-        cursor = UsageCursor.objects.select_for_update().filter(location_id=location_id).first()
+        cursor = UsageCursor.objects.select_for_update(of=("self",)).filter(location_id=location_id).first()
         if location is None or cursor is None or cursor.day >= through:
             return 0
         days = _days(cursor.day + timedelta(days=1), through)

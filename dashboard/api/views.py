@@ -356,7 +356,27 @@ class CheckpointViewSet(viewsets.ReadOnlyModelViewSet):
                     }
                 ],
                 response_only=True,
-            )
+            ),
+            OpenApiExample(
+                "With ?flag=finished_on_nvme: a page of checkpoints",
+                value={
+                    "next": None,
+                    "previous": None,
+                    "results": [
+                        {
+                            "id": 35,
+                            "run_id": 8,
+                            "run": "nlp/llama2-7b-sft",
+                            "step": 500,
+                            "tag": "",
+                            "importance": "routine",
+                            "flag": "finished_on_nvme",
+                            "why": "on NVMe at gpu-c12:nvme0",
+                        }
+                    ],
+                },
+                response_only=True,
+            ),
         ],
         parameters=[
             OpenApiParameter("flag", str, enum=placement.Flag.values, description="List the checkpoints of one flag."),

@@ -225,7 +225,7 @@ def bucket_set(*, location: StorageLocation, recheck_days: int, actor: Actor) ->
     """
     _check_recheck_days(recheck_days)
     with transaction.atomic():
-        bucket = Bucket.objects.select_for_update().filter(location_id=location.pk).first()
+        bucket = Bucket.objects.select_for_update(of=("self",)).filter(location_id=location.pk).first()
         if bucket is None:
             raise DomainError(f"{location.name} is not a bucket", code="not_a_bucket")
         before = bucket.recheck_days

@@ -176,7 +176,7 @@ class Scanner:
         try:
             with transaction.atomic():
                 still_mine = (
-                    Inventory.objects.select_for_update()
+                    Inventory.objects.select_for_update(of=("self",))
                     .filter(pk=inventory.pk, status=InventoryStatus.PROCESSING, claimed_by=claim)
                     .exists()
                 )

@@ -55,3 +55,55 @@ def test_a_deletion_is_scheduled_while_a_worker_holds_its_location_and_workers_s
         worker.join(timeout=30)
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = 0")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_deletion_is_scheduled_while_the_usage_rollup_of_its_location_runs(monkeypatch):
+    """The rollup locks the location's usage cursor; the cursor's default ordering joins the location, and a lock
+    without ``of`` took the location too: the deadlock of the PostgreSQL pass (tests/ckptfleet/test_row_locks.py)."""
+    from django.utils import timezone
+
+    import spend.usage
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks between connections: this runs in the PostgreSQL pass")
+    fleet = build_fleet()
+    today = timezone.now().date()
+    spend.usage.usage_refresh(location=fleet.nvme, day=today)  # the location has a cursor
+    holding, done, failed = threading.Event(), threading.Event(), []
+    real = spend.usage.PriceBook
+
+    class Paused(real):  # type: ignore[valid-type,misc]
+        @classmethod
+        def load(cls, *args, **kwargs):
+            if threading.current_thread().name == "rollup":
+                holding.set()  # the cursor is locked: the rollup waits here, inside its transaction
+                done.wait(timeout=30)
+            return real.load(*args, **kwargs)
+
+    monkeypatch.setattr(spend.usage, "PriceBook", Paused)
+
+    def rollup() -> None:
+        try:
+            spend.usage.usage_refresh(location=fleet.nvme, day=today)
+        except Exception as exc:  # reported by the test
+            failed.append(exc)
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=rollup, name="rollup")
+    worker.start()
+    try:
+        assert holding.wait(timeout=10)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")
+        job = services.schedule_deletion(
+            checkpoint=fleet.checkpoints[200], copy=fleet.copy(200, fleet.nvme), reason="superseded", actor=OPERATOR
+        )
+        assert DeletionItem.objects.filter(job=job, location=fleet.nvme).count() == 3
+    finally:
+        done.set()
+        worker.join(timeout=30)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = 0")
+    assert not failed, failed

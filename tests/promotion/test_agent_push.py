@@ -241,15 +241,21 @@ def test_a_killed_agent_resumes_a_multipart_upload_without_sending_a_part_twice(
     job = offload(kit, host_kit, root, target, 410, {"big.distcp": big}, known={"big.distcp"})
     item = job.items.get()
 
-    # Throttle the agent's reads (a slow disk) so that it is killed after a few parts.
+    # A disk that stops answering after three parts: the agent is killed while the other parts wait for it, however
+    # fast the machine sends (a fixed delay per part let every part through under load).
     command = standalone_agent(tmp_path, host_kit.token, live_server.url, root, "--offloads")
     slow = tmp_path / "bin" / "slow.py"
     slow.write_text(
-        "import sys, time\n"
+        "import sys, threading, time\n"
         "import agent\n"
         "real = agent._put_range\n"
+        "lock, calls = threading.Lock(), [0]\n"
         "def slow(*a, **k):\n"
-        "    time.sleep(0.6)\n"
+        "    with lock:\n"
+        "        calls[0] += 1\n"
+        "        n = calls[0]\n"
+        "    if n > 3:\n"
+        "        time.sleep(3600)\n"
         "    return real(*a, **k)\n"
         "agent._put_range = slow\n"
         "sys.exit(agent.main(sys.argv[1:]))\n"

@@ -63,7 +63,6 @@ ID_OF = [
 NAMED = {"name": "by-team"}
 QUERY = {
     "change_request_list": {"state": "all"},  # the demo's changes are decided: none awaits approval
-    "checkpoints_flagged_list": {"flag": "finished_on_nvme"},  # the paged list the schema declares, not the counts
 }
 QUERY_IDS = {"checkpoint": Checkpoint, "run": Run, "host": Host, "location": StorageLocation}
 SKIP_PREFIX = "/api/v1/agent/"  # the host agents' reads sign URLs and start uploads: examples by hand
