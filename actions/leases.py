@@ -118,7 +118,9 @@ def take(
         # The checkpoint's row alone (of=self): locking the joined run and team too would make every lease of the
         # run wait for every other (docs/benchmarks.md, leases).
         checkpoint = (
-            Checkpoint.objects.select_for_update(of=("self",)).select_related("run__team").get(pk=checkpoint.pk)
+            Checkpoint.objects.select_for_update(of=("self",), no_key=True)
+            .select_related("run__team")
+            .get(pk=checkpoint.pk)
         )
         lease = Lease.objects.create(
             checkpoint=checkpoint,

@@ -158,9 +158,13 @@ def _audit(actor: Actor, action: str, *, target, request_id: str = "", **fields)
 
 
 def lock_run(run_id: int) -> Run:
-    """Lock a run's row for the rest of the transaction and return it (with its team)."""
+    """Lock a run's row for the rest of the transaction and return it (with its team).
+
+    ``FOR NO KEY UPDATE``, as every lock on a run or a checkpoint (and ``StorageLocation.objects.locked()``): it
+    excludes every other action's lock on the row, but not the key-share lock of a foreign key to it, so a scan that
+    adds a checkpoint or a copy to the run does not wait for the action (nor deadlock with it at commit)."""
     try:
-        run = Run.objects.select_for_update(of=("self",)).select_related("team").get(pk=run_id)
+        run = Run.objects.select_for_update(of=("self",), no_key=True).select_related("team").get(pk=run_id)
     except Run.DoesNotExist:
         raise DomainError(f"run {run_id} does not exist", code="not_found", http_status=404) from None
     return run
@@ -172,7 +176,7 @@ def lock_checkpoint(checkpoint_id: int) -> Checkpoint:
     if run_id is None:
         raise DomainError(f"checkpoint {checkpoint_id} does not exist", code="not_found", http_status=404)
     run = lock_run(run_id)
-    checkpoint = Checkpoint.objects.select_for_update(of=("self",)).get(pk=checkpoint_id)
+    checkpoint = Checkpoint.objects.select_for_update(of=("self",), no_key=True).get(pk=checkpoint_id)
     checkpoint.run = run
     return checkpoint
 
@@ -358,7 +362,7 @@ def hold(
             # The deletion executor locks only the checkpoint of its job: a hold on the whole run
             # takes every checkpoint's lock too, so it waits for a batch in flight and then wins.
             list(
-                Checkpoint.objects.select_for_update(of=("self",))
+                Checkpoint.objects.select_for_update(of=("self",), no_key=True)
                 .filter(run=locked_run)
                 .order_by("pk")
                 .values_list("pk")

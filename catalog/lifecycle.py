@@ -131,7 +131,7 @@ def run_status_set(
     reason = reason_clean(reason)
     _may_set(actor, run)
     with transaction.atomic():
-        locked = Run.objects.select_for_update(of=("self",)).select_related("team").get(pk=run.pk)
+        locked = Run.objects.select_for_update(of=("self",), no_key=True).select_related("team").get(pk=run.pk)
         before = locked.status
         stale = (
             written_at is not None and locked.status_changed_at is not None and written_at <= locked.status_changed_at
@@ -215,7 +215,7 @@ def runs_infer_ended(*, now: datetime | None = None, actor: Actor | None = None)
         for pk in ids[i : i + INFER_CHUNK]:
             with transaction.atomic():
                 # Locked first, then asked again: FOR UPDATE does not go with the GROUP BY of the question.
-                if not Run.objects.select_for_update(of=("self",)).filter(pk=pk).exists():
+                if not Run.objects.select_for_update(of=("self",), no_key=True).filter(pk=pk).exists():
                     continue
                 run = _idle(Run.objects.filter(pk=pk), cutoff).first()
                 if run is None:

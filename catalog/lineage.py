@@ -78,7 +78,7 @@ def run_parent_set(*, run: Run, checkpoint_id, actor: Actor, reason: str = "", r
         if _descends_from(checkpoint.run, run):
             raise DomainError(f"{checkpoint.run} already descends from {run}: that would be a cycle", code="bad_parent")
     with transaction.atomic():
-        locked = Run.objects.select_for_update(of=("self",)).select_related("team").get(pk=run.pk)
+        locked = Run.objects.select_for_update(of=("self",), no_key=True).select_related("team").get(pk=run.pk)
         ref = ref_text(checkpoint.run.team.name, checkpoint.run.name, checkpoint.step) if checkpoint else ""
         if checkpoint is not None and checkpoint.step is None:
             ref = f"{checkpoint.run.team.name}/{checkpoint.run.name}:{checkpoint.tag}"
@@ -103,7 +103,7 @@ def sidecar_parents_apply(said: dict[int, dict], *, actor: Actor) -> list[int]:
     own), unless an operator named the parent. Called by the ingest in its transaction."""
     changed = []
     for run_id, parent in sorted(said.items()):
-        run = Run.objects.select_for_update(of=("self",)).select_related("team").filter(pk=run_id).first()
+        run = Run.objects.select_for_update(of=("self",), no_key=True).select_related("team").filter(pk=run_id).first()
         if run is None or run.parent_source == "operator":
             continue
         team = parent.get("team") or run.team.name

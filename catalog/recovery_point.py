@@ -407,7 +407,7 @@ def _reason(reason) -> str:
 def _set_run_field(run: Run, field: str, value, *, action: str, key: str, actor: Actor, reason: str, request_id: str):
     """Write one operator-set field of ``run`` under its row lock, with one audit event; nothing when unchanged."""
     with transaction.atomic():
-        locked = Run.objects.select_for_update(of=("self",)).select_related("team").get(pk=run.pk)
+        locked = Run.objects.select_for_update(of=("self",), no_key=True).select_related("team").get(pk=run.pk)
         before = getattr(locked, field)
         if before == value:
             return locked
@@ -479,7 +479,7 @@ def sidecar_gpus_apply(said: dict[int, int], *, actor: Actor) -> list[int]:
     ``run.gpus`` (source sidecar) when it changes."""
     changed = []
     for run_id, gpus in sorted(said.items()):
-        run = Run.objects.select_for_update(of=("self",)).select_related("team").filter(pk=run_id).first()
+        run = Run.objects.select_for_update(of=("self",), no_key=True).select_related("team").filter(pk=run_id).first()
         if run is None or run.sidecar_gpus == gpus:
             continue
         before = run.sidecar_gpus

@@ -533,7 +533,9 @@ def promote(
     if not reason:
         raise DomainError("say why: a promotion needs a reason", code="reason_required")
     with transaction.atomic():
-        checkpoint = Checkpoint.objects.select_for_update(of=("self",)).select_related("run__team").get(pk=ckpt_id)
+        checkpoint = (
+            Checkpoint.objects.select_for_update(of=("self",), no_key=True).select_related("run__team").get(pk=ckpt_id)
+        )
         if copy is None:
             copy = best_source(checkpoint, target_location)
         copy = (

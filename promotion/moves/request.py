@@ -68,7 +68,9 @@ def request_move(
     jobs: list[PromotionJob] = []
     with transaction.atomic():
         locked = list(
-            Checkpoint.objects.select_for_update(of=("self",)).filter(pk__in=[c.pk for c in checkpoints]).order_by("pk")
+            Checkpoint.objects.select_for_update(of=("self",), no_key=True)
+            .filter(pk__in=[c.pk for c in checkpoints])
+            .order_by("pk")
         )
         target_location = StorageLocation.objects.select_related("host").get(pk=target_location.pk)
         plan = move_plan(
