@@ -138,6 +138,48 @@ def push(client, django_capture_on_commit_callbacks):
     return push
 
 
+# Modules whose tests (those that use no database fixture) run the same code the same way on either database: the
+# PostgreSQL pass leaves them to the SQLite pass. A test of such a module that uses the database still runs in both.
+SQLITE_PASS_ONLY = frozenset(
+    {
+        "tests/actions/test_settings_grace.py",
+        "tests/approvals/test_settings.py",
+        "tests/catalog/test_digests.py",
+        "tests/catalog/test_formats.py",
+        "tests/catalog/test_recognition_fixtures.py",
+        "tests/ckptfleet/test_api_schema.py",
+        "tests/ckptfleet/test_deploy_check.py",
+        "tests/ckptfleet/test_row_locks.py",
+        "tests/dashboard/test_formatting.py",
+        "tests/fleet/test_agent.py",
+        "tests/fleet/test_agent_checksums.py",
+        "tests/fleet/test_agent_pipeline.py",
+        "tests/fleet/test_agent_scrub.py",
+        "tests/fleet/test_scan_listing_parser.py",
+        "tests/promotion/test_settings_presign.py",
+        "tests/reliability/test_broker_restart.py",
+        "tests/reliability/test_static_checks.py",
+        "tests/retention/test_rules_property.py",
+        "tests/scripts/test_demo.py",
+        "tests/test_compose.py",
+        "tests/test_image_contents.py",
+    }
+)
+USES_DATABASE = {"db", "transactional_db", "live_server", "django_db_reset_sequences", "django_db_serialized_rollback"}
+
+
+def pytest_collection_modifyitems(config, items):
+    from django.conf import settings
+
+    if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
+        return
+    once = pytest.mark.skip(reason="touches no database: the SQLite pass runs it (tests/conftest.py SQLITE_PASS_ONLY)")
+    for item in items:
+        uses_database = item.get_closest_marker("django_db") is not None or bool(USES_DATABASE & set(item.fixturenames))
+        if item.nodeid.split("::")[0] in SQLITE_PASS_ONLY and not uses_database:
+            item.add_marker(once)
+
+
 def is_postgres() -> bool:
     return connection.vendor == "postgresql"
 
