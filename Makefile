@@ -36,8 +36,9 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 # Extra arguments for pytest, e.g. `make test-sqlite PYTEST_ARGS='-k ingest -x'`.
 PYTEST_ARGS ?=
 # Workers per pass (pytest-xdist): much of a test waits on a browser, a worker process, a server or the database,
-# so a pass on two workers takes about half as long even beside the other pass on a 2-CPU machine. 0: one process.
-# Each worker has its own test database (pytest-django), var folder (tests/worker_env.py) and free ports.
+# so two workers per pass keep a 2-CPU machine busier (measured: 117% -> 155% CPU, and the two passes side by side
+# 26 -> 21 min, docs/benchmarks.md "The test suite's time"). 0: one process. Each worker has its own test database
+# (pytest-django), var folder (tests/worker_env.py) and free ports.
 TEST_WORKERS ?= 2
 XDIST_ARGS ?= -n $(TEST_WORKERS)
 

@@ -151,6 +151,7 @@ SQLITE_PASS_ONLY = frozenset(
         "tests/ckptfleet/test_deploy_check.py",
         "tests/ckptfleet/test_row_locks.py",
         "tests/dashboard/test_formatting.py",
+        "tests/docs/test_readme_commands.py",
         "tests/fleet/test_agent.py",
         "tests/fleet/test_agent_checksums.py",
         "tests/fleet/test_agent_pipeline.py",
