@@ -514,6 +514,7 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                 "approval_reasons": p.approval_reasons,
                 "child_runs": [{"id": r.pk, "team": r.team.name, "name": r.name} for r in p.child_runs],
                 "left_in_place": p.archived_stay,
+                "left_in_place_bytes": p.archived_stay_bytes,
                 "copies": [
                     {
                         "copy": part.copy.pk,

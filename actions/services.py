@@ -632,6 +632,7 @@ class DeletionPreview:
     # At a bucket with a recovery window but no versioning, objects in GLACIER or DEEP_ARCHIVE cannot be copied to
     # the trash: the deletion leaves them in place (actions.trash). One line per such copy, said before scheduling.
     archived_stay: list[str] = field(default_factory=list)
+    archived_stay_bytes: int = 0  # what of ``bytes`` those objects hold: not freed
 
     @property
     def allowed(self) -> bool:
@@ -925,7 +926,7 @@ def preview(*, checkpoint: Checkpoint, copy: CheckpointCopy | None = None, origi
     checkpoint = Checkpoint.objects.select_related("run__team").get(pk=checkpoint.pk)
     result = _assess(checkpoint, copy, origin, with_money=True)
     result.child_runs = _children_at_stake(checkpoint, result)
-    result.archived_stay = archived_left_in_place([p.copy for p in result.parts])
+    result.archived_stay, result.archived_stay_bytes = archived_left_in_place([p.copy for p in result.parts])
     prefixes = bucket_prefixes([p.copy.location_id for p in result.parts])
     sample = (
         ShardFile.objects.filter(copy_id__in=[p.copy.pk for p in result.parts], gone_at__isnull=True)
@@ -944,12 +945,13 @@ def preview(*, checkpoint: Checkpoint, copy: CheckpointCopy | None = None, origi
     return result
 
 
-def archived_left_in_place(copies: list[CheckpointCopy]) -> list[str]:
-    """Why some objects of these copies would stay after the deletion: they are in an archive storage class at a
-    bucket whose deletions go to the trash without versioning, and S3 copies no unrestored archived object."""
+def archived_left_in_place(copies: list[CheckpointCopy]) -> tuple[list[str], int]:
+    """Why some objects of these copies would stay after the deletion, and their bytes: they are in an archive
+    storage class at a bucket whose deletions go to the trash without versioning, and S3 copies no unrestored
+    archived object."""
     soft = [c for c in copies if c.location.kind == LocationKind.BUCKET and c.location.trash_days > 0]
     if not soft:
-        return []
+        return [], 0
     unversioned = set(
         Bucket.objects.filter(location_id__in={c.location_id for c in soft})
         .exclude(versioning="Enabled")
@@ -957,25 +959,30 @@ def archived_left_in_place(copies: list[CheckpointCopy]) -> list[str]:
     )
     going = [c for c in soft if c.location_id in unversioned]
     if not going:
-        return []
-    archived = dict(
-        ShardFile.objects.filter(
+        return [], 0
+    archived = {
+        copy_id: (n, size or 0)
+        for copy_id, n, size in ShardFile.objects.filter(
             copy_id__in=[c.pk for c in going], gone_at__isnull=True, storage_class__in=sorted(RESTORE_CLASSES)
         )
         .values("copy_id")
-        .annotate(n=Count("pk"))
+        .annotate(n=Count("pk"), size=Sum("size"))
         .order_by()
-        .values_list("copy_id", "n")
-    )
-    return [
-        f"{archived[c.pk]:,} object{'s' if archived[c.pk] != 1 else ''} at {c.location.name} "
-        f"{'are' if archived[c.pk] != 1 else 'is'} in GLACIER or DEEP_ARCHIVE, and deletions there go to a "
-        f"{c.location.trash_days}-day trash in a bucket without versioning: S3 cannot copy an archived object there "
-        "until it is restored, so the deletion will leave "
-        f"{'them' if archived[c.pk] != 1 else 'it'} in place. Restore them first to delete them through the trash."
-        for c in going
-        if archived.get(c.pk)
-    ]
+        .values_list("copy_id", "n", "size")
+    }
+    lines = []
+    for c in going:
+        n, size = archived.get(c.pk, (0, 0))
+        if not n:
+            continue
+        lines.append(
+            f"{n:,} object{'s' if n != 1 else ''} ({bytes_iec(size)}) at {c.location.name} "
+            f"{'are' if n != 1 else 'is'} in GLACIER or DEEP_ARCHIVE, and deletions there go to a "
+            f"{c.location.trash_days}-day trash in a bucket without versioning: S3 cannot copy an archived object "
+            f"there until it is restored, so the deletion will leave {'them' if n != 1 else 'it'} in place. "
+            "Restore them first to delete them through the trash."
+        )
+    return lines, sum(size for _n, size in archived.values())
 
 
 def bucket_prefixes(location_ids) -> dict[int, str]:

@@ -19,6 +19,7 @@ from actions.models import DeletionItem, DeletionJob, DeletionState, Hold, ItemS
 from audit.models import AuditEvent
 from catalog.models import ShardFile
 from ckptfleet.errors import DomainError, PermissionRefused
+from ckptfleet.units import bytes_iec
 from fleet.services import location_set_soft_delete
 from tests.actions.test_execution import run_due, versions
 from tests.actions.test_execution_versions import markers
@@ -186,7 +187,7 @@ def test_unversioned_trash_restore_and_purge(s3, unversioned, django_capture_on_
 
 
 def test_archived_objects_of_an_unversioned_bucket_stay_and_say_why_before_and_after(
-    s3, scan_now, django_capture_on_commit_callbacks
+    s3, scan_now, django_capture_on_commit_callbacks, signed_in
 ):
     """S3 copies no unrestored GLACIER or DEEP_ARCHIVE object, so without versioning it cannot reach the trash: the
     preview says so before anything is scheduled, and the executed job leaves it in place with that reason (not
@@ -199,8 +200,14 @@ def test_archived_objects_of_an_unversioned_bucket_stay_and_say_why_before_and_a
 
     preview = services.preview(checkpoint=checkpoint(100))
     [line] = preview.archived_stay
-    assert line.startswith(f"1 object at {bucket.location.name} is in GLACIER or DEEP_ARCHIVE")
+    size = ShardFile.objects.get(path="llm/llama-tiny/step-100/__1_0.distcp", gone_at__isnull=True).size
+    assert preview.archived_stay_bytes == size
+    assert line.startswith(f"1 object ({bytes_iec(size)}) at {bucket.location.name} is in GLACIER or DEEP_ARCHIVE")
     assert "without versioning" in line and "leave it in place" in line
+    page = signed_in.get(f"/actions/checkpoints/{checkpoint(100).pk}/delete/").content.decode()
+    assert "Some objects will stay" in page and f"(of which {bytes_iec(size)} stays: archived" in page
+    answer = signed_in.get(f"/api/v1/actions/deletions/preview/?checkpoint={checkpoint(100).pk}").json()
+    assert answer["left_in_place"] == [line] and answer["left_in_place_bytes"] == size
 
     job = execute(
         services.schedule_deletion(checkpoint=checkpoint(100), reason="superseded", actor=OPERATOR),
