@@ -17,6 +17,7 @@ from ckptfleet.errors import DomainError, PermissionRefused
 from fleet.services import host_token_issue
 from tests.actions.conftest import as_ui, events, make_person
 from tests.helpers.deletion import OPERATOR, checkpoint, make_due
+from tests.helpers.locks import held_elsewhere
 
 pytestmark = pytest.mark.django_db
 
@@ -231,9 +232,7 @@ def test_leasing_locks_the_checkpoint_or_lease_alone_never_its_run_or_team():
     """With 100 jobs of one run renewing at once, a lock on the shared run (or team) row would queue every renewal
     behind every other (docs/benchmarks.md, leases): a take, renew and release go through while another
     transaction holds the run's and the team's rows."""
-    import threading
-
-    from django.db import connection, connections, transaction
+    from django.db import connection
 
     from catalog.models import Checkpoint, Run, Team
 
@@ -242,32 +241,15 @@ def test_leasing_locks_the_checkpoint_or_lease_alone_never_its_run_or_team():
     team = Team.objects.create(name="locks")
     run = Run.objects.create(team=team, name="many-jobs", status="active")
     ckpt = Checkpoint.objects.create(run=run, step=100, first_seen_at=timezone.now())
-    holding, done = threading.Event(), threading.Event()
 
     def hold_run_and_team() -> None:
-        try:
-            with transaction.atomic():
-                list(Run.objects.select_for_update().filter(pk=run.pk))
-                list(Team.objects.select_for_update().filter(pk=team.pk))
-                holding.set()
-                done.wait(timeout=30)
-        finally:
-            connections.close_all()
+        list(Run.objects.select_for_update(of=("self",)).filter(pk=run.pk))
+        list(Team.objects.select_for_update(of=("self",)).filter(pk=team.pk))
 
-    other = threading.Thread(target=hold_run_and_team)
-    other.start()
-    try:
-        assert holding.wait(timeout=10)
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = '2s'")  # waiting for the run's row would fail here, not hang
+    with held_elsewhere(hold_run_and_team):  # waiting for the run's row would fail here, not hang
         lease = take(ckpt)
         leases.renew(lease=lease, ttl_seconds=600, actor=OPERATOR)
         leases.release(lease=lease, actor=OPERATOR)
-    finally:
-        done.set()
-        other.join(timeout=30)
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = 0")
     assert [e.action for e in AuditEvent.objects.filter(target_id=ckpt.pk).order_by("id")] == [
         "lease.take",
         "lease.renew",

@@ -19,6 +19,7 @@ from actions.models import DeletionItem
 from fleet.models import StorageLocation
 from tests.actions.conftest import build_fleet
 from tests.helpers.deletion import OPERATOR
+from tests.helpers.locks import held_elsewhere
 
 
 @pytest.mark.django_db(transaction=True)
@@ -26,23 +27,7 @@ def test_a_deletion_is_scheduled_while_a_worker_holds_its_location_and_workers_s
     if connection.vendor != "postgresql":
         pytest.skip("row locks between connections: this runs in the PostgreSQL pass")
     fleet = build_fleet()
-    holding, done = threading.Event(), threading.Event()
-
-    def worker_holds_the_location() -> None:
-        try:
-            with transaction.atomic():
-                StorageLocation.objects.locked().get(pk=fleet.nvme.pk)
-                holding.set()
-                done.wait(timeout=30)
-        finally:
-            connections.close_all()
-
-    worker = threading.Thread(target=worker_holds_the_location)
-    worker.start()
-    try:
-        assert holding.wait(timeout=10)
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = '2s'")  # waiting for the worker would fail here, not hang
+    with held_elsewhere(lambda: StorageLocation.objects.locked().get(pk=fleet.nvme.pk)):
         job = services.schedule_deletion(
             checkpoint=fleet.checkpoints[200], copy=fleet.copy(200, fleet.nvme), reason="superseded", actor=OPERATOR
         )
@@ -50,11 +35,6 @@ def test_a_deletion_is_scheduled_while_a_worker_holds_its_location_and_workers_s
         # Another worker's lock on the same location still waits for the first.
         with pytest.raises(OperationalError, match="lock timeout"), transaction.atomic():
             StorageLocation.objects.locked().get(pk=fleet.nvme.pk)
-    finally:
-        done.set()
-        worker.join(timeout=30)
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = 0")
 
 
 @pytest.mark.django_db(transaction=True)
