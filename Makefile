@@ -38,7 +38,7 @@ PYTEST_ARGS ?=
 # Workers per pass (pytest-xdist): much of a test waits on a browser, a worker process, a server or the database,
 # so two workers per pass keep a 2-CPU machine busier (measured: 117% -> 155% CPU, and the two passes side by side
 # 26 -> 21 min, docs/benchmarks.md "The test suite's time"). 0: one process. Each worker has its own test database
-# (pytest-django), var folder (tests/worker_env.py) and free ports.
+# (pytest-django); every test takes free ports and its own temporary folders (the demo's files, worker queues).
 TEST_WORKERS ?= 2
 XDIST_ARGS ?= -n $(TEST_WORKERS)
 
