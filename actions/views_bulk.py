@@ -258,6 +258,8 @@ def _preview_deletions(items: list[Item]) -> list[RunEffect]:
             item.refuse(p.refusal, p.refusal_code, p.promise)
         elif p.needs_approval:
             item.notes.append("another person must approve it: " + "; ".join(p.approval_reasons))
+        # Archived objects the trash cannot take (services.archived_left_in_place), said as the single preview does.
+        item.notes.extend(line.rstrip(".") for line in p.archived_stay)
     effects = []
     by_run: dict[int, list[Item]] = {}
     for item in items:

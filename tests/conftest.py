@@ -170,9 +170,7 @@ USES_DATABASE = {"db", "transactional_db", "live_server", "django_db_reset_seque
 
 
 def pytest_collection_modifyitems(config, items):
-    from django.conf import settings
-
-    if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
+    if not is_postgres():
         return
     once = pytest.mark.skip(reason="touches no database: the SQLite pass runs it (tests/conftest.py SQLITE_PASS_ONLY)")
     for item in items:

@@ -208,6 +208,8 @@ def test_archived_objects_of_an_unversioned_bucket_stay_and_say_why_before_and_a
     assert "Some objects will stay" in page and f"(of which {bytes_iec(size)} stays: archived" in page
     answer = signed_in.get(f"/api/v1/actions/deletions/preview/?checkpoint={checkpoint(100).pk}").json()
     assert answer["left_in_place"] == [line] and answer["left_in_place_bytes"] == size
+    bulk = signed_in.get("/actions/bulk/", {"action": "delete-checkpoint", "item": [str(checkpoint(100).pk)]})
+    assert line.rstrip(".") in bulk.content.decode()
 
     job = execute(
         services.schedule_deletion(checkpoint=checkpoint(100), reason="superseded", actor=OPERATOR),
@@ -219,6 +221,27 @@ def test_archived_objects_of_an_unversioned_bucket_stay_and_say_why_before_and_a
     assert "2 of 3 moved to the trash" in job.outcome and "1 skipped and left in place" in job.outcome, job.outcome
     now = {o["Key"] for o in s3.client.list_objects_v2(Bucket=name)["Contents"]}
     assert archived in now and not any(k.startswith(f".ckptfleet-trash/{job.pk}/{archived}") for k in now)
+
+
+def test_archived_objects_of_a_versioned_bucket_are_hidden_by_a_marker_and_the_preview_warns_of_nothing(
+    s3, scan_now, django_capture_on_commit_callbacks
+):
+    """With versioning (which the scan reads from the store) the trash is a delete marker, which needs no copy: an
+    archived object goes to the trash like any other, so the preview has nothing to warn of."""
+    name = s3.bucket(versioned=True)
+    s3.upload_tree(name, "nvme-a", prefix="fleet/", classes={"llm/llama-tiny/step-100/__1_0.distcp": "DEEP_ARCHIVE"})
+    bucket = s3.register(name, prefix="fleet/")
+    assert scan_now(bucket).status == "applied"
+    bucket.refresh_from_db()
+    assert bucket.versioning == "Enabled"
+
+    preview = services.preview(checkpoint=checkpoint(100))
+    assert preview.archived_stay == [] and preview.archived_stay_bytes == 0
+    job = execute(
+        services.schedule_deletion(checkpoint=checkpoint(100), reason="superseded", actor=OPERATOR),
+        django_capture_on_commit_callbacks,
+    )
+    assert set(DeletionItem.objects.filter(job=job).values_list("state", flat=True)) == {ItemState.TRASHED}
 
 
 def test_a_bucket_scan_does_not_list_the_trash(s3, scan_now, django_capture_on_commit_callbacks):
