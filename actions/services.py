@@ -32,7 +32,6 @@ from typing import cast
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Sum
-from django.db.models.functions import TruncDate
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
@@ -63,13 +62,14 @@ from audit.actor import Actor
 from audit.choices import ActorKind
 from audit.services import audit
 from catalog.choices import Importance
+from catalog.early_deletion import early_deletion_by_copy
 from catalog.lineage import child_runs
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, ShardFile
 from catalog.recovery import newest_restorable, newest_restorable_ids
 from ckptfleet.errors import DomainError, PermissionRefused
 from ckptfleet.units import bytes_iec
 from fleet.choices import LocationKind
-from fleet.early_deletion import EarlyDeletion, min_storage_days
+from fleet.early_deletion import EarlyDeletion
 from fleet.models import Bucket, StorageLocation
 from fleet.pricebook import GIB, PriceBook, utc_today
 from fleet.s3 import RESTORE_CLASSES
@@ -723,36 +723,11 @@ def _monthly_costs(copies: list[CheckpointCopy]) -> tuple[dict[int, Decimal | No
 
 def _early_deletion(copies: list[CheckpointCopy]) -> EarlyDeletion:
     """The early-deletion charge of deleting ``copies`` today: each bucket object younger than its storage class's
-    minimum duration is billed for the days left (``fleet.early_deletion``, as the tiering what-if and the retention
-    simulator price it). Its age counts from its modification time. One query, grouped by copy, class and day."""
+    minimum duration is billed for the days left (``catalog.early_deletion``, as a move's plan and the retention
+    simulator price it). One query, grouped by copy, class and day."""
     result = EarlyDeletion()
-    in_buckets = {c.pk: c for c in copies if c.location.kind == LocationKind.BUCKET}
-    minimums = min_storage_days()
-    classes = [name for name, days in minimums.items() if days > 0]
-    if not in_buckets or not classes:
-        return result
-    today = utc_today()
-    since = datetime.combine(today - timedelta(days=max(minimums.values())), datetime.min.time(), tzinfo=UTC)
-    rows = (
-        ShardFile.objects.filter(
-            copy_id__in=list(in_buckets), gone_at__isnull=True, storage_class__in=classes, mtime__gte=since
-        )
-        .annotate(day=TruncDate("mtime", tzinfo=UTC))
-        .values("copy_id", "tier", "storage_class", "day")
-        .annotate(n_objects=Count("pk"), size=Sum("size"))
-        .order_by()
-    )
-    book = PriceBook.load(until=today)
-    for row in rows:
-        location = in_buckets[row["copy_id"]].location
-        result.add(
-            nbytes=row["size"] or 0,
-            objects=row["n_objects"],
-            price_per_gib_month=book.price(location, row["tier"] or location.tier, row["storage_class"], today),
-            storage_class=row["storage_class"],
-            days_stored=(today - row["day"]).days,
-            minimums=minimums,
-        )
+    for charge in early_deletion_by_copy(copies).values():
+        result += charge
     return result
 
 

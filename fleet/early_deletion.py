@@ -2,9 +2,10 @@
 
 An object in a storage class with a minimum storage duration that is deleted, overwritten or moved to
 another class before that many days is billed for the days left, at its class's price, pro-rated per
-day of a 30-day month. The deletion preview (``actions.services``), the retention simulator
-(``retention.selectors``) and the tiering what-if (``retention.tiering``) all price it with
-``early_deletion_charge``, so they cannot disagree. It sits in fleet, the floor all three import.
+day of a 30-day month. The deletion preview (``actions.services``) and a move's plan (``promotion.moves``),
+through ``catalog.early_deletion``, the retention simulator (``retention.selectors``) and the tiering what-if
+(``retention.tiering``) all price it with ``early_deletion_charge`` and count ages with ``days_stored``, so they
+cannot disagree. It sits in fleet, the floor all of them import.
 
 Sources of the defaults (list terms, as published by the providers): the S3 User Guide, "Comparing the
 Amazon S3 storage classes" (minimum storage duration: Standard-IA and One Zone-IA 30 days, Glacier
@@ -17,6 +18,7 @@ Override in settings with ``RETENTION_MIN_STORAGE_DAYS`` (a dict by storage clas
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 from django.conf import settings
@@ -67,6 +69,18 @@ def request_prices() -> dict[str, Decimal]:
 def min_storage_days() -> dict[str, int]:
     """The minimum storage duration of each storage class, in days: the defaults with the settings' overrides."""
     return {**MIN_STORAGE_DAYS, **settings.RETENTION_MIN_STORAGE_DAYS}
+
+
+def days_stored(since: datetime | date | None, today: date) -> int:
+    """Whole UTC calendar days from ``since`` (a write time, or its UTC day) to ``today``; 0 if unknown or later.
+
+    Every page counts an object's age this way, so a preview, a move's plan and the retention simulator priced on
+    the same day agree to the cent whatever the hour.
+    """
+    if since is None:
+        return 0
+    day = since.astimezone(UTC).date() if isinstance(since, datetime) else since
+    return max(0, (today - day).days)
 
 
 def days_left(storage_class: str, days_stored: int, *, minimums: dict[str, int] | None = None) -> int:

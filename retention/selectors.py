@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import date
 from decimal import Decimal
 
 from django.db.models import Q, QuerySet
@@ -23,7 +23,7 @@ from actions.protection import OPEN_DELETION_STATES, protected_ids
 from catalog.models import Checkpoint, CopyTierUsage, Run
 from catalog.recovery import disputed_checkpoints, newest_restorable_ids
 from fleet.choices import LocationKind
-from fleet.early_deletion import EarlyDeletion, min_storage_days
+from fleet.early_deletion import EarlyDeletion, days_stored, min_storage_days
 from fleet.models import StorageLocation
 from fleet.pricebook import GIB, PriceBook, book_currency, utc_today
 from retention.rules import CheckpointFacts, CopyFacts, Decision, KeepRules, Plan, apply_rules
@@ -181,12 +181,6 @@ class Simulation:
         return [d for r in self.runs for d in r.plan.decisions if d.checkpoint.disputed]
 
 
-def _days_since(moment: datetime | None, day: date) -> int:
-    if moment is None:
-        return 0
-    return max(0, (day - moment.astimezone(UTC).date()).days)
-
-
 def load_facts(run_ids: list[int], *, day: date) -> tuple[dict[int, list[CheckpointFacts]], dict[int, tuple]]:
     """({run id: its checkpoints with a present copy, as the rules see them}, ``newest_restorable_ids``).
 
@@ -220,7 +214,7 @@ def load_facts(run_ids: list[int], *, day: date) -> tuple[dict[int, list[Checkpo
     for ckpt_id, copy_id, loc_id, tier, storage_class, size, files, since in usage.order_by(
         "copy_id", "tier", "storage_class"
     ):
-        copies[ckpt_id].append(CopyFacts(copy_id, loc_id, tier, storage_class, size, files, _days_since(since, day)))
+        copies[ckpt_id].append(CopyFacts(copy_id, loc_id, tier, storage_class, size, files, days_stored(since, day)))
     facts: dict[int, list[CheckpointFacts]] = defaultdict(list)
     checkpoints = (
         Checkpoint.objects.filter(run_id__in=run_ids)

@@ -12,25 +12,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Sum
-from django.utils import timezone
 
 from actions.leases import describe as describe_lease
 from actions.leases import live as live_leases
 from actions.models import DeletionJob
 from actions.protection import OPEN_DELETION_STATES, active_holds
 from catalog.choices import CopyState, Verification
+from catalog.early_deletion import early_deletion_by_copy
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
 from catalog.recovery import ARCHIVE_TIERS, restorable_copies, restorable_key
 from ckptfleet.errors import DomainError
 from fleet import s3
 from fleet.choices import Tier
-from fleet.early_deletion import min_storage_days, request_prices
+from fleet.early_deletion import request_prices
 from fleet.models import Bucket, StorageLocation
 from fleet.pricebook import GIB, PriceBook, book_currency, utc_today
 from promotion.choices import OPEN_STATES, Direction, Method
@@ -473,26 +472,12 @@ def _extra_part_requests(copy: CheckpointCopy) -> int:
 
 
 def _early_deletion(line: MoveLine, book: PriceBook) -> None:
-    """Objects leaving a class before its minimum storage duration are billed for the remaining days."""
-    now = timezone.now()
-    today = utc_today()
-    source = line.source_copy.location
-    for storage_class, days in min_storage_days().items():
-        if not days:
-            continue
-        rows = ShardFile.objects.filter(
-            copy=line.source_copy,
-            gone_at__isnull=True,
-            storage_class=storage_class,
-            mtime__gt=now - timedelta(days=days),
-        ).values_list("tier", "size", "mtime")
-        for tier, size, mtime in rows:
-            price = book.price(source, tier or source.tier, storage_class, today)
-            if price is None:
-                continue
-            remaining = days - (now - mtime).days
-            line.early_deletion += price * size / GIB * remaining / DAYS_PER_BILLING_MONTH
-            line.young_files += 1
+    """Objects leaving a class before its minimum storage duration are billed for the remaining days
+    (``catalog.early_deletion``: the deletion preview's rule, ages in UTC calendar days)."""
+    charge = early_deletion_by_copy([line.source_copy], book=book).get(line.source_copy.pk)
+    if charge is not None:
+        line.early_deletion = charge.charge
+        line.young_files = charge.objects
 
 
 def _stays_hot(plan: MovePlan) -> None:

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from actions import services
 from catalog.models import CheckpointCopy, ShardFile
-from fleet.early_deletion import EarlyDeletion, early_deletion_charge
+from fleet.early_deletion import EarlyDeletion, days_stored, early_deletion_charge
 from fleet.models import PricePoint, StorageLocation
 from tests.actions.conftest import add_copy
 from tests.factories import CheckpointFactory, StorageLocationFactory
@@ -102,6 +102,17 @@ def test_the_shared_rule_bills_the_days_left(storage_class, days_stored, left):
         nbytes=30 * GIB, price_per_gib_month=Decimal("1"), storage_class=storage_class, days_stored=days_stored
     )
     assert charge == Decimal(left)
+
+
+def test_an_age_is_whole_utc_calendar_days_whatever_the_hour():
+    today = date(2026, 11, 28)
+    assert days_stored(datetime(2026, 11, 27, 23, 59, tzinfo=UTC), today) == 1  # a minute before midnight, yesterday
+    assert days_stored(datetime(2026, 11, 28, 0, 1, tzinfo=UTC), today) == 0
+    assert days_stored(date(2026, 10, 29), today) == 30
+    # A write time in another zone counts by its UTC day: 20:00 at UTC-5 on the 26th is 01:00 UTC on the 27th.
+    eastern = timezone.get_fixed_timezone(-5 * 60)
+    assert days_stored(datetime(2026, 11, 26, 20, 0, tzinfo=eastern), today) == 1
+    assert days_stored(None, today) == 0 and days_stored(date(2026, 12, 1), today) == 0  # unknown, or a clock ahead
 
 
 def test_a_checkpoint_factory_copy_in_standard_is_never_charged(fleet):

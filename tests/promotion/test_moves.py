@@ -3,18 +3,20 @@ source is freed, and the promises (held checkpoints left out and named, nothing 
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
 from actions.models import DeletionJob, Hold
+from actions.services import preview
 from audit.actor import Actor
 from catalog.choices import Verification
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet.models import PricePoint
+from fleet.pricebook import utc_today
 from promotion import moves, runner
 from promotion.choices import Direction, ItemState, JobState, Method
 from promotion.models import PromotionItem, PromotionJob
@@ -382,16 +384,19 @@ def test_the_plan_prices_saving_early_deletion_requests_archive_overhead_and_pay
         entered_price=Decimal("0.00099"),
         effective_from=date(2000, 1, 1),
     )
-    ShardFile.objects.filter(copy=copy).update(
-        storage_class="GLACIER_IR", tier="archive_instant", mtime=timezone.now() - timedelta(days=30, hours=1)
-    )
+    # Written 30 UTC calendar days ago, at 23:59: ages count in calendar days, as every page counts them.
+    written = datetime.combine(utc_today() - timedelta(days=30), time(23, 59), tzinfo=UTC)
+    ShardFile.objects.filter(copy=copy).update(storage_class="GLACIER_IR", tier="archive_instant", mtime=written)
     plan = moves.move_plan(
         checkpoints=[checkpoint], target_location=kit.source.location, target_storage_class="DEEP_ARCHIVE"
     )
     (line,) = plan.lines
     assert line.in_place and line.freeing == moves.FREED_IN_PLACE
     assert line.early_deletion == Decimal("0.004") * 200 * 60 / 30  # 1.60
+    assert line.young_files == 2
     assert plan.as_dict()["early_deletion"] == "1.60"
+    # Deleting that copy instead is billed the same: one rule (catalog.early_deletion) for both pages.
+    assert preview(checkpoint=checkpoint, copy=copy).early_deletion.charge == line.early_deletion
     assert line.payback_days is not None and line.payback_days > 30
     assert plan.stays_hot == {checkpoint.run_id: None}  # deep archive is not readable without a restore
 
