@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable
 
@@ -192,6 +193,25 @@ def django_db_setup(django_db_setup, django_db_blocker):
     """
     with django_db_blocker.unblock():
         let_the_test_runner_flush()
+    yield
+    with django_db_blocker.unblock():
+        end_stray_sessions()
+
+
+def end_stray_sessions() -> None:
+    """On PostgreSQL, end any other session still on the test database when the run ends (a worker or thread a test
+    left behind), naming it, so the runner can drop the database instead of warning that it is in use."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid, application_name, state, left(query, 120) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        stray = cursor.fetchall()
+        for pid, app, state, query in stray:
+            sys.stderr.write(f"\ntests: ending a session left on the test database: {pid} {app!r} {state} {query!r}\n")
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
 
 
 def let_the_test_runner_flush() -> None:
