@@ -527,6 +527,7 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                 ],
                 "files": p.files,
                 "bytes": p.bytes,
+                "freed_bytes": p.freed_bytes,  # bytes less left_in_place_bytes
                 "monthly_cost": str(p.monthly_cost) if p.monthly_cost is not None else None,
                 "currency": p.currency,
                 "early_deletion": {

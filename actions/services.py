@@ -639,6 +639,11 @@ class DeletionPreview:
         return self.refusal is None
 
     @property
+    def freed_bytes(self) -> int:
+        """What the deletion frees: ``bytes`` less the archived objects it leaves in place (``archived_stay``)."""
+        return self.bytes - self.archived_stay_bytes
+
+    @property
     def promise_text(self) -> str:
         return promises.PROMISES.get(self.promise, "") if self.promise else ""
 

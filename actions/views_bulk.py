@@ -277,7 +277,7 @@ def _preview_deletions(items: list[Item]) -> list[RunEffect]:
                 run=first.checkpoint.run,
                 items=len(run_items),
                 files=sum(i.preview.files for i in run_items),
-                bytes=sum(i.preview.bytes for i in run_items),
+                bytes=sum(i.preview.freed_bytes for i in run_items),
                 monthly_cost=sum(costs, Decimal(0)) if all(c is not None for c in costs) else None,
                 newest_before=first.newest_before,
                 newest_after=after,
@@ -315,6 +315,15 @@ class Preview:
     @property
     def bytes(self) -> int:
         return sum(i.bytes for i in self.allowed)
+
+    @property
+    def freed_bytes(self) -> int:
+        """Deletions: what they free, less the archived objects they leave in place (``services.archived_stay``)."""
+        return sum(i.preview.freed_bytes if i.preview is not None else i.bytes for i in self.allowed)
+
+    @property
+    def staying_bytes(self) -> int:
+        return self.bytes - self.freed_bytes
 
     @property
     def early_deletion(self) -> EarlyDeletion:

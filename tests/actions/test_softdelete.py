@@ -205,11 +205,17 @@ def test_archived_objects_of_an_unversioned_bucket_stay_and_say_why_before_and_a
     assert line.startswith(f"1 object ({bytes_iec(size)}) at {bucket.location.name} is in GLACIER or DEEP_ARCHIVE")
     assert "without versioning" in line and "leave it in place" in line
     page = signed_in.get(f"/actions/checkpoints/{checkpoint(100).pk}/delete/").content.decode()
-    assert "Some objects will stay" in page and f"(of which {bytes_iec(size)} stays: archived" in page
+    # "Frees" counts only what goes: the archived object stays, and is said beside it.
+    assert preview.freed_bytes == preview.bytes - size > 0
+    frees = f'<dt>Frees</dt><dd title="{preview.freed_bytes:,} bytes">{bytes_iec(preview.freed_bytes)} '
+    assert "Some objects will stay" in page and frees in page and f"({bytes_iec(size)} more stays: archived" in page
     answer = signed_in.get(f"/api/v1/actions/deletions/preview/?checkpoint={checkpoint(100).pk}").json()
     assert answer["left_in_place"] == [line] and answer["left_in_place_bytes"] == size
+    assert answer["freed_bytes"] == preview.freed_bytes and answer["bytes"] == preview.bytes
     bulk = signed_in.get("/actions/bulk/", {"action": "delete-checkpoint", "item": [str(checkpoint(100).pk)]})
-    assert line.rstrip(".") in bulk.content.decode()
+    bulk_page = bulk.content.decode()
+    assert line.rstrip(".") in bulk_page
+    assert frees in bulk_page and f"({bytes_iec(size)} more stays: archived, see the notes)" in bulk_page
 
     job = execute(
         services.schedule_deletion(checkpoint=checkpoint(100), reason="superseded", actor=OPERATOR),
