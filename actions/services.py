@@ -702,8 +702,11 @@ def grace_text() -> str:
     return f"{days} day{'s' if days != 1 else ''}"
 
 
-def _monthly_costs(copies: list[CheckpointCopy]) -> tuple[dict[int, Decimal | None], str]:
-    """What each copy costs per month at today's prices, from its current tier usage (one query each kind)."""
+def _monthly_costs(
+    copies: list[CheckpointCopy], staying: frozenset[int] = frozenset()
+) -> tuple[dict[int, Decimal | None], str, Decimal | None]:
+    """What each copy costs per month at today's prices, from its current tier usage (one query each kind), and
+    what of that the archived objects of the ``staying`` copies cost (they stay: ``archived_left_in_place``)."""
     book = PriceBook.load()
     today = utc_today()
     usage: dict[int, list[tuple[str, str, int]]] = {c.pk: [] for c in copies}
@@ -712,6 +715,7 @@ def _monthly_costs(copies: list[CheckpointCopy]) -> tuple[dict[int, Decimal | No
     ):
         usage[row[0]].append(row[1:])
     costs: dict[int, Decimal | None] = {}
+    stays: Decimal | None = Decimal(0)
     for copy in copies:
         parts = usage[copy.pk] or [(copy.location.tier, "", copy.bytes)]
         total = Decimal(0)
@@ -721,17 +725,23 @@ def _monthly_costs(copies: list[CheckpointCopy]) -> tuple[dict[int, Decimal | No
                 costs[copy.pk] = None
                 break
             total += Decimal(nbytes) / GIB * price
+            if copy.pk in staying and storage_class in RESTORE_CLASSES and stays is not None:
+                stays += Decimal(nbytes) / GIB * price
         else:
             costs[copy.pk] = total.quantize(Decimal("0.01"))
-    return costs, book.currency
+        if costs[copy.pk] is None and copy.pk in staying:
+            stays = None
+    return costs, book.currency, None if stays is None else stays.quantize(Decimal("0.01"))
 
 
-def _early_deletion(copies: list[CheckpointCopy]) -> EarlyDeletion:
+def _early_deletion(copies: list[CheckpointCopy], staying: frozenset[int] = frozenset()) -> EarlyDeletion:
     """The early-deletion charge of deleting ``copies`` today: each bucket object younger than its storage class's
     minimum duration is billed for the days left (``catalog.early_deletion``, as a move's plan and the retention
-    simulator price it). One query, grouped by copy, class and day."""
+    simulator price it). The archived objects of the ``staying`` copies are not deleted, so not billed. One query,
+    grouped by copy, class and day."""
     result = EarlyDeletion()
-    for charge in early_deletion_by_copy(copies).values():
+    left = {copy_id: RESTORE_CLASSES for copy_id in staying}
+    for charge in early_deletion_by_copy(copies, left_in_place=left).values():
         result += charge
     return result
 
@@ -770,11 +780,13 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
         .annotate(files=Count("pk"), bytes=Sum("size"))
         .order_by()
     }
-    costs, currency = _monthly_costs(going) if with_money else ({}, "")
+    # Archived objects a trash without versioning cannot take stay where they are: not freed, still billed.
+    staying = _trash_cannot_take_archived(going) if with_money else frozenset()
+    costs, currency, stays_cost = _monthly_costs(going, staying) if with_money else ({}, "", Decimal(0))
     parts = [CopyPart(c, *counts.get(c.pk, (0, 0)), costs.get(c.pk)) for c in going]
     monthly = None
-    if with_money and all(p.monthly_cost is not None for p in parts):
-        monthly = sum((p.monthly_cost for p in parts if p.monthly_cost is not None), Decimal(0))
+    if with_money and stays_cost is not None and all(p.monthly_cost is not None for p in parts):
+        monthly = sum((p.monthly_cost for p in parts if p.monthly_cost is not None), Decimal(0)) - stays_cost
 
     before, before_verified = newest_restorable(checkpoint.run)
     after_id, after_verified = newest_excluding(checkpoint.run_id, going_ids | already_going)
@@ -798,7 +810,7 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
         grace_days=max(settings.DELETION_GRACE_DAYS, 0),
     )
     if with_money:
-        preview.early_deletion = _early_deletion(going)
+        preview.early_deletion = _early_deletion(going, staying)
 
     overlapping = [j for j in open_jobs if copy is None or j.copy_id in (None, copy.pk)]
     refusal = (
@@ -929,15 +941,8 @@ def archived_left_in_place(copies: list[CheckpointCopy]) -> tuple[list[str], int
     """Why some objects of these copies would stay after the deletion, and their bytes: they are in an archive
     storage class at a bucket whose deletions go to the trash without versioning, and S3 copies no unrestored
     archived object."""
-    soft = [c for c in copies if c.location.kind == LocationKind.BUCKET and c.location.trash_days > 0]
-    if not soft:
-        return [], 0
-    unversioned = set(
-        Bucket.objects.filter(location_id__in={c.location_id for c in soft})
-        .exclude(versioning="Enabled")
-        .values_list("location_id", flat=True)
-    )
-    going = [c for c in soft if c.location_id in unversioned]
+    staying = _trash_cannot_take_archived(copies)
+    going = [c for c in copies if c.pk in staying]
     if not going:
         return [], 0
     archived = {
@@ -963,6 +968,22 @@ def archived_left_in_place(copies: list[CheckpointCopy]) -> tuple[list[str], int
             "Restore them first to delete them through the trash."
         )
     return lines, sum(size for _n, size in archived.values())
+
+
+def _trash_cannot_take_archived(copies: list[CheckpointCopy]) -> frozenset[int]:
+    """The copies whose archived objects a deletion leaves in place: at a bucket whose deletions go to a trash and
+    whose versioning is not Enabled (actions.trash copies each object there, and S3 copies no unrestored archived
+    object). A bucket whose versioning was never read counts as without: the preview then warns rather than
+    promises; the executor asks the store itself."""
+    soft = [c for c in copies if c.location.kind == LocationKind.BUCKET and c.location.trash_days > 0]
+    if not soft:
+        return frozenset()
+    unversioned = set(
+        Bucket.objects.filter(location_id__in={c.location_id for c in soft})
+        .exclude(versioning="Enabled")
+        .values_list("location_id", flat=True)
+    )
+    return frozenset(c.pk for c in soft if c.location_id in unversioned)
 
 
 def bucket_prefixes(location_ids) -> dict[int, str]:

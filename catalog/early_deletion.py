@@ -20,11 +20,16 @@ from fleet.pricebook import PriceBook, utc_today
 
 
 def early_deletion_by_copy(
-    copies: list[CheckpointCopy], *, today: date | None = None, book: PriceBook | None = None
+    copies: list[CheckpointCopy],
+    *,
+    today: date | None = None,
+    book: PriceBook | None = None,
+    left_in_place: dict[int, frozenset[str]] | None = None,
 ) -> dict[int, EarlyDeletion]:
     """{copy id: what removing its objects today is billed for their classes' minimum storage durations}.
 
     Only bucket copies can be billed; a copy with no young object is absent. ``copies`` need their location loaded.
+    ``left_in_place`` ({copy id: storage classes}) names objects the removal leaves where they are: not billed.
     """
     in_buckets = {c.pk: c for c in copies if c.location.kind == LocationKind.BUCKET}
     minimums = min_storage_days()
@@ -44,7 +49,10 @@ def early_deletion_by_copy(
     )
     book = book or PriceBook.load(until=today)
     result: dict[int, EarlyDeletion] = {}
+    left_in_place = left_in_place or {}
     for row in rows:
+        if row["storage_class"] in left_in_place.get(row["copy_id"], ()):
+            continue
         location = in_buckets[row["copy_id"]].location
         result.setdefault(row["copy_id"], EarlyDeletion()).add(
             nbytes=row["size"] or 0,

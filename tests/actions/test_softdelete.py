@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.utils import timezone
@@ -20,6 +21,8 @@ from audit.models import AuditEvent
 from catalog.models import ShardFile
 from ckptfleet.errors import DomainError, PermissionRefused
 from ckptfleet.units import bytes_iec
+from fleet.models import StorageLocation
+from fleet.pricebook import GIB, PriceBook, utc_today
 from fleet.services import location_set_soft_delete
 from tests.actions.test_execution import run_due, versions
 from tests.actions.test_execution_versions import markers
@@ -205,8 +208,16 @@ def test_archived_objects_of_an_unversioned_bucket_stay_and_say_why_before_and_a
     assert line.startswith(f"1 object ({bytes_iec(size)}) at {bucket.location.name} is in GLACIER or DEEP_ARCHIVE")
     assert "without versioning" in line and "leave it in place" in line
     page = signed_in.get(f"/actions/checkpoints/{checkpoint(100).pk}/delete/").content.decode()
-    # "Frees" counts only what goes: the archived object stays, and is said beside it.
+    # "Frees" counts only what goes: the archived object stays, and is said beside it. Nor does it save money or
+    # cost an early deletion: what the same deletion without a trash (all of it goes) would say, less that object.
     assert preview.freed_bytes == preview.bytes - size > 0
+    StorageLocation.objects.filter(pk=bucket.location.pk).update(soft_delete_days=0)
+    hard = services.preview(checkpoint=checkpoint(100))
+    StorageLocation.objects.filter(pk=bucket.location.pk).update(soft_delete_days=bucket.location.soft_delete_days)
+    assert hard.archived_stay == [] and hard.freed_bytes == hard.bytes == preview.bytes
+    price = PriceBook.load().price(bucket.location, "deep_archive", "DEEP_ARCHIVE", utc_today())
+    assert price and preview.monthly_cost == hard.monthly_cost - (price * size / GIB).quantize(Decimal("0.01"))
+    assert (hard.early_deletion.objects, preview.early_deletion.objects) == (1, 0)  # DEEP_ARCHIVE's 180 days
     frees = f'<dt>Frees</dt><dd title="{preview.freed_bytes:,} bytes">{bytes_iec(preview.freed_bytes)} '
     assert "Some objects will stay" in page and frees in page and f"({bytes_iec(size)} more stays: archived" in page
     answer = signed_in.get(f"/api/v1/actions/deletions/preview/?checkpoint={checkpoint(100).pk}").json()
