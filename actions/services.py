@@ -781,7 +781,8 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
         .order_by()
     }
     # Archived objects a trash without versioning cannot take stay where they are: not freed, still billed.
-    staying = _trash_cannot_take_archived(going) if with_money else frozenset()
+    staying = _trash_cannot_take_archived(going)
+    stay_lines, stay_objects, stay_bytes = archived_left_in_place(going, staying)
     costs, currency, stays_cost = _monthly_costs(going, staying) if with_money else ({}, "", Decimal(0))
     parts = [CopyPart(c, *counts.get(c.pk, (0, 0)), costs.get(c.pk)) for c in going]
     monthly = None
@@ -808,6 +809,8 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
         newest_after_verified=after_verified,
         surviving_copies=surviving,
         grace_days=max(settings.DELETION_GRACE_DAYS, 0),
+        archived_stay=stay_lines,
+        archived_stay_bytes=stay_bytes,
     )
     if with_money:
         preview.early_deletion = _early_deletion(going, staying)
@@ -823,6 +826,7 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
         or promises.disputed_for_policy(checkpoint, origin)
         or promises.unidentified_for_policy(checkpoint, origin)
         or _no_files(preview.files)
+        or _all_left_in_place(preview.files, stay_objects, stay_lines)
         or promises.last_verified_copy(checkpoint, copy, surviving)
         or promises.newest_restorable_for_policy(checkpoint, origin, before)
     )
@@ -854,6 +858,14 @@ def _no_files(files: int) -> Refusal | None:
     if files:
         return None
     return Refusal("nothing_to_delete", "the copies to delete have no present files, so there is nothing to delete")
+
+
+def _all_left_in_place(files: int, staying: int, lines: list[str]) -> Refusal | None:
+    """Every object would stay (``archived_left_in_place``): the job would delete nothing, and a policy would
+    schedule it again at each run, so it is refused before it is scheduled, with what to do."""
+    if not staying or staying < files:
+        return None
+    return Refusal("all_left_in_place", "this deletion would delete nothing: " + " ".join(lines).rstrip("."))
 
 
 def _approval_reasons(
@@ -918,7 +930,6 @@ def preview(*, checkpoint: Checkpoint, copy: CheckpointCopy | None = None, origi
     checkpoint = Checkpoint.objects.select_related("run__team").get(pk=checkpoint.pk)
     result = _assess(checkpoint, copy, origin, with_money=True)
     result.child_runs = _children_at_stake(checkpoint, result)
-    result.archived_stay, result.archived_stay_bytes = archived_left_in_place([p.copy for p in result.parts])
     prefixes = bucket_prefixes([p.copy.location_id for p in result.parts])
     sample = (
         ShardFile.objects.filter(copy_id__in=[p.copy.pk for p in result.parts], gone_at__isnull=True)
@@ -937,14 +948,13 @@ def preview(*, checkpoint: Checkpoint, copy: CheckpointCopy | None = None, origi
     return result
 
 
-def archived_left_in_place(copies: list[CheckpointCopy]) -> tuple[list[str], int]:
-    """Why some objects of these copies would stay after the deletion, and their bytes: they are in an archive
-    storage class at a bucket whose deletions go to the trash without versioning, and S3 copies no unrestored
-    archived object."""
-    staying = _trash_cannot_take_archived(copies)
+def archived_left_in_place(copies: list[CheckpointCopy], staying: frozenset[int]) -> tuple[list[str], int, int]:
+    """Why some objects of these copies would stay after the deletion, how many and their bytes: they are in an
+    archive storage class at a bucket whose deletions go to the trash without versioning (``staying``, from
+    ``_trash_cannot_take_archived``), and S3 copies no unrestored archived object."""
     going = [c for c in copies if c.pk in staying]
     if not going:
-        return [], 0
+        return [], 0, 0
     archived = {
         copy_id: (n, size or 0)
         for copy_id, n, size in ShardFile.objects.filter(
@@ -967,7 +977,7 @@ def archived_left_in_place(copies: list[CheckpointCopy]) -> tuple[list[str], int
             f"there until it is restored, so the deletion will leave {'them' if n != 1 else 'it'} in place. "
             "Restore them first to delete them through the trash."
         )
-    return lines, sum(size for _n, size in archived.values())
+    return lines, sum(n for n, _size in archived.values()), sum(size for _n, size in archived.values())
 
 
 def _trash_cannot_take_archived(copies: list[CheckpointCopy]) -> frozenset[int]:
