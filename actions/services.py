@@ -826,7 +826,7 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
         or promises.disputed_for_policy(checkpoint, origin)
         or promises.unidentified_for_policy(checkpoint, origin)
         or _no_files(preview.files)
-        or _all_left_in_place(preview.files, stay_objects, stay_lines)
+        or _all_left_in_place_for_policy(origin, preview.files, stay_objects, stay_lines)
         or promises.last_verified_copy(checkpoint, copy, surviving)
         or promises.newest_restorable_for_policy(checkpoint, origin, before)
     )
@@ -860,12 +860,19 @@ def _no_files(files: int) -> Refusal | None:
     return Refusal("nothing_to_delete", "the copies to delete have no present files, so there is nothing to delete")
 
 
-def _all_left_in_place(files: int, staying: int, lines: list[str]) -> Refusal | None:
-    """Every object would stay (``archived_left_in_place``): the job would delete nothing, and a policy would
-    schedule it again at each run, so it is refused before it is scheduled, with what to do."""
-    if not staying or staying < files:
+def _all_left_in_place_for_policy(origin: str, files: int, staying: int, lines: list[str]) -> Refusal | None:
+    """A policy's deletion whose every object would stay (``archived_left_in_place``) would delete nothing, and
+    the policy would schedule it again at each run: refused. A person may still schedule it (the preview says
+    what stays): objects restored by the time it runs do go to the trash, which the catalog cannot see (a
+    restore keeps the storage class), and a move frees its source only once restored."""
+    if not origin.startswith("policy") or not staying or staying < files:
         return None
-    return Refusal("all_left_in_place", "this deletion would delete nothing: " + " ".join(lines).rstrip("."))
+    return Refusal(
+        "all_left_in_place",
+        "a policy does not schedule a deletion that would delete nothing: "
+        + " ".join(lines).rstrip(".")
+        + "; restore them and delete it by hand",
+    )
 
 
 def _approval_reasons(
@@ -974,8 +981,9 @@ def archived_left_in_place(copies: list[CheckpointCopy], staying: frozenset[int]
             f"{n:,} object{'s' if n != 1 else ''} ({bytes_iec(size)}) at {c.location.name} "
             f"{'are' if n != 1 else 'is'} in GLACIER or DEEP_ARCHIVE, and deletions there go to a "
             f"{c.location.trash_days}-day trash in a bucket without versioning: S3 cannot copy an archived object "
-            f"there until it is restored, so the deletion will leave {'them' if n != 1 else 'it'} in place. "
-            "Restore them first to delete them through the trash."
+            f"there until it is restored, so the deletion will leave {'them' if n != 1 else 'it'} in place unless "
+            f"{'they are' if n != 1 else 'it is'} restored by the time it runs. Restore them first to delete them "
+            "through the trash."
         )
     return lines, sum(n for n, _size in archived.values()), sum(size for _n, size in archived.values())
 

@@ -240,31 +240,33 @@ def test_archived_objects_of_an_unversioned_bucket_stay_and_say_why_before_and_a
     assert archived in now and not any(k.startswith(f".ckptfleet-trash/{job.pk}/{archived}") for k in now)
 
 
-def test_a_deletion_whose_every_object_would_stay_is_refused_before_it_is_scheduled(s3, scan_now, signed_in):
-    """All of step 100 in DEEP_ARCHIVE at a trash without versioning: the job would delete nothing (and a policy
-    would schedule it again at each run), so the preview refuses it and says what to do; nothing is written."""
+def test_a_deletion_whose_every_object_would_stay_is_said_to_a_person_and_refused_to_a_policy(s3, scan_now, signed_in):
+    """All of step 100 in DEEP_ARCHIVE at a trash without versioning: as things stand the job would delete nothing.
+    A person is told so and may still schedule it (objects restored by the time it runs do go to the trash; a
+    restore keeps the storage class, so the catalog cannot tell); a policy, which would schedule the same no-op
+    again at each run, is refused and nothing is written."""
     name = s3.bucket()
     step = "llm/llama-tiny/step-100/"
-    s3.upload_tree(
-        name,
-        "nvme-a",
-        prefix="fleet/",
-        classes={step + f: "DEEP_ARCHIVE" for f in (".metadata", "__0_0.distcp", "__1_0.distcp")},
-    )
+    archived = {step + f: "DEEP_ARCHIVE" for f in (".metadata", "__0_0.distcp", "__1_0.distcp")}
+    s3.upload_tree(name, "nvme-a", prefix="fleet/", classes=archived)
     bucket = s3.register(name, prefix="fleet/")
     assert scan_now(bucket).status == "applied"
-    preview = services.preview(checkpoint=checkpoint(100))
-    assert not preview.allowed and preview.refusal_code == "all_left_in_place"
-    assert preview.refusal.startswith("this deletion would delete nothing: 3 objects")
-    assert "Restore them first" in preview.refusal and preview.freed_bytes == 0
+
+    by_hand = services.preview(checkpoint=checkpoint(100))
+    assert by_hand.allowed and by_hand.freed_bytes == 0 and by_hand.archived_stay_bytes == by_hand.bytes
+    assert "unless they are restored by the time it runs" in by_hand.archived_stay[0]
+    page = signed_in.get(f"/actions/checkpoints/{checkpoint(100).pk}/delete/").content.decode()
+    assert "As things stand, this deletion deletes nothing" in page
+    answer = signed_in.get(f"/api/v1/actions/deletions/preview/?checkpoint={checkpoint(100).pk}").json()
+    assert answer["allowed"] is True and answer["freed_bytes"] == 0
+
+    by_policy = services.preview(checkpoint=checkpoint(100), origin="policy:1")
+    assert not by_policy.allowed and by_policy.refusal_code == "all_left_in_place"
+    assert by_policy.refusal.startswith("a policy does not schedule a deletion that would delete nothing: 3 objects")
     jobs, events = DeletionJob.objects.count(), AuditEvent.objects.count()
     with pytest.raises(DomainError, match="would delete nothing"):
-        services.schedule_deletion(checkpoint=checkpoint(100), reason="superseded", actor=OPERATOR)
+        services.schedule_deletion(checkpoint=checkpoint(100), reason="policy", actor=OPERATOR, origin="policy:1")
     assert (DeletionJob.objects.count(), AuditEvent.objects.count()) == (jobs, events)
-    page = signed_in.get(f"/actions/checkpoints/{checkpoint(100).pk}/delete/").content.decode()
-    assert "would delete nothing" in page
-    answer = signed_in.get(f"/api/v1/actions/deletions/preview/?checkpoint={checkpoint(100).pk}").json()
-    assert answer["allowed"] is False and answer["refusal_code"] == "all_left_in_place"
 
 
 def test_archived_objects_of_a_versioned_bucket_are_hidden_by_a_marker_and_the_preview_warns_of_nothing(
