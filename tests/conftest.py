@@ -184,6 +184,14 @@ def is_postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
+def in_the_sqlite_pass_only(checks: str) -> pytest.MarkDecorator:
+    """Checks of the pages' markup (what fits a width, what axe reads) are the same on both databases: run once, in
+    the SQLite pass of `make test`, to keep the suite's time down."""
+    return pytest.mark.skipif(
+        is_postgres(), reason=f"the pages' markup does not depend on the database; {checks} run in the SQLite pass"
+    )
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
     """Let the test runner empty the audit and hold tables between transactional tests on PostgreSQL.

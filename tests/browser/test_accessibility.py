@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 from pathlib import Path
 
@@ -25,17 +24,12 @@ from django.core.management import call_command
 from access.services import api_token_create
 from audit.actor import Actor
 from tests.browser.visitor import artefact_dir
-from tests.conftest import restore_default_prices
+from tests.conftest import in_the_sqlite_pass_only, restore_default_prices
 from tests.helpers.browser import Demo, checkpoint_of
 
 pytestmark = [
     pytest.mark.services,
-    # What axe reads is the pages' markup, which is the same on both databases: checked once, in the SQLite
-    # pass of `make test`, to keep the suite's time down (the PostgreSQL pass sets DATABASE_URL).
-    pytest.mark.skipif(
-        os.environ.get("DATABASE_URL", "").startswith("postgres"),
-        reason="the pages' markup does not depend on the database; the accessibility checks run in the SQLite pass",
-    ),
+    in_the_sqlite_pass_only("the accessibility checks"),
 ]
 
 AXE = Path(__file__).resolve().parents[1] / "vendor" / "axe-core" / "axe.min.js"

@@ -13,22 +13,17 @@ A screenshot of each page at each size is kept in the artefact folder (``visitor
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import pytest
 
+from tests.conftest import in_the_sqlite_pass_only
 from tests.helpers.browser import checkpoint_of
 
 pytestmark = [
     pytest.mark.services,
     pytest.mark.django_db(transaction=True),
-    # What fits a width is the pages' markup and style sheets, the same on both databases: checked once, in the
-    # SQLite pass of `make test`, as the accessibility checks are (the PostgreSQL pass sets DATABASE_URL).
-    pytest.mark.skipif(
-        os.environ.get("DATABASE_URL", "").startswith("postgres"),
-        reason="the pages' markup does not depend on the database; the layout checks run in the SQLite pass",
-    ),
+    in_the_sqlite_pass_only("the layout checks"),
 ]
 
 WIDE = {"width": 1440, "height": 900}
