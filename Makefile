@@ -66,8 +66,13 @@ help: ## List the targets
 
 venv: $(STAMP) ## Create .venv: the dev lock's packages (hashes checked), then the project itself (again when either changes)
 
+# pip itself is upgraded to a pinned release first: the pip some Pythons ship (23.2) refuses the hash-checked lock,
+# reading pip-audit's `CacheControl[filecache]` as a requirement the lock does not pin.
+PIP_VERSION := 25.3
+
 $(PY):
 	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet pip==$(PIP_VERSION)
 
 # Every dependency comes from the lock, hash-checked; the project goes in editable and alone (--no-deps),
 # so nothing is resolved here. pip check then fails when pyproject.toml pins a version the lock does not
@@ -89,6 +94,7 @@ demo-venv: $(DEMO_STAMP) ## Create .venv-demo: the runtime lock and moto's S3 se
 
 $(DEMO_PY):
 	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_PY) -m pip install --quiet pip==$(PIP_VERSION)
 
 $(DEMO_STAMP): $(LOCK_DEMO) pyproject.toml | $(DEMO_PY)
 	$(DEMO_PY) -m pip install --require-hashes -r $(LOCK_DEMO)
