@@ -7,6 +7,7 @@ import urllib.request
 from datetime import UTC, datetime
 
 import pytest
+import time_machine
 from django.contrib.auth.models import Group
 
 from access.roles import Role
@@ -16,6 +17,9 @@ from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
 
 WHEN = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+# The kit's world runs an hour after its files were written, whatever the real date: the product's rules for "now"
+# (a price cannot take effect in a closed month, an object's age) read this clock, never the calendar's.
+NOW = datetime(2026, 11, 20, 13, 0, tzinfo=UTC)
 
 
 class Kit:
@@ -95,9 +99,10 @@ class Kit:
 
 @pytest.fixture
 def kit(s3, django_user_model, db):
-    kit = Kit(s3, django_user_model)
-    yield kit
-    kit.restores_take(0)
+    with time_machine.travel(NOW, tick=True):
+        kit = Kit(s3, django_user_model)
+        yield kit
+        kit.restores_take(0)
 
 
 def events(action: str, **filters) -> list[AuditEvent]:
