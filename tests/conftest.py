@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from django.conf import settings
 from django.db import connection
 
 from audit.actor import Actor
@@ -22,6 +23,11 @@ from fleet.services import gzip_lines, host_register, host_token_issue, location
 pytest_plugins = ["tests.s3"]
 
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
+
+# Hundreds of tests make a person with a password, and Django's PBKDF2 (1,000,000 rounds) costs about half a second of
+# CPU for each: minutes of every pass. No test checks the hasher's strength (production keeps Django's default), so the
+# suite hashes with MD5, set before any test runs so that the live server's thread and every test see the same list.
+settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def need_service(name: str, available: bool, why: str = "") -> None:

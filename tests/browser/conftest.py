@@ -27,8 +27,6 @@ def chromium():
 @pytest.fixture
 def demo(live_server, settings, tmp_path) -> Demo:
     settings.VAR_DIR = tmp_path
-    # Six people sign up and in: a fast hasher keeps that to milliseconds (the live server shares settings).
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     restore_default_prices()
     call_command("seed_demo", dir=str(tmp_path / "demo"), stdout=io.StringIO())
     password = (tmp_path / "demo-password").read_text().strip()

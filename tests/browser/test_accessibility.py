@@ -44,7 +44,6 @@ def demo(live_server, settings, tmp_path, s3) -> Demo:
     """The journeys' demo fleet, with the demo's two buckets on moto's S3 server (the fleet page's bucket table)."""
     settings.VAR_DIR = tmp_path
     settings.S3_SECRETS_DIR = tmp_path / "s3-secrets"
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     restore_default_prices()
     call_command("seed_demo", dir=str(tmp_path / "demo"), s3_endpoint=s3.url, stdout=io.StringIO())
     password = (tmp_path / "demo-password").read_text().strip()

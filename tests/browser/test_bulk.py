@@ -30,8 +30,7 @@ def serious_axe_violations(page) -> list[str]:
     return page.evaluate(RUN_AXE)
 
 
-def test_an_operator_pins_two_checkpoints_from_the_copy_queue(live_server, browser_page, settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def test_an_operator_pins_two_checkpoints_from_the_copy_queue(live_server, browser_page):
     fleet = build_fleet()
     CheckpointCopy.objects.filter(location=fleet.nvme).update(state=CopyState.PARTIAL)
     make_person("olga", "operator")

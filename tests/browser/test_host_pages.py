@@ -24,7 +24,6 @@ PEOPLE = [("demo-viewer", False), ("demo-operator", True), ("demo", True)]  # de
 def demo(live_server, settings, tmp_path, s3) -> Demo:
     settings.VAR_DIR = tmp_path
     settings.S3_SECRETS_DIR = tmp_path / "s3-secrets"
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     restore_default_prices()
     call_command("seed_demo", dir=str(tmp_path / "demo"), s3_endpoint=s3.url, stdout=io.StringIO())
     password = (tmp_path / "demo-password").read_text().strip()

@@ -14,8 +14,7 @@ PASSWORD = "a-long-password-1"
 
 
 @pytest.fixture
-def run(make_host, push, settings, django_user_model) -> Run:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def run(make_host, push, django_user_model) -> Run:
     for name, role in (("olga", "operator"), ("vic", "viewer")):
         give_roles(django_user_model.objects.create_user(username=name, password=PASSWORD), role)
     push(make_host(), dcp(100))

@@ -22,9 +22,8 @@ PASSWORD = "a-long-password-1"
 
 
 @pytest.fixture
-def ds_run(tmp_path, make_host, client, settings, django_user_model) -> Run:
+def ds_run(tmp_path, make_host, client, django_user_model) -> Run:
     """speech/ds on gpu-a01 whose DeepSpeed `latest` was lost, and the same tree on gpu-b07."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     give_roles(django_user_model.objects.create_user(username="olga", password=PASSWORD), "operator")
     for name in ("gpu-a01", "gpu-b07"):
         root = tmp_path / name

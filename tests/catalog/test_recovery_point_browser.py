@@ -14,8 +14,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def fleet(make_host, push, settings, django_user_model):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def fleet(make_host, push, django_user_model):
     give_roles(django_user_model.objects.create_user(username="olga", password=PASSWORD), "operator")
     llama = fresh(100, "llama-7b", ranks=8, age_h=30) + fresh(200, "llama-7b", ranks=8, missing=1, age_h=1)
     push(make_host(), llama + fresh(10, "llama-8b", age_h=50) + fresh(20, "llama-sft", age_h=2))
