@@ -140,6 +140,11 @@ services: ## Start the local PostgreSQL and Redis if they are down
 TEST_SIDE_BY_SIDE ?= 1
 
 test: venv test-deps services lint ## Lint, then the whole suite on SQLite and on PostgreSQL + Redis (side by side)
+	@$(MAKE) --no-print-directory _test-passes
+
+# Both passes, without lint or set-up: `test` and `test-repeat` run them.
+.PHONY: _test-passes
+_test-passes:
 	@failed=""; \
 	if [ "$(TEST_SIDE_BY_SIDE)" = 1 ]; then \
 		mkdir -p var/test-logs; \
@@ -153,6 +158,21 @@ test: venv test-deps services lint ## Lint, then the whole suite on SQLite and o
 		$(MAKE) --no-print-directory _pytest-postgres || failed="$$failed PostgreSQL"; \
 	fi; \
 	if [ -n "$$failed" ]; then echo "make test: FAILED on$$failed" >&2; exit 1; fi
+
+# A flake shows itself under load: both passes REPEAT times in a row while `yes` keeps one core busy, stopping at the
+# first failed run. Each run's output goes to var/test-logs/repeat-N.log; the summary line of each is printed.
+REPEAT ?= 3
+.PHONY: test-repeat
+test-repeat: venv test-deps services ## The whole suite REPEAT (3) times in a row with a CPU hog on one core, to find flakes
+	@mkdir -p var/test-logs; yes > /dev/null & hog=$$!; trap 'kill $$hog 2>/dev/null' EXIT; \
+	for i in $$(seq 1 $(REPEAT)); do \
+		start=$$(date +%s); \
+		if $(MAKE) --no-print-directory _test-passes > var/test-logs/repeat-$$i.log 2>&1; then result=passed; \
+		else result=FAILED; fi; \
+		echo "test-repeat: run $$i of $(REPEAT) $$result in $$(( $$(date +%s) - start )) s (var/test-logs/repeat-$$i.log)"; \
+		grep -E "^=+ .*(passed|failed).* =+$$" var/test-logs/repeat-$$i.log | sed 's/^/  /'; \
+		[ $$result = passed ] || exit 1; \
+	done
 
 test-sqlite: venv test-deps ## The suite on SQLite only
 	$(PYTEST_SQLITE)
