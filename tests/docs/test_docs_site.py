@@ -106,3 +106,22 @@ def test_the_built_pages_load_nothing_from_the_network(site):
         # A mermaid diagram would make the theme fetch mermaid from a CDN: the docs draw in plain text instead.
         assert 'class="mermaid"' not in text, html
     assert external == {}
+
+
+def test_the_readme_stays_a_five_minute_read_that_links_every_reader_to_their_page():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 200, "the README is what a newcomer reads in five minutes: move the rest to docs/"
+    for page in (
+        "demo",
+        "platform-teams",
+        "finance",
+        "on-call",
+        "operators",
+        "admin/install",
+        "agent",
+        "api",
+        "architecture",
+        "contributing",
+    ):
+        assert f"](docs/{page}.md)" in text, page
+    assert "make demo" in text and "make test" in text
