@@ -1,6 +1,7 @@
 # Checkpoint Fleet: every set-up step is a target here, so two commands do it all on a new machine:
 #   make demo   install, then run the product on its embedded default (SQLite, in-process tasks, demo data)
 #   make test   install, then lint and run the whole test suite on SQLite and on PostgreSQL + Redis
+# The documentation (docs/, mkdocs.yml) builds with `make docs`.
 # `make help` lists the targets.
 
 SHELL := /bin/bash
@@ -57,7 +58,7 @@ endef
 PYTEST_SQLITE = $(call run_pytest,"pytest on SQLite (embedded default)",,sqlite)
 PYTEST_POSTGRES = $(call run_pytest,"pytest on PostgreSQL + Redis",DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL),postgres)
 
-.PHONY: help venv demo-venv lock demo test test-sqlite test-postgres test-reliability lint typecheck test-deps services bench compose-check
+.PHONY: help venv demo-venv lock demo test test-sqlite test-postgres test-reliability lint typecheck test-deps services bench compose-check docs docs-serve
 
 help: ## List the targets
 	@echo "Checkpoint Fleet: make TARGET"
@@ -212,14 +213,14 @@ bench-move: venv services ## Run the move benchmark: 10,000 files host -> bucket
 bench-lease: venv services ## Run the lease benchmark: 100 jobs take and renew leases through the agent API on gunicorn + PostgreSQL (BENCH_ARGS=...)
 	$(PY) bench/lease_bench.py $(BENCH_ARGS)
 
-# The production environment of the README's "Production shape", word for word, but for the key files and
-# the database: throw-away keys and an SQLite file in a temporary folder (tests/ckptfleet/test_deploy_check.py
-# holds the two to the same list). `env -i` keeps the caller's own settings out of the check.
+# The production environment of docs/admin/production.md ("The production environment"), word for word, but for
+# the key files and the database: throw-away keys and an SQLite file in a temporary folder
+# (tests/ckptfleet/test_deploy_check.py holds the two to the same list). `env -i` keeps the caller's own settings out of the check.
 DEPLOY_ENV = CKPTFLEET_DEBUG=0 REDIS_URL=redis://redis.internal:6379/0 ALLOWED_HOSTS=fleet.example.com \
 	MEDIA_ROOT=/var/lib/ckptfleet/media CKPTFLEET_BEHIND_TLS_PROXY=1 CKPTFLEET_HSTS_PRELOAD=1
 
 .PHONY: check-deploy
-check-deploy: venv ## manage.py check --deploy --fail-level WARNING with the README's production environment
+check-deploy: venv ## manage.py check --deploy --fail-level WARNING with the production environment of docs/admin/production.md
 	@tmp=$$(mktemp -d -t ckptfleet-deploy.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
 	$(PY) -c 'import secrets; print(secrets.token_urlsafe(50))' > "$$tmp/django_secret_key"; \
 	$(PY) -c 'import secrets; print(secrets.token_urlsafe(48))' > "$$tmp/audit_key"; \
@@ -228,6 +229,21 @@ check-deploy: venv ## manage.py check --deploy --fail-level WARNING with the REA
 		DATABASE_URL="sqlite:///$$tmp/ckptfleet.sqlite3" \
 		CKPTFLEET_VAR_DIR="$$tmp/var" \
 		$(PY) manage.py check --deploy --fail-level WARNING
+
+# The documentation site: mkdocs-material (in the dev lock) builds docs/ as mkdocs.yml says, --strict so that a
+# broken link, anchor or nav entry fails the build, into a git-ignored folder. Nothing is fetched from the network
+# (no fonts, no CDN): var/docs-site/index.html reads from the disk as it is. NO_MKDOCS_2_WARNING quiets
+# mkdocs-material's banner about its successor, which is no warning about our docs.
+DOCS_SITE := var/docs-site
+DOCS_PORT ?= 8001
+MKDOCS = NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
+
+docs: venv ## Build the documentation site from docs/ into var/docs-site/ (mkdocs build --strict)
+	$(MKDOCS) build --strict --site-dir $(DOCS_SITE)
+	@echo "docs: open $(DOCS_SITE)/index.html"
+
+docs-serve: venv ## Serve the documentation at http://127.0.0.1:8001/ (DOCS_PORT=...), rebuilt as docs/ changes
+	$(MKDOCS) serve --strict --dev-addr 127.0.0.1:$(DOCS_PORT)
 
 compose-check: ## Validate docker-compose.yml (Debian's docker-compose; no engine needed)
 	@command -v docker-compose >/dev/null 2>&1 || { \

@@ -2,9 +2,9 @@
 """Django's command-line utility for administrative tasks.
 
 A setting that is missing or malformed (``ckptfleet.env`` raises ``ImproperlyConfigured`` naming the variable)
-is one line on stderr and exit status 2, not a traceback: the commands in the README are pasted into fresh
-shells, where a missing ``DJANGO_SECRET_KEY`` or ``CKPTFLEET_DEBUG`` is the usual first mistake. ``--traceback``
-still shows where it was raised.
+is one line on stderr and exit status 2, not a traceback: the commands the docs show (README.md, docs/) are
+pasted into fresh shells, where a missing ``DJANGO_SECRET_KEY`` or ``CKPTFLEET_DEBUG`` is the usual first mistake.
+``--traceback`` still shows where it was raised.
 """
 
 import os
@@ -21,7 +21,7 @@ def main() -> None:
     except ImproperlyConfigured as exc:
         if "--traceback" in sys.argv:
             raise
-        sys.stderr.write(f"manage.py: not configured: {exc} (README.md, Configuration)\n")
+        sys.stderr.write(f"manage.py: not configured: {exc} (docs/admin/configuration.md)\n")
         sys.exit(2)
 
 

@@ -63,7 +63,7 @@ class HoldMode(models.TextChoices):
     COMPLIANCE = "compliance", "Compliance hold"
 
 
-# What each mode promises, as the hold form and the README say it.
+# What each mode promises, as the hold form and docs/operators.md (Hold modes) say it.
 HOLD_MODE_HELP = {
     HoldMode.LEGAL: "Kept until another person (an operator) releases it with a reason.",
     HoldMode.GOVERNANCE: (

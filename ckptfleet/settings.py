@@ -2,7 +2,7 @@
 
 With nothing set, the product runs on its embedded default: SQLite in ``var/``, Celery tasks executed
 in-process. ``DATABASE_URL`` (PostgreSQL) and ``REDIS_URL`` switch it to the production shape with a
-Celery worker and beat as separate processes. See README.md for every variable.
+Celery worker and beat as separate processes. See docs/admin/configuration.md for every variable.
 """
 
 from __future__ import annotations

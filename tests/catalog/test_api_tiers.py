@@ -1,4 +1,5 @@
-"""The checkpoints API gives each copy the tier of its files' storage classes, for every class the README maps.
+"""The checkpoints API gives each copy the tier of its files' storage classes, for every class the docs map
+(docs/admin/buckets.md, "Storage classes map to tiers").
 
 A copy's tier comes from its files (``ShardFile.tier``, which a scan sets from the object's storage class
 through the bucket's tier map), summed per copy in ``CopyTierUsage``; the location's tier is only the
@@ -20,7 +21,7 @@ from ingest.scan import bucket_add
 from spend.usage import usage_refresh
 from tests.s3 import TREES
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+BUCKETS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "admin" / "buckets.md"
 NOW = datetime(2026, 11, 21, 12, tzinfo=UTC)
 # The S3 classes moto's server stores; OUTPOSTS and SNOW (on-premises devices), GCS and S3-gateway names it
 # refuses, so they are walked as a scan records them, in the first test.
@@ -37,9 +38,9 @@ S3_CLASSES = {
 }
 
 
-def readme_table() -> dict[str, str]:
-    """{storage class: tier} from the README's "Storage classes map to tiers" table."""
-    text = README.read_text()
+def documented_table() -> dict[str, str]:
+    """{storage class: tier} from the "Storage classes map to tiers" table of docs/admin/buckets.md."""
+    text = BUCKETS_PAGE.read_text()
     table = text[text.index("| storage class | tier |") :].split("\n\n", 1)[0]
     mapping = {}
     for line in table.splitlines()[2:]:
@@ -49,10 +50,10 @@ def readme_table() -> dict[str, str]:
     return mapping
 
 
-TABLE = readme_table()
+TABLE = documented_table()
 
 
-def test_the_readme_table_is_the_mapping_the_code_uses():
+def test_the_documented_table_is_the_mapping_the_code_uses():
     assert TABLE == DEFAULT_STORAGE_CLASS_TIERS
     assert S3_CLASSES <= set(TABLE)
 

@@ -1,5 +1,6 @@
-"""`manage.py check --deploy --fail-level WARNING` passes with the production environment the README documents,
-and `make check-deploy` (which CI runs) uses that same environment."""
+"""`manage.py check --deploy --fail-level WARNING` passes with the production environment the docs document
+(docs/admin/production.md, "The production environment"), and `make check-deploy` (which CI runs) uses that same
+environment."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+PRODUCTION_PAGE = ROOT / "docs" / "admin" / "production.md"
 # Stood in for by a throw-away key file and an SQLite file: the check opens neither for real.
 STAND_INS = {"DJANGO_SECRET_KEY_FILE", "CKPTFLEET_AUDIT_KEY_FILE", "DATABASE_URL"}
 
 
-def readme_production_env() -> dict[str, str]:
-    """The NAME=value lines of the README's production environment block, in its "Production shape"."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("\n## Production shape\n", 1)[1].split("\n## ", 1)[0]
+def documented_production_env() -> dict[str, str]:
+    """The NAME=value lines of the environment block in "The production environment" of docs/admin/production.md."""
+    text = PRODUCTION_PAGE.read_text()
+    section = text.split("\n## The production environment\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
     [block] = [b for b in blocks if "CKPTFLEET_DEBUG=0" in b]
     environ = {}
@@ -36,15 +38,15 @@ def makefile_deploy_env() -> dict[str, str]:
     return dict(word.split("=", 1) for word in shlex.split(raw))
 
 
-def test_the_readme_documents_a_production_environment():
-    environ = readme_production_env()
+def test_the_docs_document_a_production_environment():
+    environ = documented_production_env()
     assert environ["CKPTFLEET_DEBUG"] == "0"
     assert STAND_INS <= set(environ)
     assert "CKPTFLEET_PLAIN_HTTP" not in environ, "the documented production is HTTPS"
 
 
-def test_make_check_deploy_uses_the_readmes_environment():
-    documented = {name: value for name, value in readme_production_env().items() if name not in STAND_INS}
+def test_make_check_deploy_uses_the_documented_environment():
+    documented = {name: value for name, value in documented_production_env().items() if name not in STAND_INS}
     assert makefile_deploy_env() == documented
 
 
@@ -54,10 +56,10 @@ def test_the_deploy_check_passes_with_the_documented_environment(tmp_path):
     audit_key = tmp_path / "audit_key"
     audit_key.write_text(secrets.token_urlsafe(48))
     environ = {
-        # Nothing of the caller's own settings: only what the README says, as `make check-deploy` runs it.
+        # Nothing of the caller's own settings: only what the docs say, as `make check-deploy` runs it.
         "PATH": os.environ.get("PATH", ""),
         "HOME": os.environ.get("HOME", str(tmp_path)),
-        **readme_production_env(),
+        **documented_production_env(),
         "DJANGO_SECRET_KEY_FILE": str(key),
         "CKPTFLEET_AUDIT_KEY_FILE": str(audit_key),
         "DATABASE_URL": f"sqlite:///{tmp_path / 'ckptfleet.sqlite3'}",
@@ -80,7 +82,7 @@ def test_without_https_the_deploy_check_fails(tmp_path):
     environ = {
         "PATH": os.environ.get("PATH", ""),
         "HOME": os.environ.get("HOME", str(tmp_path)),
-        **readme_production_env(),
+        **documented_production_env(),
         "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
         "CKPTFLEET_AUDIT_KEY": secrets.token_urlsafe(48),
         "DATABASE_URL": f"sqlite:///{tmp_path / 'ckptfleet.sqlite3'}",

@@ -22,7 +22,7 @@ def test_it_records_every_committed_example_from_the_demo_without_secrets(settin
     out = tmp_path / "examples.json"
     call_command("api_examples", write=True, output=str(out), stdout=io.StringIO(), stderr=io.StringIO())
     fresh = json.loads(out.read_text())
-    assert set(fresh) == set(recorded_examples()), "regenerate ckptfleet/api_examples.json (README, API tokens)"
+    assert set(fresh) == set(recorded_examples()), "regenerate ckptfleet/api_examples.json (docs/api.md, API tokens)"
     text = out.read_text()
     for word in ("cfu_", "cfh_", "X-Amz-Signature", str(tmp_path)):
         assert word not in text, word

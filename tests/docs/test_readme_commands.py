@@ -1,14 +1,15 @@
-"""Every command README.md shows works when pasted as written: no traceback, whatever it answers.
+"""Every command the docs show (README.md and the pages of docs/) works when pasted as written: no traceback,
+whatever it answers.
 
-The README's sh blocks are read (``tests.docs.readme_commands``) and run in order, in one bash shell (so its
-``export`` lines hold for the commands after them), against a fresh SQLite database in a temporary folder and a
-server (``runserver``) on a free port. What is not as written, and why:
+The shell blocks are read (``tests.docs.readme_commands``: the README, then the pages in the site's order) and run
+in order, in one bash shell (so its ``export`` lines hold for the commands after them), against a fresh SQLite
+database in a temporary folder and a server (``runserver``) on a free port. What is not as written, and why:
 
 - the server's address ``http://127.0.0.1:8000`` becomes the test server's port (8000 may be taken);
 - ``python`` and ``ckptfleet-agent`` are the project's virtualenv's (as after ``make venv`` or ``pip install``);
-- before the commands run, the database is migrated and the people the README names exist (``ada``, an operator
+- before the commands run, the database is migrated and the people the docs name exist (``ada``, an operator
   and approver, ``grace``, an approver and operator), and ``CKPTFLEET_TOKEN``/``CKPTFLEET_API_TOKEN`` hold a
-  token of ada's: the README assumes them;
+  token of ada's: the docs assume them;
 - each command runs under ``timeout``, so that one that waits for a server that is not there cannot hang the test.
 
 A command may fail (a checkpoint 42 that does not exist, a host that cannot be reached, a bucket without
@@ -93,7 +94,7 @@ def _outputs(log: str, count: int) -> dict[int, tuple[str, str]]:
     return found
 
 
-def test_the_readme_has_commands_to_check():
+def test_the_docs_have_commands_to_check():
     lines = commands()
     assert sum(c.startswith("python manage.py ") for c in lines) > 20
     assert any(c.startswith("ckptfleet-agent ") for c in lines)
@@ -119,7 +120,7 @@ def test_a_command_without_its_settings_says_which_in_one_line(tmp_path):
     assert "DJANGO_SECRET_KEY" in done.stderr and "CKPTFLEET_DEBUG=1" in done.stderr
 
 
-def test_every_readme_command_runs_without_a_traceback(tmp_path):
+def test_every_documented_command_runs_without_a_traceback(tmp_path):
     var = tmp_path / "var"
     var.mkdir()
     env = _environment(var)
@@ -164,5 +165,5 @@ def test_every_readme_command_runs_without_a_traceback(tmp_path):
             problems.append(f"{lines[n]}\n  exit {rc}: {output.strip()[-1500:]}")
         elif "Server Error (500)" in output or '"error": "server_error"' in output:
             problems.append(f"{lines[n]}\n  the server answered 500: {output.strip()[-500:]}")
-    assert not problems, "README commands that do not work as written:\n" + "\n".join(problems)
+    assert not problems, "Commands in the docs that do not work as written:\n" + "\n".join(problems)
     assert "Traceback" not in server_log, server_log[-3000:]

@@ -88,7 +88,7 @@ class RedisServer:
 
 
 def spawn_worker(broker_url: str, log_path: Path, *, extra_env: dict[str, str] | None = None, concurrency: int = 2):
-    """``celery -A ckptfleet worker`` as the README starts it (the prefork pool), on ``broker_url``.
+    """``celery -A ckptfleet worker`` as docs/admin/production.md starts it (the prefork pool), on ``broker_url``.
 
     The test-only tasks of ``tests.helpers.broker_tasks`` are loaded too. Returns once the worker answers
     a ping, which goes through this process's app: call ``use_broker(broker_url)`` first. Without

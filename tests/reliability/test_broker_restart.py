@@ -1,7 +1,7 @@
 """A Celery worker survives its Redis broker restarting, and the work in flight completes promptly.
 
 Real parts: a redis-server of the test's own (append-only file, as a production broker keeps its
-data) and a `celery -A ckptfleet worker` process with the prefork pool, as the README starts it. Tasks
+data) and a `celery -A ckptfleet worker` process with the prefork pool, as docs/admin/production.md starts it. Tasks
 flow while Redis is restarted; before the fix the worker died with "Unrecoverable error: AttributeError
 'NoneType' object has no attribute 'hostname'" (ckptfleet/broker.py explains why), and the messages it
 held waited an hour for their visibility timeout. The worker runs with that hour as its visibility

@@ -4,7 +4,7 @@
     manage.py api_examples                    # print which operations it would record, and their status
     manage.py api_examples --write            # write them to ckptfleet/api_examples.json
 
-To regenerate the committed file (after an API change; README, "API tokens"), on a scratch database (without
+To regenerate the committed file (after an API change; docs/api.md, "API tokens"), on a scratch database (without
 ``DATABASE_URL`` the SQLite file is in ``CKPTFLEET_VAR_DIR``)::
 
     unset DATABASE_URL; export CKPTFLEET_DEBUG=1 CKPTFLEET_VAR_DIR=$(mktemp -d)
