@@ -22,7 +22,7 @@ which also refuse what the promises forbid, for admins too. Errors answer {"erro
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -30,13 +30,12 @@ from rest_framework.views import APIView
 
 from access.middleware import request_id_of
 from access.scoping import restrict
-from actions import orphans, services, softdelete
+from actions import api_examples, orphans, services, softdelete
 from actions.models import DeletionItem, DeletionJob, Hold, HoldMode, Pin
 from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from ckptfleet.errors import DomainError
 from ckptfleet.params import parse_id
-from ckptfleet.schema import recorded
 
 
 def _get(model, pk, what: str, request):
@@ -207,60 +206,8 @@ ACTIVE_PARAMETER = OpenApiParameter("active", bool, description="true: only thos
 
 
 @extend_schema_view(
-    list=extend_schema(summary="List pins", parameters=[ACTIVE_PARAMETER]),
-    retrieve=extend_schema(summary="One pin"),
-)
-@extend_schema_view(
-    create=extend_schema(
-        examples=[
-            OpenApiExample(
-                "Pin a baseline", value={"checkpoint": 42, "reason": "baseline for the paper"}, request_only=True
-            )
-        ]
-    ),
-    unpin=extend_schema(
-        examples=[OpenApiExample("Unpin", value={"reason": "the paper is published"}, request_only=True)]
-    ),
-)
-@extend_schema_view(
-    retrieve=extend_schema(
-        examples=[
-            OpenApiExample(
-                "An active pin",
-                value={
-                    "id": 5,
-                    "checkpoint": 42,
-                    "reason": "baseline for the paper",
-                    "pinned_label": "ada",
-                    "pinned_at": "2026-10-14T16:20:00Z",
-                    "unpinned_label": "",
-                    "unpinned_at": None,
-                    "active": True,
-                },
-                response_only=True,
-            )
-        ]
-    )
-)
-@extend_schema_view(
-    list=extend_schema(
-        examples=[
-            OpenApiExample(
-                "An active pin",
-                value={
-                    "id": 5,
-                    "checkpoint": 42,
-                    "reason": "baseline for the paper",
-                    "pinned_label": "ada",
-                    "pinned_at": "2026-10-14T16:20:00Z",
-                    "unpinned_label": "",
-                    "unpinned_at": None,
-                    "active": True,
-                },
-                response_only=True,
-            )
-        ]
-    )
+    list=extend_schema(summary="List pins", parameters=[ACTIVE_PARAMETER], examples=api_examples.PIN),
+    retrieve=extend_schema(summary="One pin", examples=api_examples.PIN),
 )
 class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     queryset = Pin.objects.all()
@@ -270,7 +217,7 @@ class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def get_queryset(self):
         return _active_filter(restrict(super().get_queryset(), self.request.user), self.request, "unpinned_at")
 
-    @extend_schema(request=PinInput, responses={201: PinSerializer})
+    @extend_schema(request=PinInput, responses={201: PinSerializer}, examples=api_examples.PIN_CREATE)
     def create(self, request):
         data = _valid(PinInput, request)
         checkpoint = _get(Checkpoint, data["checkpoint"], "checkpoint", request)
@@ -282,7 +229,7 @@ class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         )
         return Response(PinSerializer(made).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=ReasonInput, responses={200: PinSerializer})
+    @extend_schema(request=ReasonInput, responses={200: PinSerializer}, examples=api_examples.PIN_UNPIN)
     @action(detail=True, methods=["post"])
     def unpin(self, request, pk=None):
         """Unpin a checkpoint, with a reason."""
@@ -297,107 +244,8 @@ class PinViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
 
 @extend_schema_view(
-    list=extend_schema(summary="List holds", parameters=[ACTIVE_PARAMETER]),
-    retrieve=extend_schema(summary="One hold"),
-)
-@extend_schema_view(
-    create=extend_schema(
-        examples=[
-            OpenApiExample(
-                "A legal hold on a run",
-                value={"run": 7, "reason": "litigation hold", "case_ref": "LEGAL-12", "mode": "legal"},
-                request_only=True,
-            ),
-            OpenApiExample(
-                "A compliance hold until a date",
-                value={
-                    "run": 7,
-                    "checkpoint": 42,
-                    "reason": "regulator's preservation order",
-                    "case_ref": "SEC-2026-7",
-                    "mode": "compliance",
-                    "retain_until": "2027-06-30",
-                },
-                request_only=True,
-            ),
-        ]
-    ),
-    release=extend_schema(
-        examples=[OpenApiExample("Release", value={"reason": "case closed", "case_ref": "LEGAL-12"}, request_only=True)]
-    ),
-    extend=extend_schema(
-        examples=[
-            OpenApiExample("Extend", value={"retain_until": "2028-06-30", "reason": "appeal filed"}, request_only=True)
-        ]
-    ),
-)
-@extend_schema_view(
-    retrieve=extend_schema(
-        examples=[
-            OpenApiExample(
-                "A legal hold mirrored to Object Lock",
-                value={
-                    "id": 3,
-                    "run": 7,
-                    "checkpoint": None,
-                    "mode": "legal",
-                    "retain_until": None,
-                    "releasable_after": None,
-                    "reason": "litigation hold",
-                    "case_ref": "LEGAL-12",
-                    "placed_label": "ada",
-                    "placed_at": "2026-11-02T10:00:00Z",
-                    "released_label": "",
-                    "released_at": None,
-                    "release_reason": "",
-                    "release_case_ref": "",
-                    "mirror_state": "done",
-                    "mirror_detail": "",
-                    "mirrored_at": "2026-11-02T10:04:31Z",
-                    "mirror_mode": "",
-                    "mirror_retain_until": None,
-                    "mirror_objects": 312,
-                    "mirror_refused": 0,
-                    "active": True,
-                },
-                response_only=True,
-            )
-        ]
-    )
-)
-@extend_schema_view(
-    list=extend_schema(
-        examples=[
-            OpenApiExample(
-                "A legal hold mirrored to Object Lock",
-                value={
-                    "id": 3,
-                    "run": 7,
-                    "checkpoint": None,
-                    "mode": "legal",
-                    "retain_until": None,
-                    "releasable_after": None,
-                    "reason": "litigation hold",
-                    "case_ref": "LEGAL-12",
-                    "placed_label": "ada",
-                    "placed_at": "2026-11-02T10:00:00Z",
-                    "released_label": "",
-                    "released_at": None,
-                    "release_reason": "",
-                    "release_case_ref": "",
-                    "mirror_state": "done",
-                    "mirror_detail": "",
-                    "mirrored_at": "2026-11-02T10:04:31Z",
-                    "mirror_mode": "",
-                    "mirror_retain_until": None,
-                    "mirror_objects": 312,
-                    "mirror_refused": 0,
-                    "active": True,
-                },
-                response_only=True,
-            )
-        ]
-    )
+    list=extend_schema(summary="List holds", parameters=[ACTIVE_PARAMETER], examples=api_examples.HOLD),
+    retrieve=extend_schema(summary="One hold", examples=api_examples.HOLD),
 )
 class HoldViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     queryset = Hold.objects.all()
@@ -407,7 +255,7 @@ class HoldViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
     def get_queryset(self):
         return _active_filter(restrict(super().get_queryset(), self.request.user), self.request, "released_at")
 
-    @extend_schema(request=HoldInput, responses={201: HoldSerializer})
+    @extend_schema(request=HoldInput, responses={201: HoldSerializer}, examples=api_examples.HOLD_CREATE)
     def create(self, request):
         data = _valid(HoldInput, request)
         run = _get(Run, data["run"], "run", request)
@@ -424,7 +272,7 @@ class HoldViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         )
         return Response(HoldSerializer(made).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=ReleaseInput, responses={200: HoldSerializer})
+    @extend_schema(request=ReleaseInput, responses={200: HoldSerializer}, examples=api_examples.HOLD_RELEASE)
     @action(detail=True, methods=["post"])
     def release(self, request, pk=None):
         """Release a hold, with a reason (not the person who placed it)."""
@@ -438,7 +286,7 @@ class HoldViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         )
         return Response(HoldSerializer(done).data)
 
-    @extend_schema(request=ExtendInput, responses={200: HoldSerializer})
+    @extend_schema(request=ExtendInput, responses={200: HoldSerializer}, examples=api_examples.HOLD_EXTEND)
     @action(detail=True, methods=["post"])
     def extend(self, request, pk=None):
         """Move a compliance hold's retain-until date later; never earlier."""
@@ -453,18 +301,6 @@ class HoldViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         return Response(HoldSerializer(done).data)
 
 
-@extend_schema_view(
-    create=extend_schema(
-        examples=[
-            OpenApiExample(
-                "Schedule a deletion", value={"checkpoint": 42, "reason": "superseded by step 4000"}, request_only=True
-            )
-        ]
-    ),
-    cancel=extend_schema(
-        examples=[OpenApiExample("Cancel", value={"reason": "still needed for the ablation"}, request_only=True)]
-    ),
-)
 class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     queryset = DeletionJob.objects.all()
     serializer_class = DeletionJobSerializer
@@ -473,7 +309,7 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def get_queryset(self):
         return restrict(super().get_queryset(), self.request.user)
 
-    @extend_schema(request=DeletionInput, responses={201: DeletionJobSerializer})
+    @extend_schema(request=DeletionInput, responses={201: DeletionJobSerializer}, examples=api_examples.DELETION_CREATE)
     def create(self, request):
         data = _valid(DeletionInput, request)
         checkpoint = _get(Checkpoint, data["checkpoint"], "checkpoint", request)
@@ -556,19 +392,7 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     @extend_schema(
         request=None,
         responses={200: DeletionJobSerializer},
-        examples=[
-            OpenApiExample(
-                "Approved by a second person",
-                value=recorded(
-                    "actions_deletions_retrieve",
-                    needs_approval=True,
-                    approval_reasons=["the newest verified checkpoint of its run"],
-                    approved_at="2026-11-27T10:05:00Z",
-                    approved_label="grace",
-                ),
-                response_only=True,
-            )
-        ],
+        examples=api_examples.DELETION_APPROVE,
     )
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
@@ -580,7 +404,7 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         )
         return Response(DeletionJobSerializer(job).data)
 
-    @extend_schema(request=ReasonInput, responses={200: DeletionJobSerializer})
+    @extend_schema(request=ReasonInput, responses={200: DeletionJobSerializer}, examples=api_examples.DELETION_CANCEL)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         """Cancel a scheduled deletion, with a reason."""
@@ -596,13 +420,7 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     @extend_schema(
         request=ReasonInput,
         responses={200: DeletionJobSerializer},
-        examples=[
-            OpenApiExample(
-                "Restore from the trash",
-                value={"reason": "step 400 is the baseline of the ablation after all"},
-                request_only=True,
-            )
-        ],
+        examples=api_examples.DELETION_RESTORE,
     )
     @action(detail=True, methods=["post"])
     def restore(self, request, pk=None):
@@ -659,22 +477,12 @@ def _cleanup_answer(p: orphans.OrphanCleanup) -> dict:
     }
 
 
-@extend_schema_view(
-    post=extend_schema(
-        examples=[
-            OpenApiExample(
-                "Files of no checkpoint under a prefix",
-                value={"kind": "unclaimed", "location": 4, "prefix": "scratch"},
-                request_only=True,
-            )
-        ]
-    )
-)
 class OrphanCleanupPreviewView(APIView):
     @extend_schema(
         summary="Preview the clean-up of one orphan group",
         request=OrphanGroupInput,
         responses={200: dict},
+        examples=api_examples.ORPHAN_CLEANUP_PREVIEW,
     )
     def post(self, request):
         """Exactly what cleaning up one group of /api/v1/orphans/ would remove (files, uploads, bytes, money a
@@ -690,22 +498,12 @@ class OrphanCleanupPreviewView(APIView):
         return Response(_cleanup_answer(p))
 
 
-@extend_schema_view(
-    post=extend_schema(
-        examples=[
-            OpenApiExample(
-                "Incomplete multipart uploads of a run",
-                value={"kind": "multipart", "location": 4, "prefix": "llm/llama-7b", "reason": "abandoned uploads"},
-                request_only=True,
-            )
-        ]
-    )
-)
 class OrphanCleanupView(APIView):
     @extend_schema(
         summary="Schedule the clean-up of one orphan group",
         request=OrphanCleanupInput,
         responses={201: DeletionJobSerializer},
+        examples=api_examples.ORPHAN_CLEANUP,
     )
     def post(self, request):
         """Freeze the group's exact files and uploads into a deletion of scope "orphans" (grace period, approvals,

@@ -10,13 +10,13 @@
 from __future__ import annotations
 
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import permissions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from access.scoping import restrict, visible_team_names
-from actions import leases
+from actions import api_examples, leases
 from actions.models import Lease, LeasePurpose
 from audit.actor import Actor
 from catalog.models import Checkpoint
@@ -93,33 +93,6 @@ def _checkpoint(pk, user=None) -> Checkpoint:
     return found
 
 
-TAKE_EXAMPLE = OpenApiExample(
-    "A job resuming from step 41000",
-    value={"checkpoint": 42, "owner": "llama3-70b-resume-7", "purpose": "resuming", "ttl_seconds": 3600},
-    request_only=True,
-)
-
-
-LEASE_EXAMPLE = OpenApiExample(
-    "A live lease of a resuming job",
-    value={
-        "id": 17,
-        "checkpoint": 42,
-        "owner": "job-7",
-        "purpose": "resuming",
-        "taken_label": "ada",
-        "taken_at": "2026-11-27T08:00:00Z",
-        "renewed_at": "2026-11-27T08:55:00Z",
-        "expires_at": "2026-11-27T09:55:00Z",
-        "released_at": None,
-        "released_label": "",
-        "lapsed_at": None,
-        "live": True,
-    },
-    response_only=True,
-)
-
-
 class LeaseListView(APIView):
     """Leases of the checkpoints a person may see; POST takes one (operator role)."""
 
@@ -130,7 +103,7 @@ class LeaseListView(APIView):
             OpenApiParameter("live", bool, description="true: only live ones."),
         ],
         responses=LeaseSerializer(many=True),
-        examples=[LEASE_EXAMPLE],
+        examples=api_examples.LEASE,
     )
     def get(self, request):
         rows = _visible_leases(request.user)
@@ -141,7 +114,10 @@ class LeaseListView(APIView):
         return Response(LeaseSerializer(rows[:500], many=True).data)
 
     @extend_schema(
-        summary="Take a lease", request=LeaseTakeInput, responses={201: LeaseSerializer}, examples=[TAKE_EXAMPLE]
+        summary="Take a lease",
+        request=LeaseTakeInput,
+        responses={201: LeaseSerializer},
+        examples=api_examples.LEASE_TAKE,
     )
     def post(self, request):
         data = _valid(LeaseTakeInput, request)
@@ -155,13 +131,12 @@ class LeaseListView(APIView):
         return Response(LeaseSerializer(lease).data, status=status.HTTP_201_CREATED)
 
 
-@extend_schema_view(
-    post=extend_schema(examples=[OpenApiExample("Another hour", value={"ttl_seconds": 3600}, request_only=True)])
-)
 class LeaseRenewView(APIView):
     """POST moves the lease's expiry to now + ttl_seconds (operator role)."""
 
-    @extend_schema(summary="Renew a lease", request=LeaseRenewInput, responses=LeaseSerializer)
+    @extend_schema(
+        summary="Renew a lease", request=LeaseRenewInput, responses=LeaseSerializer, examples=api_examples.LEASE_RENEW
+    )
     def post(self, request, pk):
         data = _valid(LeaseRenewInput, request)
         lease = leases.renew(
@@ -170,13 +145,15 @@ class LeaseRenewView(APIView):
         return Response(LeaseSerializer(lease).data)
 
 
-@extend_schema_view(
-    post=extend_schema(examples=[OpenApiExample("Done", value={"reason": "evaluation finished"}, request_only=True)])
-)
 class LeaseReleaseView(APIView):
     """POST ends the lease now (operator role)."""
 
-    @extend_schema(summary="Release a lease", request=LeaseReleaseInput, responses=LeaseSerializer)
+    @extend_schema(
+        summary="Release a lease",
+        request=LeaseReleaseInput,
+        responses=LeaseSerializer,
+        examples=api_examples.LEASE_RELEASE,
+    )
     def post(self, request, pk):
         data = _valid(LeaseReleaseInput, request)
         lease = leases.release(lease=_lease(pk, request.user), actor=Actor.for_request(request), reason=data["reason"])
@@ -197,29 +174,23 @@ def _host_actor(request) -> Actor:
     return Actor.agent(request.user.host.name)
 
 
-@extend_schema_view(
-    post=extend_schema(
-        examples=[
-            OpenApiExample(
-                "Resuming from a checkpoint",
-                value={"checkpoint": 42, "owner": "llama3-70b-resume-7", "purpose": "resuming", "ttl_seconds": 3600},
-                request_only=True,
-            )
-        ]
-    )
-)
 class AgentLeaseView(APIView):
     """A host agent takes a lease on a checkpoint it holds a copy of (POST), or lists the ones it took (GET)."""
 
     authentication_classes = [HostTokenAuthentication]
     permission_classes = [IsLeasingHost]
 
-    @extend_schema(summary="Leases this host took", responses=LeaseSerializer(many=True), examples=[LEASE_EXAMPLE])
+    @extend_schema(summary="Leases this host took", responses=LeaseSerializer(many=True), examples=api_examples.LEASE)
     def get(self, request):
         rows = Lease.objects.filter(host=request.user.host).order_by("-taken_at")[:200]
         return Response(LeaseSerializer(rows, many=True).data)
 
-    @extend_schema(summary="Take a lease as a host", request=LeaseTakeInput, responses={201: LeaseSerializer})
+    @extend_schema(
+        summary="Take a lease as a host",
+        request=LeaseTakeInput,
+        responses={201: LeaseSerializer},
+        examples=api_examples.AGENT_LEASE_TAKE,
+    )
     def post(self, request):
         data = _valid(LeaseTakeInput, request)
         lease = leases.take(
@@ -233,9 +204,6 @@ class AgentLeaseView(APIView):
         return Response(LeaseSerializer(lease).data, status=status.HTTP_201_CREATED)
 
 
-@extend_schema_view(
-    post=extend_schema(examples=[OpenApiExample("Another hour", value={"ttl_seconds": 3600}, request_only=True)])
-)
 class AgentLeaseChangeView(APIView):
     """POST renew/ (``{"ttl_seconds": N}``) or release/ a lease this host took."""
 
@@ -243,7 +211,12 @@ class AgentLeaseChangeView(APIView):
     permission_classes = [IsLeasingHost]
     change = "renew"
 
-    @extend_schema(summary="Renew or release a lease as a host", request=LeaseRenewInput, responses=LeaseSerializer)
+    @extend_schema(
+        summary="Renew or release a lease as a host",
+        request=LeaseRenewInput,
+        responses=LeaseSerializer,
+        examples=api_examples.LEASE_RENEW,
+    )
     def post(self, request, pk):
         found = Lease.objects.filter(pk=parse_id(pk, "lease")).first()
         if found is None:

@@ -24,7 +24,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -32,7 +32,7 @@ from rest_framework.views import APIView
 from access.middleware import request_id_of
 from access.roles import Role, has_role, require_role
 from access.scoping import restrict_runs
-from actions import promises, services
+from actions import api_examples, promises, services
 from actions.models import Hold, Pin
 from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run
@@ -695,29 +695,7 @@ class BulkApiView(APIView):
         request=BulkInput,
         responses={200: BulkOutput},
         summary="Bulk pin, hold or deletion",
-        examples=[
-            OpenApiExample(
-                "Preview a legal hold on two checkpoints (confirm: true acts)",
-                value={
-                    "action": "hold",
-                    "items": [{"checkpoint": 42}, {"checkpoint": 43}],
-                    "reason": "litigation hold",
-                    "case_ref": "LEGAL-12",
-                    "confirm": False,
-                },
-                request_only=True,
-            ),
-            OpenApiExample(
-                "Delete one copy of a checkpoint",
-                value={
-                    "action": "delete",
-                    "items": [{"checkpoint": 42, "copy": 97}],
-                    "reason": "superseded by newer steps",
-                    "confirm": True,
-                },
-                request_only=True,
-            ),
-        ],
+        examples=api_examples.BULK,
     )
     def post(self, request):
         data = BulkInput(data=request.data)
