@@ -1,11 +1,6 @@
-"""The OpenAPI examples of the actions API (``actions.api``, ``actions.api_leases``, ``actions.views_bulk``).
-
-They live here, not on the views, so that a view module reads as a view and each example is written once: a
-view names the list it shows (``@extend_schema(..., examples=api_examples.PIN_CREATE)``). Each list is one
-operation's, named after its view and action; an example two operations show (the list and the detail of a
-pin) is one object in both. A read without an example here gets the answer recorded from the demo fleet
-(``ckptfleet.schema``); ``recorded(...)`` below reuses such an answer for a write that returns the same object.
-"""
+"""The OpenAPI examples of the actions API (``actions.api``, ``actions.api_leases``, ``actions.views_bulk``): a
+list an operation, each example written once and named by the views that show it (``ckptfleet.schema`` says why
+they live here)."""
 
 from __future__ import annotations
 

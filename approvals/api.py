@@ -9,7 +9,7 @@ since it was asked for, or refused by a retention lock.
 from __future__ import annotations
 
 from django.http import Http404
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -17,14 +17,13 @@ from rest_framework.views import APIView
 from access.middleware import request_id_of
 from access.permissions import role_required
 from access.roles import Role
-from approvals import services
+from approvals import api_examples, services
 from approvals.choices import ChangeState
 from approvals.models import ChangeRequest
 from approvals.registry import kind_of
 from approvals.selectors import restrict_changes
 from audit.actor import Actor
 from ckptfleet.errors import DomainError
-from ckptfleet.schema import recorded
 
 LIST_LIMIT = 500
 
@@ -116,13 +115,7 @@ class ChangeRequestApproveView(_Decision):
         operation_id="change_request_approve",
         request=None,
         responses=ChangeRequestSerializer,
-        examples=[
-            OpenApiExample(
-                "Approved by a second person: applied",
-                value=recorded("change_request_read", state="applied", decided_label="grace"),
-                response_only=True,
-            )
-        ],
+        examples=api_examples.CHANGE_APPROVE,
     )
     def post(self, request, pk: int):
         return self._done(
@@ -130,20 +123,18 @@ class ChangeRequestApproveView(_Decision):
         )
 
 
-@extend_schema_view(
-    post=extend_schema(
-        examples=[
-            OpenApiExample("Reject", value={"reason": "keeps too little for the audit period"}, request_only=True)
-        ]
-    )
-)
 class ChangeRequestRejectView(_Decision):
     """Reject, with a reason (approver role, not the person who asked)."""
 
     def get_permissions(self):
         return [role_required(Role.APPROVER, doing="rejecting a change")()]
 
-    @extend_schema(operation_id="change_request_reject", request=ReasonSerializer, responses=ChangeRequestSerializer)
+    @extend_schema(
+        operation_id="change_request_reject",
+        request=ReasonSerializer,
+        responses=ChangeRequestSerializer,
+        examples=api_examples.CHANGE_REJECT,
+    )
     def post(self, request, pk: int):
         return self._done(
             request,
@@ -152,15 +143,15 @@ class ChangeRequestRejectView(_Decision):
         )
 
 
-@extend_schema_view(
-    post=extend_schema(
-        examples=[OpenApiExample("Withdraw", value={"reason": "asked for the wrong team"}, request_only=True)]
-    )
-)
 class ChangeRequestCancelView(_Decision):
     """Withdraw one's own request (or, for an admin, anyone's)."""
 
-    @extend_schema(operation_id="change_request_cancel", request=ReasonSerializer, responses=ChangeRequestSerializer)
+    @extend_schema(
+        operation_id="change_request_cancel",
+        request=ReasonSerializer,
+        responses=ChangeRequestSerializer,
+        examples=api_examples.CHANGE_CANCEL,
+    )
     def post(self, request, pk: int):
         return self._done(
             request,
