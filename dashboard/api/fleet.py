@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import BaseParser
@@ -17,7 +17,7 @@ from actions.softdelete import agent_pending, agent_report
 from audit.actor import Actor
 from audit.choices import EventSource
 from ckptfleet.errors import DomainError, PermissionRefused, TooLarge
-from ckptfleet.schema import recorded
+from dashboard import api_examples
 from dashboard.api.fleet_serializers import (
     AgentOffloadListSerializer,
     AgentOffloadReportSerializer,
@@ -79,14 +79,7 @@ class InventoryUploadView(APIView):
             403: OpenApiResponse(description="token of another host"),
             413: OpenApiResponse(),
         },
-        examples=[
-            OpenApiExample(
-                "Received: poll its URL until it is applied",
-                value={"id": 31, "status": "received", "url": "/api/v1/inventories/31/"},
-                response_only=True,
-                status_codes=["202"],
-            )
-        ],
+        examples=api_examples.INVENTORY_UPLOAD,
     )
     def post(self, request):
         """Upload an inventory of one root (gzip NDJSON); applied by a task, polled at the returned URL."""
@@ -146,18 +139,7 @@ class HostViewSet(viewsets.ReadOnlyModelViewSet):
         summary="Mark a host down",
         request=None,
         responses={200: HostSerializer, 400: OpenApiResponse(description="no reason"), 403: OpenApiResponse()},
-        examples=[
-            OpenApiExample(
-                'Sent {"reason": "PSU failure, vendor ticket 4411"}: the host, down',
-                value=recorded(
-                    "hosts_retrieve",
-                    down_since="2026-11-27T09:12:00Z",
-                    down_label="ada",
-                    down_reason="PSU failure, vendor ticket 4411",
-                ),
-                response_only=True,
-            )
-        ],
+        examples=api_examples.HOST_DOWN,
     )
     @action(detail=True, methods=["post"])
     def down(self, request, pk=None):
@@ -168,13 +150,7 @@ class HostViewSet(viewsets.ReadOnlyModelViewSet):
         summary="Mark a host up again",
         request=None,
         responses={200: HostSerializer},
-        examples=[
-            OpenApiExample(
-                'Sent {"reason": "PSU replaced"}: the host, up',
-                value=recorded("hosts_retrieve", down_since=None, down_label="", down_reason=""),
-                response_only=True,
-            )
-        ],
+        examples=api_examples.HOST_UP,
     )
     @action(detail=True, methods=["post"])
     def up(self, request, pk=None):
@@ -185,9 +161,7 @@ class HostViewSet(viewsets.ReadOnlyModelViewSet):
         summary="Set the GPUs a host has",
         request=None,
         responses={200: HostSerializer, 400: OpenApiResponse(description="not a GPU count"), 403: OpenApiResponse()},
-        examples=[
-            OpenApiExample('Sent {"gpus": 8}: the host', value=recorded("hosts_retrieve", gpus=8), response_only=True)
-        ],
+        examples=api_examples.HOST_GPUS,
     )
     @action(detail=True, methods=["post"])
     def gpus(self, request, pk=None):
@@ -219,14 +193,7 @@ class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
             400: OpenApiResponse(description="not a bucket"),
             409: OpenApiResponse(description="a scan of this bucket is already running"),
         },
-        examples=[
-            OpenApiExample(
-                "A scan started",
-                value={"id": 31, "status": "received", "url": "/api/v1/inventories/31/"},
-                response_only=True,
-                status_codes=["202"],
-            )
-        ],
+        examples=api_examples.LOCATION_SCAN,
     )
     @action(detail=True, methods=["post"])
     def scan(self, request, pk=None):
@@ -251,23 +218,7 @@ class StorageLocationViewSet(viewsets.ReadOnlyModelViewSet):
             400: OpenApiResponse(description="bad days or no reason"),
             403: OpenApiResponse(description="not an admin, or 0 under CKPTFLEET_SOFT_DELETE_REQUIRED"),
         },
-        examples=[
-            OpenApiExample(
-                'Sent {"days": 14, "reason": "two weeks to notice a wrong deletion"}: the location',
-                value=recorded("locations_retrieve", soft_delete_days=14, trash_days=14),
-                response_only=True,
-            ),
-            OpenApiExample(
-                'Sent {"days": 1, ...}: a shortening waits for a second person',
-                value={
-                    "change_request": 12,
-                    "state": "pending",
-                    "detail": "shortening the recovery window needs a second person's approval: see /approvals/",
-                },
-                response_only=True,
-                status_codes=["202"],
-            ),
-        ],
+        examples=api_examples.LOCATION_SOFT_DELETE,
     )
     @action(detail=True, methods=["post"], url_path="soft-delete")
     def soft_delete(self, request, pk=None):
@@ -320,27 +271,7 @@ class AgentDeletionsView(APIView):
             OpenApiParameter("can", str, description="`trash`: the agent moves files to the trash and back."),
         ],
         responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="pending files"), 403: OpenApiResponse()},
-        examples=[
-            OpenApiExample(
-                "One file to move to the trash (?can=trash)",
-                value={
-                    "host": "gpu-a01",
-                    "items": [
-                        {
-                            "id": 118,
-                            "job": 4,
-                            "root": "/mnt/nvme0/ckpt",
-                            "path": "llm/llama-tiny/step-100/__0_0.distcp",
-                            "size": 41943040,
-                            "mtime": 1795694400.0,
-                            "action": "trash",
-                            "trash_path": ".ckptfleet-trash/4/llm/llama-tiny/step-100/__0_0.distcp",
-                        }
-                    ],
-                },
-                response_only=True,
-            )
-        ],
+        examples=api_examples.AGENT_DELETIONS,
     )
     def get(self, request):
 
@@ -358,13 +289,7 @@ class AgentDeletionsView(APIView):
             400: OpenApiResponse(),
             403: OpenApiResponse(),
         },
-        examples=[
-            OpenApiExample(
-                'Sent {"results": [{"id": 118, "result": "trashed"}, {"id": 119, "result": "failed", ...}]}',
-                value={"recorded": 2, "ignored": 0, "done": 1, "blocked": 0, "failed": 1},
-                response_only=True,
-            )
-        ],
+        examples=api_examples.AGENT_DELETIONS_REPORT,
     )
     def post(self, request):
 
@@ -393,31 +318,7 @@ class AgentPromotionsView(APIView):
     @extend_schema(
         summary="Files this host's agent should pull from a bucket",
         parameters=[OpenApiParameter("root", str, description="Only this registered root (an absolute path).")],
-        examples=[
-            OpenApiExample(
-                "One file to pull (the URL shortened)",
-                value={
-                    "host": "gpu-a01",
-                    "items": [
-                        {
-                            "id": 311,
-                            "job": 9,
-                            "root": "/mnt/nvme0/ckpt",
-                            "path": "llm/llama-tiny/step-400/model.safetensors",
-                            "target": "/mnt/nvme0/ckpt/llm/llama-tiny/step-400/model.safetensors",
-                            "size": 268435456,
-                            "etag": '"5d41402abc4b2a76b9719d911017c592-32"',
-                            "sha256": "9f2c4e1b7a0d3c5e8f6a2b4d1c7e9a3f5b8d0c2e4a6f1b3d5c7e9a0b2d4f6a8c",
-                            "source": "s3://ckpt-archive-eu/llm/llama-tiny/step-400/model.safetensors",
-                            "url": "https://s3.eu-west-1.amazonaws.com/ckpt-archive-eu/llm/llama-tiny/step-400/model.safetensors?X-Amz-Expires=3600&...",
-                            "expires_in": 3600,
-                        }
-                    ],
-                    "unavailable": [],
-                },
-                response_only=True,
-            )
-        ],
+        examples=api_examples.AGENT_PULLS,
         responses={
             200: AgentPullListSerializer,
             400: OpenApiResponse(description="unknown root"),
@@ -431,23 +332,7 @@ class AgentPromotionsView(APIView):
     @extend_schema(
         summary="Report what this host's agent pulled",
         request=AgentPullReportSerializer,
-        examples=[
-            OpenApiExample(
-                "One file pulled, one failed",
-                value={
-                    "results": [
-                        {
-                            "id": 311,
-                            "result": "pulled",
-                            "size": 268435456,
-                            "sha256": "9f2c4e1b7a0d3c5e8f6a2b4d1c7e9a3f5b8d0c2e4a6f1b3d5c7e9a0b2d4f6a8c",
-                        },
-                        {"id": 312, "result": "failed", "detail": "No space left on device"},
-                    ]
-                },
-                request_only=True,
-            )
-        ],
+        examples=api_examples.AGENT_PULLS_REPORT,
         responses={200: OpenApiResponse(description="recorded"), 400: OpenApiResponse(), 403: OpenApiResponse()},
     )
     def post(self, request):
@@ -486,32 +371,7 @@ class AgentOffloadsView(APIView):
             OpenApiParameter("dry_run", bool, description="List only: nothing signed or started."),
             OpenApiParameter("defer", str, enum=["sha256"], description="Leave files with no sha256 unsigned."),
         ],
-        examples=[
-            OpenApiExample(
-                "One file to upload with a single PUT (the URL shortened)",
-                value={
-                    "host": "gpu-a01",
-                    "items": [
-                        {
-                            "id": 512,
-                            "job": 14,
-                            "root": "/mnt/nvme0/ckpt",
-                            "path": "llm/llama-tiny/step-600/optim.pt",
-                            "source": "/mnt/nvme0/ckpt/llm/llama-tiny/step-600/optim.pt",
-                            "target": "s3://ckpt-archive-eu/llm/llama-tiny/step-600/optim.pt",
-                            "size": 52428800,
-                            "sha256": "9f2c4e1b7a0d3c5e8f6a2b4d1c7e9a3f5b8d0c2e4a6f1b3d5c7e9a0b2d4f6a8c",
-                            "method": "put",
-                            "expires_in": 3600,
-                            "url": "https://s3.eu-west-1.amazonaws.com/ckpt-archive-eu/llm/llama-tiny/step-600/optim.pt?X-Amz-Expires=3600&...",
-                            "headers": {"x-amz-checksum-sha256": "nyxOG3oNPF6PaitNHH6aP1uNDC5Kbxs9x+mgstT2qMw="},
-                        }
-                    ],
-                    "unavailable": [],
-                },
-                response_only=True,
-            )
-        ],
+        examples=api_examples.AGENT_OFFLOADS,
         responses={
             200: AgentOffloadListSerializer,
             400: OpenApiResponse(description="unknown root"),
@@ -532,23 +392,7 @@ class AgentOffloadsView(APIView):
     @extend_schema(
         summary="Report what this host's agent uploaded",
         request=AgentOffloadReportSerializer,
-        examples=[
-            OpenApiExample(
-                "One file uploaded, one already there",
-                value={
-                    "results": [
-                        {
-                            "id": 512,
-                            "result": "uploaded",
-                            "size": 52428800,
-                            "sha256": "9f2c4e1b7a0d3c5e8f6a2b4d1c7e9a3f5b8d0c2e4a6f1b3d5c7e9a0b2d4f6a8c",
-                        },
-                        {"id": 513, "result": "skipped", "exists": True, "detail": "an object is at the key"},
-                    ]
-                },
-                request_only=True,
-            )
-        ],
+        examples=api_examples.AGENT_OFFLOADS_REPORT,
         responses={200: OpenApiResponse(description="recorded"), 400: OpenApiResponse(), 403: OpenApiResponse()},
     )
     def post(self, request):
@@ -567,15 +411,7 @@ class AgentOffloadSignView(APIView):
     @extend_schema(
         summary="Sign this host's uploads with the sha256 its agent measured",
         request=AgentOffloadSignSerializer,
-        examples=[
-            OpenApiExample(
-                "The sha256 the agent measured",
-                value={
-                    "sign": [{"id": 512, "sha256": "9f2c4e1b7a0d3c5e8f6a2b4d1c7e9a3f5b8d0c2e4a6f1b3d5c7e9a0b2d4f6a8c"}]
-                },
-                request_only=True,
-            )
-        ],
+        examples=api_examples.AGENT_OFFLOADS_SIGN,
         responses={200: AgentOffloadListSerializer, 400: OpenApiResponse(), 403: OpenApiResponse()},
     )
     def post(self, request):

@@ -10,7 +10,7 @@ of its own locations (403 otherwise). Either way the change is audited as ``run.
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -24,6 +24,7 @@ from catalog.lifecycle import MAX_STATUS_REASON, run_status_set
 from catalog.models import Run
 from ckptfleet.errors import DomainError
 from ckptfleet.params import parse_id
+from dashboard import api_examples
 from fleet.api.auth import HostPrincipal, HostTokenAuthentication
 
 
@@ -101,19 +102,13 @@ _RESPONSES = {
 }
 
 
-@extend_schema_view(
-    post=extend_schema(
-        examples=[
-            OpenApiExample("A job that failed", value={"status": "failed", "reason": "NCCL timeout"}, request_only=True)
-        ]
-    )
-)
 class RunStatusView(_RunStatusView):
     @extend_schema(
         summary="Set a run's status (finished, failed, abandoned, active)",
         operation_id="runs_status_set",
         request=RunStatusSerializer,
         responses=_RESPONSES,
+        examples=api_examples.RUN_STATUS,
     )
     def post(self, request, pk: int):
         """Say how the run ended (or that it is active again), with a reason; audited as ``run.status``."""
@@ -123,28 +118,13 @@ class RunStatusView(_RunStatusView):
         return self._set(request, run)
 
 
-@extend_schema_view(
-    post=extend_schema(
-        examples=[
-            OpenApiExample(
-                "A job that reached its target",
-                value={
-                    "team": "llm",
-                    "run": "llama-7b-pretrain",
-                    "status": "finished",
-                    "reason": "reached the target loss",
-                },
-                request_only=True,
-            )
-        ]
-    )
-)
 class RunStatusByNameView(_RunStatusView):
     @extend_schema(
         summary="Set a run's status by team and run name",
         operation_id="runs_status_set_by_name",
         request=RunStatusByNameSerializer,
         responses=_RESPONSES,
+        examples=api_examples.RUN_STATUS_BY_NAME,
     )
     def post(self, request):
         """As ``POST /api/v1/runs/{id}/status/``, for a job that knows its team and run names but not the id."""

@@ -15,7 +15,7 @@ runs (and teams) a scoped person cannot see are not found.
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -34,6 +34,7 @@ from catalog.recovery_point import (
     run_rpo_set,
     team_rpo_set,
 )
+from dashboard import api_examples
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:
@@ -127,13 +128,6 @@ class FleetRecoveryPointsView(APIView):
         return Response({"results": [point_dict(p) for p in over_objective(runs)]})
 
 
-@extend_schema_view(
-    post=extend_schema(
-        examples=[
-            OpenApiExample("512 GPUs", value={"gpus": 512, "reason": "scaled up for the long run"}, request_only=True)
-        ]
-    )
-)
 class RunGpusView(APIView):
     @extend_schema(
         summary="Set the GPU count of a run (operator)",
@@ -141,6 +135,7 @@ class RunGpusView(APIView):
             "RunGpus", {"gpus": serializers.IntegerField(allow_null=True), "reason": serializers.CharField()}
         ),
         responses={200: POINT, **_SET_RESPONSES},
+        examples=api_examples.RUN_GPUS,
     )
     def post(self, request, pk: int):
         """Used when neither the sidecar nor the checkpoint's world size says it; null clears it. Audited."""
@@ -156,13 +151,6 @@ class RunGpusView(APIView):
         return Response(point_dict(recovery_point_of(_run(request, pk))))
 
 
-@extend_schema_view(
-    post=extend_schema(
-        examples=[
-            OpenApiExample("Six hours", value={"hours": 6, "reason": "production pre-training"}, request_only=True)
-        ]
-    )
-)
 class RunRpoView(APIView):
     @extend_schema(
         summary="Set a run's own recovery point objective (operator)",
@@ -170,6 +158,7 @@ class RunRpoView(APIView):
             "RunRpo", {"hours": serializers.FloatField(allow_null=True), "reason": serializers.CharField()}
         ),
         responses={200: POINT, **_SET_RESPONSES},
+        examples=api_examples.RUN_RPO,
     )
     def post(self, request, pk: int):
         """Hours above 0; null falls back to the team's objective. Audited as run.rpo."""
@@ -185,11 +174,6 @@ class RunRpoView(APIView):
         return Response(point_dict(recovery_point_of(_run(request, pk))))
 
 
-@extend_schema_view(
-    post=extend_schema(
-        examples=[OpenApiExample("A day", value={"hours": 24, "reason": "research default"}, request_only=True)]
-    )
-)
 class TeamRpoView(APIView):
     @extend_schema(
         summary="Set a team's default recovery point objective (operator)",
@@ -207,6 +191,7 @@ class TeamRpoView(APIView):
             ),
             **_SET_RESPONSES,
         },
+        examples=api_examples.TEAM_RPO,
     )
     def post(self, request, pk: int):
         """Hours above 0; null falls back to the product default. Audited as team.rpo."""
@@ -272,17 +257,6 @@ class RunLineageView(APIView):
         return Response(lineage_dict(_run(request, pk), request.user))
 
 
-@extend_schema_view(
-    post=extend_schema(
-        examples=[
-            OpenApiExample(
-                "Fine-tuned from a checkpoint",
-                value={"checkpoint": 42, "reason": "SFT from the step 4000 base"},
-                request_only=True,
-            )
-        ]
-    )
-)
 class RunParentView(APIView):
     @extend_schema(
         summary="Name the checkpoint a run was initialised or fine-tuned from (operator)",
@@ -290,6 +264,7 @@ class RunParentView(APIView):
             "RunParent", {"checkpoint": serializers.IntegerField(allow_null=True), "reason": serializers.CharField()}
         ),
         responses={200: LINEAGE, **_SET_RESPONSES},
+        examples=api_examples.RUN_PARENT,
     )
     def post(self, request, pk: int):
         """A checkpoint id the person can see; null clears it. Audited as run.parent."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 from django.db.models import Exists, OuterRef, Prefetch
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import (
-    OpenApiExample,
     OpenApiParameter,
     PolymorphicProxySerializer,
     extend_schema,
@@ -23,6 +22,7 @@ from catalog.ladder import ladder_for, resume_answer
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from ckptfleet.errors import DomainError
 from ckptfleet.params import optional_id, whole_number
+from dashboard import api_examples
 from dashboard.api.serializers import (
     CheckpointPlacementSerializer,
     CheckpointSerializer,
@@ -131,24 +131,6 @@ def _flag_counts(counts: dict[str, int]) -> list[dict]:
     ]
 
 
-RUN_EXAMPLE = {
-    "id": 7,
-    "team": "llm",
-    "name": "llama-7b-pretrain",
-    "status": "finished",
-    "status_source": "api",
-    "status_changed_at": "2026-11-20T04:12:09Z",
-    "status_reason": "reached the target loss",
-    "status_by_label": "ada",
-    "checkpoint_count": 12,
-    "copy_count": 27,
-    "bytes": 1649267441664,
-    "newest_step": 6000,
-    "bad_copies": 1,
-    "created_at": "2026-09-02T08:30:00Z",
-}
-
-
 # Where the bytes are (``dashboard.run_filters.Place``): each met by the same present copy.
 PLACE_PARAMETERS = [
     OpenApiParameter("tier", str, enum=Tier.values, description="With a present copy holding bytes on this tier."),
@@ -170,12 +152,10 @@ PLACE_PARAMETERS = [
             ),
             OpenApiParameter("attention", bool, description="Runs with a partial or corrupt present copy."),
             OpenApiParameter("sort", str, enum=list(SORTS), description="The order of the list (default team)."),
-        ]
-    )
-)
-@extend_schema_view(
-    list=extend_schema(examples=[OpenApiExample("A page of runs of team llm", value=RUN_EXAMPLE, response_only=True)]),
-    retrieve=extend_schema(examples=[OpenApiExample("A finished run", value=RUN_EXAMPLE, response_only=True)]),
+        ],
+        examples=api_examples.RUN_LIST,
+    ),
+    retrieve=extend_schema(examples=api_examples.RUN_READ),
 )
 class RunViewSet(viewsets.ReadOnlyModelViewSet):
     """Training runs with checkpoint counts, bytes and their newest step; the runs page's filters, sorts and
@@ -245,31 +225,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             "fallback ladder. Read-only; the viewer role is enough."
         ),
         responses={200: dict},
-        examples=[
-            OpenApiExample(
-                "A DeepSpeed run whose latest is behind",
-                value={
-                    "run": 7,
-                    "resume": {
-                        "checkpoint": 91,
-                        "label": "step 200",
-                        "step": 200,
-                        "verified": True,
-                        "copy": 140,
-                        "location": "lustre-gw1:lustre",
-                        "host": "lustre-gw1",
-                        "path": "/lustre/ckpt/speech/ds-tiny/global_step200",
-                        "restore_seconds": 41.3,
-                        "commands": ["rsync -a --partial ... ./global_step200/"],
-                        "layout": {"world_size": 2, "reshard": "conversion", "tool": "ds_to_universal.py ..."},
-                        "pointer": {"state": "behind", "fix_command": "printf '%s\\n' global_step200 > .../latest"},
-                    },
-                    "why": "the newest checkpoint that is verified; ...",
-                    "ladder": [{"label": "step 100", "position": 2, "steps_lost": 100}],
-                },
-                response_only=True,
-            )
-        ],
+        examples=api_examples.RUN_RESUME,
     )
     @action(
         detail=True, methods=["get"], url_path="resume", url_name="resume", pagination_class=None, filter_backends=[]
@@ -342,42 +298,7 @@ class CheckpointViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(
         summary="Placement flags with their counts, or the checkpoints raising one flag",
         operation_id="checkpoints_flagged_list",
-        examples=[
-            OpenApiExample(
-                "Without flag: every flag with its count",
-                value=[
-                    {
-                        "flag": "finished_on_nvme",
-                        "label": "Finished run still on NVMe",
-                        "help": "The run has ended (finished, failed or abandoned), its newest checkpoint was saved "
-                        "more than 14 days ago, and this checkpoint still has a copy on GPU-host NVMe, the most "
-                        "expensive tier, which training jobs need. Move it to object storage or delete that copy.",
-                        "count": 2,
-                    }
-                ],
-                response_only=True,
-            ),
-            OpenApiExample(
-                "With ?flag=finished_on_nvme: a page of checkpoints",
-                value={
-                    "next": None,
-                    "previous": None,
-                    "results": [
-                        {
-                            "id": 35,
-                            "run_id": 8,
-                            "run": "nlp/llama2-7b-sft",
-                            "step": 500,
-                            "tag": "",
-                            "importance": "routine",
-                            "flag": "finished_on_nvme",
-                            "why": "on NVMe at gpu-c12:nvme0",
-                        }
-                    ],
-                },
-                response_only=True,
-            ),
-        ],
+        examples=api_examples.CHECKPOINTS_FLAGGED,
         parameters=[
             OpenApiParameter("flag", str, enum=placement.Flag.values, description="List the checkpoints of one flag."),
             OpenApiParameter("run", int, description="Only this run (its id)."),
