@@ -8,7 +8,7 @@ from drf_spectacular.utils import OpenApiExample
 
 from ckptfleet.schema import recorded
 
-# --- pins --------------------------------------------------------------------------------------------
+# --- pins ---------------------------------------------------------------------------------------------------
 
 PIN = [
     OpenApiExample(
@@ -31,7 +31,7 @@ PIN_CREATE = [
 ]
 PIN_UNPIN = [OpenApiExample("Unpin", value={"reason": "the paper is published"}, request_only=True)]
 
-# --- holds -------------------------------------------------------------------------------------------
+# --- holds --------------------------------------------------------------------------------------------------
 
 HOLD = [
     OpenApiExample(
@@ -87,7 +87,7 @@ HOLD_EXTEND = [
     OpenApiExample("Extend", value={"retain_until": "2028-06-30", "reason": "appeal filed"}, request_only=True)
 ]
 
-# --- deletions ---------------------------------------------------------------------------------------
+# --- deletions ----------------------------------------------------------------------------------------------
 
 DELETION_CREATE = [
     OpenApiExample(
@@ -116,7 +116,7 @@ DELETION_RESTORE = [
     )
 ]
 
-# --- orphan clean-up ---------------------------------------------------------------------------------
+# --- orphan clean-up ----------------------------------------------------------------------------------------
 
 ORPHAN_CLEANUP_PREVIEW = [
     OpenApiExample(
@@ -133,7 +133,7 @@ ORPHAN_CLEANUP = [
     )
 ]
 
-# --- leases (a person's and a host agent's) ----------------------------------------------------------
+# --- leases (a person's and a host agent's) -----------------------------------------------------------------
 
 LEASE = [
     OpenApiExample(
@@ -161,7 +161,7 @@ LEASE_RENEW = [OpenApiExample("Another hour", value={"ttl_seconds": 3600}, reque
 LEASE_RELEASE = [OpenApiExample("Done", value={"reason": "evaluation finished"}, request_only=True)]
 AGENT_LEASE_TAKE = [OpenApiExample("Resuming from a checkpoint", value=_TAKE, request_only=True)]
 
-# --- bulk actions ------------------------------------------------------------------------------------
+# --- bulk actions -------------------------------------------------------------------------------------------
 
 BULK = [
     OpenApiExample(

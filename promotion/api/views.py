@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -11,7 +11,7 @@ from access.scoping import restrict_runs
 from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy
 from ckptfleet.errors import DomainError
-from promotion import moves, selectors, services
+from promotion import api_examples, moves, selectors, services
 from promotion.api.serializers import (
     CancelSerializer,
     MoveRequestSerializer,
@@ -40,93 +40,9 @@ def _source(data, user) -> tuple[Checkpoint | None, CheckpointCopy | None]:
     return checkpoint, copy
 
 
-PROMOTION_EXAMPLE = {
-    "id": 9,
-    "checkpoint": 42,
-    "source_copy": 97,
-    "source_location": "ckpt-archive-eu",
-    "target_location": 3,
-    "target_location_name": "ckpt-hot-eu",
-    "target_storage_class": "STANDARD",
-    "target_tier": "object_standard",
-    "method": "restore",
-    "state": "restoring",
-    "in_place": False,
-    "restore_days": 3,
-    "restore_tier": "Standard",
-    "reason": "resume training from step 4000",
-    "requested_label": "ada",
-    "requested_at": "2026-11-27T08:02:11Z",
-    "started_at": "2026-11-27T08:02:15Z",
-    "finished_at": None,
-    "cancelled_label": "",
-    "items_total": 9,
-    "items_done": 3,
-    "items_blocked": 0,
-    "bytes_total": 15032385536,
-    "bytes_done": 5010795178,
-    "percent": 33,
-    "error": "",
-    "direction": "promote",
-    "origin": "manual",
-    "verified_at": None,
-    "source_deletion": None,
-    "source_outcome": "",
-    "plan": {},
-}
-PROMOTION_ITEM_EXAMPLE = {
-    "path": "step-4000/model-00001-of-00004.safetensors",
-    "source_key": "llm/llama-tiny/step-4000/model-00001-of-00004.safetensors",
-    "target_key": "llm/llama-tiny/step-4000/model-00001-of-00004.safetensors",
-    "size": 4999610368,
-    "etag": '"b1946ac92492d2347c6235b4d2611184-596"',
-    "version_id": "",
-    "source_storage_class": "DEEP_ARCHIVE",
-    "state": "done",
-    "detail": "",
-    "done_at": "2026-11-27T11:40:02Z",
-    "sha256": "9f2c4e1b7a0d3c5e8f6a2b4d1c7e9a3f5b8d0c2e4a6f1b3d5c7e9a0b2d4f6a8c",
-    "verified_at": "2026-11-27T11:40:09Z",
-}
-
-
 @extend_schema_view(
-    list=extend_schema(
-        examples=[
-            OpenApiExample("A restore from Deep Archive, a third done", value=PROMOTION_EXAMPLE, response_only=True)
-        ]
-    ),
-    retrieve=extend_schema(
-        examples=[
-            OpenApiExample("A restore from Deep Archive, a third done", value=PROMOTION_EXAMPLE, response_only=True)
-        ]
-    ),
-    items=extend_schema(
-        examples=[OpenApiExample("One of its files", value=PROMOTION_ITEM_EXAMPLE, response_only=True)]
-    ),
-)
-@extend_schema_view(
-    create=extend_schema(
-        examples=[
-            OpenApiExample(
-                "Restore a copy to a hot bucket",
-                value={"checkpoint": 42, "target_location": 3, "reason": "resume training"},
-                request_only=True,
-            )
-        ]
-    ),
-    preview=extend_schema(
-        examples=[
-            OpenApiExample(
-                "What a promotion would do", value={"checkpoint": 42, "target_location": 3}, request_only=True
-            )
-        ]
-    ),
-)
-@extend_schema_view(
-    cancel=extend_schema(
-        examples=[OpenApiExample("Cancel", value={"reason": "the job resumed from another copy"}, request_only=True)]
-    )
+    list=extend_schema(examples=api_examples.PROMOTION),
+    retrieve=extend_schema(examples=api_examples.PROMOTION),
 )
 class PromotionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Promotions of checkpoint copies to hotter tiers, with their progress (bytes_done of bytes_total)."""
@@ -137,7 +53,11 @@ class PromotionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
     def get_queryset(self):
         return selectors.job_list(user=self.request.user)
 
-    @extend_schema(request=PromotionRequestSerializer, responses={201: PromotionJobSerializer})
+    @extend_schema(
+        request=PromotionRequestSerializer,
+        responses={201: PromotionJobSerializer},
+        examples=api_examples.PROMOTION_CREATE,
+    )
     def create(self, request):
         """Request a promotion (operator role). Answers the job; its work starts once the request commits."""
         given = PromotionRequestSerializer(data=request.data)
@@ -157,7 +77,7 @@ class PromotionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         )
         return Response(PromotionJobSerializer(selectors.job_detail(job.pk)).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=PromotionRequestSerializer, responses={200: dict})
+    @extend_schema(request=PromotionRequestSerializer, responses={200: dict}, examples=api_examples.PROMOTION_PREVIEW)
     @action(detail=False, methods=["post"])
     def preview(self, request):
         """What a promotion would do: method, files, bytes, target tier and money per month. Changes nothing."""
@@ -176,7 +96,9 @@ class PromotionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         )
         return Response(plan.as_dict())
 
-    @extend_schema(request=CancelSerializer, responses={200: PromotionJobSerializer})
+    @extend_schema(
+        request=CancelSerializer, responses={200: PromotionJobSerializer}, examples=api_examples.PROMOTION_CANCEL
+    )
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         """Cancel an open promotion (operator role); what was copied already stays."""
@@ -191,7 +113,7 @@ class PromotionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         )
         return Response(PromotionJobSerializer(selectors.job_detail(job.pk)).data)
 
-    @extend_schema(responses={200: PromotionItemSerializer(many=True)})
+    @extend_schema(responses={200: PromotionItemSerializer(many=True)}, examples=api_examples.PROMOTION_ITEMS)
     @action(detail=True, methods=["get"])
     def items(self, request, pk=None):
         """The frozen files of a promotion, each with its state."""
@@ -210,32 +132,6 @@ def _move_selection(data, user) -> list[Checkpoint]:
     )
 
 
-@extend_schema_view(
-    preview=extend_schema(
-        examples=[
-            OpenApiExample(
-                "Demote to Glacier IR",
-                value={"checkpoints": [42], "target_location": 7, "target_storage_class": "GLACIER_IR"},
-                request_only=True,
-            )
-        ]
-    ),
-    create=extend_schema(
-        examples=[
-            OpenApiExample(
-                "Demote a run's older checkpoints",
-                value={
-                    "run": 3,
-                    "older_than_days": 14,
-                    "target_location": 7,
-                    "target_storage_class": "GLACIER_IR",
-                    "reason": "the run ended",
-                },
-                request_only=True,
-            )
-        ]
-    ),
-)
 class MoveViewSet(viewsets.GenericViewSet):
     """Moves (demote to a colder bucket or storage class, offload from a host): the jobs are promotions' jobs with
     ``direction`` demote or offload, listed and followed at ``/api/v1/promotions/``."""
@@ -249,6 +145,7 @@ class MoveViewSet(viewsets.GenericViewSet):
         summary="Request a move",
         request=MoveRequestSerializer,
         responses={201: PromotionJobSerializer(many=True)},
+        examples=api_examples.MOVE_CREATE,
     )
     def create(self, request):
         """Move checkpoints to a colder tier (operator role): one job per checkpoint that may move; the plan's
@@ -269,7 +166,12 @@ class MoveViewSet(viewsets.GenericViewSet):
         detail = [selectors.job_detail(job.pk) for job in jobs]
         return Response(PromotionJobSerializer(detail, many=True).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(summary="Preview a move", request=MoveRequestSerializer, responses={200: dict})
+    @extend_schema(
+        summary="Preview a move",
+        request=MoveRequestSerializer,
+        responses={200: dict},
+        examples=api_examples.MOVE_PREVIEW,
+    )
     @action(detail=False, methods=["post"])
     def preview(self, request):
         """What a move would do: per checkpoint and in total the files, bytes, monthly saving, one-off charges,
