@@ -10,7 +10,7 @@ from decimal import Decimal
 
 from django.http import Http404
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -25,9 +25,8 @@ from approvals.models import ChangeRequest
 from audit.actor import Actor
 from catalog.models import Run, Team
 from ckptfleet.errors import DomainError
-from ckptfleet.schema import recorded
 from fleet.choices import Tier
-from retention import services
+from retention import api_examples, services
 from retention.models import RetentionPolicy
 from retention.rules import KeepRules
 from retention.selectors import Money, Scope, Simulation, simulate
@@ -245,34 +244,6 @@ class TieringView(APIView):
         )
 
 
-POLICY_EXAMPLE = OpenApiExample(
-    "A team's policy, locked and binding",
-    value={
-        "id": 3,
-        "name": "llm: last 5 + every 1000",
-        "team": 2,
-        "run": None,
-        "keep_last": 5,
-        "keep_every": 1000,
-        "keep_milestones": True,
-        "keep_critical": True,
-        "keep_stepless": True,
-        "enabled": True,
-        "created_label": "ada",
-        "created_at": "2026-10-02T09:14:00Z",
-        "updated_at": "2026-10-02T09:14:00Z",
-        "last_proposed_at": "2026-11-27T03:00:00Z",
-        "last_proposed_count": 4,
-        "locked_at": "2026-10-03T11:00:00Z",
-        "locked_label": "ada",
-        "lock_cooling_off_ends_at": "2026-10-10T11:00:00Z",
-        "lock_state": "binding",
-        "pending_changes": [],
-    },
-    response_only=True,
-)
-
-
 class PolicySerializer(serializers.ModelSerializer):
     reason = serializers.CharField(write_only=True, required=False, allow_blank=True, default="")
     lock_state = serializers.CharField(
@@ -328,26 +299,6 @@ class PolicySerializer(serializers.ModelSerializer):
         )
 
 
-@extend_schema_view(
-    post=extend_schema(
-        examples=[
-            OpenApiExample(
-                "Keep the last 5 and every 1000th step",
-                value={
-                    "name": "llm: last 5 + every 1000",
-                    "team": 2,
-                    "keep_last": 5,
-                    "keep_every": 1000,
-                    "keep_milestones": True,
-                    "keep_critical": True,
-                    "keep_stepless": True,
-                    "reason": "the llm team's standard",
-                },
-                request_only=True,
-            )
-        ]
-    )
-)
 class PolicyListView(APIView):
     """Retention policies; POST creates one (operator role), audited."""
 
@@ -357,14 +308,19 @@ class PolicyListView(APIView):
         return super().get_permissions()
 
     @extend_schema(
-        operation_id="retention_policy_list", responses=PolicySerializer(many=True), examples=[POLICY_EXAMPLE]
+        operation_id="retention_policy_list", responses=PolicySerializer(many=True), examples=api_examples.POLICY
     )
     def get(self, request):
         """List retention policies."""
         policies = restrict_policies(RetentionPolicy.objects.all(), request.user).order_by("name", "pk")
         return Response(PolicySerializer(policies, many=True).data)
 
-    @extend_schema(operation_id="retention_policy_create", request=PolicySerializer, responses=PolicySerializer)
+    @extend_schema(
+        operation_id="retention_policy_create",
+        request=PolicySerializer,
+        responses=PolicySerializer,
+        examples=api_examples.POLICY_CREATE,
+    )
     def post(self, request):
         """Create a retention policy (operator role); it starts disabled."""
         ser = PolicySerializer(data=request.data)
@@ -383,15 +339,6 @@ class PolicyListView(APIView):
         return Response(PolicySerializer(policy).data, status=status.HTTP_201_CREATED)
 
 
-@extend_schema_view(
-    patch=extend_schema(
-        examples=[
-            OpenApiExample(
-                "Keep fewer (waits for approval)", value={"keep_last": 3, "reason": "NVMe is full"}, request_only=True
-            )
-        ]
-    )
-)
 class PolicyDetailView(APIView):
     """One policy; PATCH changes its name, rules or enabled (operator role), audited.
 
@@ -407,14 +354,19 @@ class PolicyDetailView(APIView):
     @extend_schema(
         operation_id="retention_policy_read",
         responses=PolicySerializer,
-        examples=[POLICY_EXAMPLE],
+        examples=api_examples.POLICY,
     )
     def get(self, request, pk: int):
         """One retention policy."""
         policy = get_object_or_404(restrict_policies(RetentionPolicy.objects.all(), request.user), pk=pk)
         return Response(PolicySerializer(policy).data)
 
-    @extend_schema(operation_id="retention_policy_update", request=PolicySerializer, responses=PolicySerializer)
+    @extend_schema(
+        operation_id="retention_policy_update",
+        request=PolicySerializer,
+        responses=PolicySerializer,
+        examples=api_examples.POLICY_UPDATE,
+    )
     def patch(self, request, pk: int):
         """Change a retention policy; a change that keeps less waits for approval."""
         get_object_or_404(restrict_policies(RetentionPolicy.objects.all(), request.user), pk=pk)
@@ -442,11 +394,6 @@ class LockSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000)
 
 
-@extend_schema_view(
-    post=extend_schema(
-        examples=[OpenApiExample("Lock", value={"reason": "SOC 2 retention control"}, request_only=True)]
-    )
-)
 class PolicyLockView(APIView):
     """POST locks the policy (approver role, with a reason); audited. See ``retention.services.policy_lock``."""
 
@@ -456,7 +403,12 @@ class PolicyLockView(APIView):
         doing = "unlocking a retention policy" if self.unlock else "locking a retention policy"
         return [role_required(Role.APPROVER, doing=doing)()]
 
-    @extend_schema(operation_id="retention_policy_lock", request=LockSerializer, responses=PolicySerializer)
+    @extend_schema(
+        operation_id="retention_policy_lock",
+        request=LockSerializer,
+        responses=PolicySerializer,
+        examples=api_examples.POLICY_LOCK,
+    )
     def post(self, request, pk: int):
         """Lock a retention policy (approver role, with a reason)."""
         get_object_or_404(restrict_policies(RetentionPolicy.objects.all(), request.user), pk=pk)
@@ -472,17 +424,17 @@ class PolicyLockView(APIView):
         return Response(PolicySerializer(policy).data)
 
 
-@extend_schema_view(
-    post=extend_schema(
-        examples=[OpenApiExample("Unlock", value={"reason": "locked the wrong policy"}, request_only=True)]
-    )
-)
 class PolicyUnlockView(PolicyLockView):
     """POST unlocks the policy during its cooling-off (approver role, not the one who locked it); audited."""
 
     unlock = True
 
-    @extend_schema(operation_id="retention_policy_unlock", request=LockSerializer, responses=PolicySerializer)
+    @extend_schema(
+        operation_id="retention_policy_unlock",
+        request=LockSerializer,
+        responses=PolicySerializer,
+        examples=api_examples.POLICY_UNLOCK,
+    )
     def post(self, request, pk: int):
         """Unlock a policy during its cooling-off (approver role, not the one who locked it)."""
         return super().post(request, pk)
@@ -494,13 +446,7 @@ class PolicyDryRunView(APIView):
     @extend_schema(
         operation_id="retention_policy_dry_run",
         responses=dict,
-        examples=[
-            OpenApiExample(
-                "What policy 3 would keep and propose now",
-                value=recorded("retention_simulate", policy=3, enabled=True),
-                response_only=True,
-            )
-        ],
+        examples=api_examples.POLICY_DRY_RUN,
     )
     def get(self, request, pk: int):
         policy = get_object_or_404(restrict_policies(RetentionPolicy.objects.all(), request.user), pk=pk)

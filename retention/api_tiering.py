@@ -9,7 +9,7 @@ from decimal import Decimal
 
 from django.http import Http404
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -23,6 +23,7 @@ from approvals.choices import ChangeState
 from approvals.models import ChangeRequest
 from audit.actor import Actor
 from ckptfleet.errors import DomainError
+from retention import api_examples
 from retention import tiering_policies as policies
 from retention.models import TieringPolicy
 
@@ -75,24 +76,6 @@ class TieringPolicySerializer(serializers.ModelSerializer):
         )
 
 
-EXAMPLE = OpenApiExample(
-    "Runs ended a week ago to Glacier Instant Retrieval",
-    value={
-        "name": "ended runs to GLACIER_IR",
-        "team": 1,
-        "action": "move",
-        "target_location": 7,
-        "target_storage_class": "GLACIER_IR",
-        "run_ended_days": 7,
-        "except_milestones": True,
-        "every_hours": 24,
-        "enabled": True,
-        "reason": "finished runs do not need Standard",
-    },
-    request_only=True,
-)
-
-
 def _visible(request, pk: int) -> TieringPolicy:
     return get_object_or_404(restrict_policies(TieringPolicy.objects.all(), request.user), pk=pk)
 
@@ -119,7 +102,7 @@ class TieringPolicyListView(APIView):
         summary="Create a tiering policy",
         request=TieringPolicySerializer,
         responses=TieringPolicySerializer,
-        examples=[EXAMPLE],
+        examples=api_examples.TIERING_POLICY_CREATE,
     )
     def post(self, request):
         ser = TieringPolicySerializer(data=request.data)
@@ -134,15 +117,6 @@ class TieringPolicyListView(APIView):
         return Response(TieringPolicySerializer(policy).data, status=status.HTTP_201_CREATED)
 
 
-@extend_schema_view(
-    patch=extend_schema(
-        examples=[
-            OpenApiExample(
-                "Run it daily", value={"every_hours": 24, "reason": "weekly was too slow"}, request_only=True
-            )
-        ]
-    )
-)
 class TieringPolicyDetailView(APIView):
     """One tiering policy; PATCH edits it (operator role). Enabling it, or changing it while enabled, answers 202
     with the change request a second person applies."""
@@ -163,6 +137,7 @@ class TieringPolicyDetailView(APIView):
         summary="Edit a tiering policy",
         request=TieringPolicySerializer,
         responses=TieringPolicySerializer,
+        examples=api_examples.TIERING_POLICY_UPDATE,
     )
     def patch(self, request, pk: int):
         _visible(request, pk)
@@ -240,11 +215,7 @@ class TieringPolicyRunView(APIView):
         summary="Run a tiering policy now",
         request=TieringRunSerializer,
         responses=dict,
-        examples=[
-            OpenApiExample(
-                "Run it now", value={"reason": "free NVMe on gpu-a01 before the next run starts"}, request_only=True
-            )
-        ],
+        examples=api_examples.TIERING_POLICY_RUN,
     )
     def post(self, request, pk: int):
         _visible(request, pk)
