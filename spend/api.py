@@ -6,7 +6,7 @@ The tables are the ones the pages show (``spend.report``); ``?format=csv`` expor
 from __future__ import annotations
 
 from django.http import Http404
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
@@ -21,6 +21,7 @@ from ckptfleet.params import optional_id
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host, PriceBasis, StorageLocation
 from fleet.pricebook import utc_today
+from spend import api_examples
 from spend import report as spend
 from spend.prices import price_set
 
@@ -154,21 +155,7 @@ class PricePointListView(APIView):
     @extend_schema(
         request=PricePointSerializer,
         responses={201: PricePointSerializer},
-        examples=[
-            OpenApiExample(
-                "A negotiated S3 Standard price from a date",
-                value={
-                    "tier": "object_standard",
-                    "storage_class": "STANDARD",
-                    "price": "0.019500",
-                    "basis": "gib_month",
-                    "currency": "USD",
-                    "effective_from": "2027-01-01",
-                    "source": "AWS private pricing addendum, 2027 (contract CF-2291)",
-                },
-                request_only=True,
-            )
-        ],
+        examples=api_examples.PRICE_POINT_CREATE,
     )
     def post(self, request):
         """Add a price point to the price book (finance role)."""

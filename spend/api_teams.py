@@ -13,7 +13,7 @@ audited as refused; bad input answers 400 (``{"error", "detail"}``) and changes 
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -25,6 +25,7 @@ from audit.actor import Actor
 from catalog import teams as team_services
 from catalog.models import Team, TeamCostCenter
 from ckptfleet.errors import DomainError
+from spend import api_examples
 
 
 class CostCenterEntrySerializer(serializers.ModelSerializer):
@@ -102,49 +103,16 @@ def _request_id(request) -> str:
     return getattr(request, "request_id", "") or ""
 
 
-@extend_schema_view(
-    post=extend_schema(
-        examples=[
-            OpenApiExample(
-                "A new team",
-                value={"name": "speech", "cost_center": "CC-4410", "reason": "new speech group"},
-                request_only=True,
-            )
-        ]
-    )
-)
-@extend_schema_view(
-    get=extend_schema(
-        examples=[
-            OpenApiExample(
-                "A team and its cost centers",
-                value={
-                    "id": 2,
-                    "name": "llm",
-                    "cost_center": "CC-1200",
-                    "history": [
-                        {
-                            "cost_center": "CC-1200",
-                            "effective_from": "2026-07-01",
-                            "id": 4,
-                            "set_by_label": "fiona",
-                            "set_at": "2026-06-28T09:15:00Z",
-                            "reason": "new budget",
-                        }
-                    ],
-                },
-                response_only=True,
-            )
-        ]
-    )
-)
 class TeamListView(_FinanceWrites):
     """Every team you may see, with its cost center today and its history; finance creates teams."""
 
     doing = "creating a team"
 
     @extend_schema(
-        operation_id="teams_list", summary="List teams and their cost centers", responses=TeamSerializer(many=True)
+        operation_id="teams_list",
+        summary="List teams and their cost centers",
+        responses=TeamSerializer(many=True),
+        examples=api_examples.TEAM,
     )
     def get(self, request):
         teams = list(_visible(request))
@@ -156,6 +124,7 @@ class TeamListView(_FinanceWrites):
         summary="Create a team (finance role)",
         request=TeamCreateInput,
         responses={201: TeamSerializer},
+        examples=api_examples.TEAM_CREATE,
     )
     def post(self, request):
         data = _valid(TeamCreateInput, request)
@@ -169,45 +138,16 @@ class TeamListView(_FinanceWrites):
         return Response(_team_data(request, team), status=status.HTTP_201_CREATED)
 
 
-@extend_schema_view(
-    patch=extend_schema(
-        examples=[
-            OpenApiExample("Rename", value={"name": "speech-research", "reason": "reorganisation"}, request_only=True)
-        ]
-    )
-)
-@extend_schema_view(
-    get=extend_schema(
-        examples=[
-            OpenApiExample(
-                "A team and its cost centers",
-                value={
-                    "id": 2,
-                    "name": "llm",
-                    "cost_center": "CC-1200",
-                    "history": [
-                        {
-                            "cost_center": "CC-1200",
-                            "effective_from": "2026-07-01",
-                            "id": 4,
-                            "set_by_label": "fiona",
-                            "set_at": "2026-06-28T09:15:00Z",
-                            "reason": "new budget",
-                        }
-                    ],
-                },
-                response_only=True,
-            )
-        ]
-    )
-)
 class TeamDetailView(_FinanceWrites):
     """One team; finance renames it."""
 
     doing = "renaming a team"
 
     @extend_schema(
-        operation_id="teams_retrieve", summary="A team with its cost center history", responses=TeamSerializer
+        operation_id="teams_retrieve",
+        summary="A team with its cost center history",
+        responses=TeamSerializer,
+        examples=api_examples.TEAM,
     )
     def get(self, request, pk: int):
         return Response(_team_data(request, get_object_or_404(_visible(request), pk=pk)))
@@ -217,6 +157,7 @@ class TeamDetailView(_FinanceWrites):
         summary="Rename a team (finance role)",
         request=TeamRenameInput,
         responses={200: TeamSerializer},
+        examples=api_examples.TEAM_RENAME,
     )
     def patch(self, request, pk: int):
         team = get_object_or_404(_visible(request), pk=pk)
@@ -231,17 +172,6 @@ class TeamDetailView(_FinanceWrites):
         return Response(_team_data(request, team))
 
 
-@extend_schema_view(
-    post=extend_schema(
-        examples=[
-            OpenApiExample(
-                "From the first of next month",
-                value={"cost_center": "CC-2", "effective_from": "2026-12-01", "reason": "moved to the research budget"},
-                request_only=True,
-            )
-        ]
-    )
-)
 class TeamCostCenterView(_FinanceWrites):
     """Set a team's cost center from a day on (finance role): today by default, back to the first of this month."""
 
@@ -252,6 +182,7 @@ class TeamCostCenterView(_FinanceWrites):
         summary="Set a team's cost center from a day (finance role)",
         request=CostCenterInput,
         responses={201: CostCenterOutput},
+        examples=api_examples.TEAM_SET_COST_CENTER,
     )
     def post(self, request, pk: int):
         team = get_object_or_404(_visible(request), pk=pk)
