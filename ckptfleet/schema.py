@@ -5,10 +5,17 @@ of the view's method or action (what a reader of the code reads first), else, fo
 viewset, what they do to the view's model ("List holds", "One hold"), else the first sentence of the view
 class's docstring. ``tests/ckptfleet/test_api_schema.py`` fails naming any operation left without one.
 
-Each operation has an example too: a write's is written by hand on its view (``OpenApiExample``); a read
-without one gets the answer recorded from the demo fleet (``api_examples.json``, written by
-``manage.py api_examples --write`` after ``manage.py seed_demo``), attached by ``attach_recorded_examples``
-(a ``POSTPROCESSING_HOOKS`` entry) as a response example named ``recorded``.
+Each operation has an example too: a write's is written by hand (``OpenApiExample``); a read without one
+gets the answer recorded from the demo fleet (``api_examples.json``, written by ``manage.py api_examples --write``
+after ``manage.py seed_demo``), attached by ``attach_recorded_examples`` (a ``POSTPROCESSING_HOOKS`` entry) as a
+response example named ``recorded``.
+
+The hand-written examples live in one module per app, ``<app>/api_examples.py``, beside the app's API and in
+the same floor (``.importlinter``), never in a view module: a view reads as a view, and names the list it shows
+(``@extend_schema(request=..., responses=..., examples=api_examples.PIN_CREATE)``). Each list is one operation's,
+named after its view and action; an example that two operations show (a list and its detail) is one object,
+written once. ``recorded(...)`` lets such a module reuse a recorded answer for a write that returns the same
+object. ``tests/ckptfleet/test_api_schema.py`` fails naming a view module that writes an ``OpenApiExample``.
 """
 
 from __future__ import annotations
@@ -87,7 +94,8 @@ def recorded_examples() -> dict[str, dict]:
 
 def recorded(operation_id: str, **changes) -> dict:
     """A copy of the body recorded for an operation, with some fields changed: the answer of a write that
-    returns the same object as a read, for a view's ``OpenApiExample(response_only=True)``."""
+    returns the same object as a read, for an ``OpenApiExample(response_only=True)`` in an app's
+    ``api_examples.py``."""
     body = recorded_examples().get(operation_id, {}).get("body", {})
     return {**(body if isinstance(body, dict) else {}), **changes}
 

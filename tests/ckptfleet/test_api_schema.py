@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
+from django.apps import apps
 from django.conf import settings
 from drf_spectacular.generators import SchemaGenerator
 
@@ -30,9 +34,24 @@ def test_every_operation_has_a_summary(operations):
 def test_every_operation_has_an_example(operations):
     missing = [f"{m} {p} ({oid})" for oid, (m, p, op) in operations.items() if not has_example(op)]
     assert not missing, (
-        "operations without a request or response example (a write: OpenApiExample on its view; a read: "
-        "manage.py api_examples --write after manage.py seed_demo, or OpenApiExample):\n" + "\n".join(sorted(missing))
+        "operations without a request or response example (a write: an OpenApiExample in its app's api_examples.py; "
+        "a read: manage.py api_examples --write after manage.py seed_demo, or the same):\n" + "\n".join(sorted(missing))
     )
+
+
+def _writes_an_example(path: Path) -> bool:
+    calls = (node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call))
+    return any(getattr(call.func, "id", getattr(call.func, "attr", "")) == "OpenApiExample" for call in calls)
+
+
+def test_hand_written_examples_live_in_each_apps_api_examples_module():
+    """A view module reads as a view: the examples are in ``<app>/api_examples.py`` (``ckptfleet.schema``)."""
+    base = Path(settings.BASE_DIR)
+    ours = [Path(app.path) for app in apps.get_app_configs() if Path(app.path).is_relative_to(base)]
+    modules = {path for folder in [*ours, base / "ckptfleet"] for path in folder.rglob("*.py")}
+    elsewhere = [str(p.relative_to(base)) for p in modules if p.name != "api_examples.py" and _writes_an_example(p)]
+    assert not elsewhere, "OpenApiExample written outside an app's api_examples.py: " + ", ".join(sorted(elsewhere))
+    assert any(p.name == "api_examples.py" and _writes_an_example(p) for p in modules)
 
 
 def resolve(schema: dict, components: dict) -> dict:

@@ -14,11 +14,11 @@ then commit ``ckptfleet/api_examples.json``. It seeds nothing and sends only GET
 ``/api/v1/schema/`` without an explicit example (the host agents' own reads aside: they sign URLs and claim
 work) is called with Django's test client as the demo admin (``demo``), ids in its path filled with the first
 real object of the kind the path names. An empty answer (the demo has no such object) is left to a
-hand-written example; each other 2xx answer is kept trimmed (lists to their first two items, long strings
-cut), the scratch directory shown as a real install's, and any value that looks like a secret (a key naming a
-token, secret or password, a ``cfu_``/``cfh_`` token, a presigned URL) replaced, so the file holds nothing
-that would sign anyone in. ``ckptfleet.schema.attach_recorded_examples`` shows each recorded body as its
-operation's response example.
+hand-written example (in its app's ``api_examples.py``); each other 2xx answer is kept trimmed (lists to their
+first two items, long strings cut), the scratch directory shown as a real install's, and any value that looks
+like a secret (a key naming a token, secret or password, a ``cfu_``/``cfh_`` token, a presigned URL) replaced,
+so the file holds nothing that would sign anyone in. ``ckptfleet.schema.attach_recorded_examples`` shows each
+recorded body as its operation's response example.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ class Command(BaseCommand):
             try:
                 url, params = fill(path), query(op)
             except Missing as why:
-                skipped.append(f"{oid}: not recorded, {why} (give it an example by hand)")
+                skipped.append(f"{oid}: not recorded, {why} (give it one in its app's api_examples.py)")
                 continue
             params = {**QUERY.get(oid, {}), **params}
             response = client.get(url, params, HTTP_ACCEPT="application/json")
@@ -168,7 +168,9 @@ class Command(BaseCommand):
                 continue
             body = response.json()
             if body in ([], {}) or (isinstance(body, dict) and body.get("results") == []):
-                skipped.append(f"{oid}: not recorded, GET {url} answered an empty list (give it an example by hand)")
+                skipped.append(
+                    f"{oid}: not recorded, GET {url} answered an empty list (give it one in its app's api_examples.py)"
+                )
                 continue
             recorded[oid] = {"status": response.status_code, "path": url, "body": trim(body)}
             self.stdout.write(f"{oid}: GET {url} {response.status_code}")
