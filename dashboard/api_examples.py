@@ -10,14 +10,17 @@ from ckptfleet.schema import recorded
 SHA256 = "9f2c4e1b7a0d3c5e8f6a2b4d1c7e9a3f5b8d0c2e4a6f1b3d5c7e9a0b2d4f6a8c"  # a file's sha256 in the agents' examples
 RECEIVED = {"id": 31, "status": "received", "url": "/api/v1/inventories/31/"}  # an inventory received, to poll
 
+
+def agent_report(name: str, *results: dict) -> list[OpenApiExample]:
+    """What a host agent sends back about the files it was given: ``{"results": [...]}``."""
+    return [OpenApiExample(name, value={"results": list(results)}, request_only=True)]
+
+
 # --- the fleet (dashboard.api.fleet): inventories, hosts, locations and the host agents' work ---------------
 
 INVENTORY_UPLOAD = [
     OpenApiExample(
-        "Received: poll its URL until it is applied",
-        value=RECEIVED,
-        response_only=True,
-        status_codes=["202"],
+        "Received: poll its URL until it is applied", value=RECEIVED, response_only=True, status_codes=["202"]
     )
 ]
 HOST_DOWN = [
@@ -40,14 +43,7 @@ HOST_UP = [
     )
 ]
 HOST_GPUS = [OpenApiExample('Sent {"gpus": 8}: the host', value=recorded("hosts_retrieve", gpus=8), response_only=True)]
-LOCATION_SCAN = [
-    OpenApiExample(
-        "A scan started",
-        value=RECEIVED,
-        response_only=True,
-        status_codes=["202"],
-    )
-]
+LOCATION_SCAN = [OpenApiExample("A scan started", value=RECEIVED, response_only=True, status_codes=["202"])]
 LOCATION_SOFT_DELETE = [
     OpenApiExample(
         'Sent {"days": 14, "reason": "two weeks to notice a wrong deletion"}: the location',
@@ -118,23 +114,11 @@ AGENT_PULLS = [
         response_only=True,
     )
 ]
-AGENT_PULLS_REPORT = [
-    OpenApiExample(
-        "One file pulled, one failed",
-        value={
-            "results": [
-                {
-                    "id": 311,
-                    "result": "pulled",
-                    "size": 268435456,
-                    "sha256": SHA256,
-                },
-                {"id": 312, "result": "failed", "detail": "No space left on device"},
-            ]
-        },
-        request_only=True,
-    )
-]
+AGENT_PULLS_REPORT = agent_report(
+    "One file pulled, one failed",
+    {"id": 311, "result": "pulled", "size": 268435456, "sha256": SHA256},
+    {"id": 312, "result": "failed", "detail": "No space left on device"},
+)
 AGENT_OFFLOADS = [
     OpenApiExample(
         "One file to upload with a single PUT (the URL shortened)",
@@ -161,29 +145,13 @@ AGENT_OFFLOADS = [
         response_only=True,
     )
 ]
-AGENT_OFFLOADS_REPORT = [
-    OpenApiExample(
-        "One file uploaded, one already there",
-        value={
-            "results": [
-                {
-                    "id": 512,
-                    "result": "uploaded",
-                    "size": 52428800,
-                    "sha256": SHA256,
-                },
-                {"id": 513, "result": "skipped", "exists": True, "detail": "an object is at the key"},
-            ]
-        },
-        request_only=True,
-    )
-]
+AGENT_OFFLOADS_REPORT = agent_report(
+    "One file uploaded, one already there",
+    {"id": 512, "result": "uploaded", "size": 52428800, "sha256": SHA256},
+    {"id": 513, "result": "skipped", "exists": True, "detail": "an object is at the key"},
+)
 AGENT_OFFLOADS_SIGN = [
-    OpenApiExample(
-        "The sha256 the agent measured",
-        value={"sign": [{"id": 512, "sha256": SHA256}]},
-        request_only=True,
-    )
+    OpenApiExample("The sha256 the agent measured", value={"sign": [{"id": 512, "sha256": SHA256}]}, request_only=True)
 ]
 
 # --- how a run ended (dashboard.api.lifecycle) --------------------------------------------------------------
@@ -194,12 +162,7 @@ RUN_STATUS = [
 RUN_STATUS_BY_NAME = [
     OpenApiExample(
         "A job that reached its target",
-        value={
-            "team": "llm",
-            "run": "llama-7b-pretrain",
-            "status": "finished",
-            "reason": "reached the target loss",
-        },
+        value={"team": "llm", "run": "llama-7b-pretrain", "status": "finished", "reason": "reached the target loss"},
         request_only=True,
     )
 ]
