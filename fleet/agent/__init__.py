@@ -101,6 +101,7 @@ from .deletions import delete_file
 from .facts import facts_kind, file_facts, stream_facts
 from .offloads import push_file
 from .pulls import pull_file
+from .store import StoreConnections
 from .upload import upload_inventory, wait_for_inventory, write_inventory
 from .walk import encode_line, filesystem_space, inventory_lines, scan_root
 
@@ -117,6 +118,7 @@ __all__ = [
     "CachedChecksums",
     "ChecksumCache",
     "FileChecksums",
+    "StoreConnections",
     "__version__",
     "checksum_file",
     "crc_block_size",
