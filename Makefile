@@ -58,7 +58,7 @@ endef
 PYTEST_SQLITE = $(call run_pytest,"pytest on SQLite (embedded default)",,sqlite)
 PYTEST_POSTGRES = $(call run_pytest,"pytest on PostgreSQL + Redis",DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL),postgres)
 
-.PHONY: help venv demo-venv lock demo test test-sqlite test-postgres test-reliability lint typecheck test-deps services bench compose-check docs docs-serve
+.PHONY: help venv demo-venv lock demo agent test test-sqlite test-postgres test-reliability lint typecheck test-deps services bench compose-check docs docs-serve
 
 help: ## List the targets
 	@echo "Checkpoint Fleet: make TARGET"
@@ -105,6 +105,15 @@ $(DEMO_STAMP): $(LOCK_DEMO) pyproject.toml | $(DEMO_PY)
 
 demo: demo-venv ## Run the product on SQLite with demo data at http://127.0.0.1:8000/ (PORT=... to change; Ctrl-C stops it all)
 	CKPTFLEET_DEMO_PYTHON=$(DEMO_PY) bash scripts/demo
+
+# The host agent as the one file the GPU hosts run (a zipapp of fleet/agent/, stdlib only, Python 3.8+): built
+# by the system's python3, no venv needed; the same sources always give the same bytes.
+AGENT_PYZ := dist/ckptfleet-agent.pyz
+
+agent: $(AGENT_PYZ) ## Build the host agent into one file: dist/ckptfleet-agent.pyz (run: python3 dist/ckptfleet-agent.pyz --help)
+
+$(AGENT_PYZ): scripts/build_agent.py $(wildcard fleet/agent/*.py)
+	$(PYTHON) scripts/build_agent.py --output $@
 
 lint: venv ## ruff check, ruff format --check, lint-imports (the floors of .importlinter only point down), then mypy
 	$(VENV)/bin/ruff check .

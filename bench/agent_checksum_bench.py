@@ -123,15 +123,17 @@ class Walks:
         return len(lines)
 
     @contextlib.contextmanager
-    def patched(self, **values):
-        old = {key: getattr(self.agent, key) for key in values}
+    def patched(self, values: dict[str, object]):
+        """Set ``{"module.name": value}`` in the agent's modules (where each name is looked up) meanwhile."""
+        where = {key: (getattr(self.agent, key.split(".")[0]), key.split(".")[1]) for key in values}
+        old = {key: getattr(module, name) for key, (module, name) in where.items()}
         for key, value in values.items():
-            setattr(self.agent, key, value)
+            setattr(*where[key], value)
         try:
             yield
         finally:
             for key, value in old.items():
-                setattr(self.agent, key, value)
+                setattr(*where[key], value)
 
     def baseline(self, root: Path) -> int:
         """The walk before CRCs: sha256 in 1 MiB reads (the change check around it is scan_root's)."""
@@ -140,7 +142,9 @@ class Walks:
         def sha256_only(f, size, **kwargs):
             return agent.FileChecksums(agent.sha256_file(f), {}, None, round(time.time(), 3))
 
-        with self.patched(checksum_file=sha256_only, zip_members=lambda f, size: None, PIPELINE_FILES=0):
+        with self.patched(
+            {"cache.checksum_file": sha256_only, "cache.zip_members": lambda f, size: None, "walk.PIPELINE_FILES": 0}
+        ):
             return self.walk("baseline", root)
 
     def new(self, root: Path) -> int:
@@ -149,12 +153,12 @@ class Walks:
 
     def sequential(self, root: Path) -> int:
         """The same with the pipeline off: small files' CRCs on the walking thread."""
-        with self.patched(PIPELINE_FILES=0):
+        with self.patched({"walk.PIPELINE_FILES": 0}):
             return self.walk("sequential", root)
 
     def one_thread(self, root: Path) -> int:
         """Everything on the walking thread."""
-        with self.patched(PIPELINE_FILES=0, CHECKSUM_INLINE_BYTES=1 << 62):
+        with self.patched({"walk.PIPELINE_FILES": 0, "checksums.CHECKSUM_INLINE_BYTES": 1 << 62}):
             return self.walk("one_thread", root)
 
     def check(self) -> None:
@@ -198,11 +202,11 @@ def main() -> int:
         large_root, small_root = where / "large", where / "small"
         large = [p for p in files if p.parent == large_root]
         small = [p for p in files if p.parent == small_root]
-        if any(p.stat().st_size < agent.CHECKSUM_INLINE_BYTES for p in large) or any(
-            p.stat().st_size >= agent.CHECKSUM_INLINE_BYTES for p in small
+        if any(p.stat().st_size < agent.checksums.CHECKSUM_INLINE_BYTES for p in large) or any(
+            p.stat().st_size >= agent.checksums.CHECKSUM_INLINE_BYTES for p in small
         ):
             raise SystemExit(
-                f"large/ and small/ must be split at CHECKSUM_INLINE_BYTES ({agent.CHECKSUM_INLINE_BYTES})"
+                f"large/ and small/ must be split at CHECKSUM_INLINE_BYTES ({agent.checksums.CHECKSUM_INLINE_BYTES})"
             )
         say(f"{len(files):,} files, {size / MIB:,.0f} MiB; warming the page cache")
         warm(files)
@@ -277,7 +281,7 @@ def main() -> int:
     print(
         f"  by file size: {len(large)} large files: wall {figures['large_wall_ratio']:.2f}x"
         f" ({med('baseline_large', 0):.2f} -> {med('new_large', 0):.2f} s);"
-        f" {len(small):,} below {agent.CHECKSUM_INLINE_BYTES // 1024} KiB:"
+        f" {len(small):,} below {agent.checksums.CHECKSUM_INLINE_BYTES // 1024} KiB:"
         f" {figures['small_wall_ratio']:.2f}x ({med('baseline_small', 0):.2f} -> {med('new_small', 0):.2f} s;"
         f" without the pipeline {figures['sequential_small_wall_ratio']:.2f}x, {med('sequential_small', 0):.2f} s)"
     )

@@ -20,7 +20,7 @@ from audit.actor import Actor
 from ckptfleet.celery import app as celery_app
 from fleet.services import gzip_lines, host_register, host_token_issue, location_add
 
-pytest_plugins = ["tests.s3"]
+pytest_plugins = ["tests.s3", "tests.agent_build"]
 
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
 
@@ -162,6 +162,7 @@ SQLITE_PASS_ONLY = frozenset(
         "tests/docs/test_readme_commands.py",
         "tests/docs/test_shell_blocks.py",
         "tests/fleet/test_agent.py",
+        "tests/fleet/test_agent_build.py",
         "tests/fleet/test_agent_checksums.py",
         "tests/fleet/test_agent_pipeline.py",
         "tests/fleet/test_agent_scrub.py",

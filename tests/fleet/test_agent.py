@@ -129,7 +129,7 @@ def test_the_default_warning_is_one_line_on_stderr(tmp_path, capsys):
 
 
 def test_it_skips_a_path_longer_than_the_server_accepts(tmp_path, monkeypatch):
-    monkeypatch.setattr(agent, "MAX_PATH_BYTES", 12)
+    monkeypatch.setattr(agent.walk, "MAX_PATH_BYTES", 12)
     root = tmp_path / "root"
     write(root / "short.txt", "x")
     write(root / "a-much-longer-name.txt", "x")
@@ -149,7 +149,7 @@ def test_an_unreadable_directory_is_skipped_with_a_warning(tmp_path, monkeypatch
             raise PermissionError(13, "Permission denied")
         return real_scandir(path)
 
-    monkeypatch.setattr(agent.os, "scandir", scandir)
+    monkeypatch.setattr(agent.walk.os, "scandir", scandir)
     warnings = Warnings()
     assert [line["path"] for line in agent.scan_root(str(root), warn=warnings)] == ["ok/a.bin"]
     assert "locked: directory skipped" in warnings[0]
@@ -218,7 +218,7 @@ def test_an_inventory_is_a_header_the_files_and_a_trailer_that_counts_them(tmp_p
 
 
 def test_facts_too_big_for_one_line_become_an_error_fact(monkeypatch):
-    monkeypatch.setattr(agent, "MAX_LINE_BYTES", 200)
+    monkeypatch.setattr(agent.walk, "MAX_LINE_BYTES", 200)
     line = {
         "type": "file",
         "path": "x/config.json",
@@ -657,7 +657,7 @@ def test_unpickling_allows_only_stubs_and_plain_containers():
         {"od": OrderedDict(a=1), "set": {1, 2}, "frozen": frozenset({3}), "slice": slice(1, 5, 2), "c": 1j},
         protocol=2,
     )
-    loaded = agent._RestrictedUnpickler(io.BytesIO(data)).load()
+    loaded = agent.facts._RestrictedUnpickler(io.BytesIO(data)).load()
     assert loaded == {
         "od": OrderedDict(a=1),
         "set": {1, 2},
@@ -665,8 +665,8 @@ def test_unpickling_allows_only_stubs_and_plain_containers():
         "slice": slice(1, 5, 2),
         "c": 1j,
     }
-    stub = agent._RestrictedUnpickler(io.BytesIO(b"ctorch.nn\nModule\n(I1\nI2\ntR.")).load()
-    assert isinstance(stub, agent._Stub)
+    stub = agent.facts._RestrictedUnpickler(io.BytesIO(b"ctorch.nn\nModule\n(I1\nI2\ntR.")).load()
+    assert isinstance(stub, agent.facts._Stub)
     assert stub._ckpt_args == (1, 2)
 
 
@@ -717,7 +717,7 @@ def counted_hashing(monkeypatch):
         hashed.append(os.fstat(f.fileno()).st_ino)
         return real(f, size, **kwargs)
 
-    monkeypatch.setattr(agent, "checksum_file", checksum_file)
+    monkeypatch.setattr(agent.cache, "checksum_file", checksum_file)
     return hashed
 
 
@@ -768,7 +768,7 @@ def test_a_file_that_changes_while_it_is_hashed_gets_no_checksum(tmp_path, monke
             out.write(b"more")
         return sums
 
-    monkeypatch.setattr(agent, "checksum_file", checksum_file)
+    monkeypatch.setattr(agent.cache, "checksum_file", checksum_file)
     warnings = Warnings()
     cache = agent.ChecksumCache(str(tmp_path / "c.sqlite3"))
     (line,) = agent.scan_root(str(root), checksums=True, cache=cache, warn=warnings)
@@ -1113,7 +1113,7 @@ def test_a_root_whose_name_is_not_utf8_is_refused(tmp_path, capsys):
 
 def test_an_unusable_temporary_directory_is_one_line(tree, tmp_path, server, capsys, monkeypatch):
     monkeypatch.setenv("CKPTFLEET_TOKEN", TOKEN)
-    monkeypatch.setattr(agent.tempfile, "tempdir", str(tmp_path / "no-such-tmp"))
+    monkeypatch.setattr(agent.upload.tempfile, "tempdir", str(tmp_path / "no-such-tmp"))
     code, _, err = run(capsys, "--server", server.url, "--root", str(tree))
     assert code == 1
     assert "cannot write the inventory to a temporary file in" in one_error(err)
@@ -1155,13 +1155,13 @@ def test_usage_errors_exit_2_with_one_line(capsys):
     assert "the following arguments are required: --root" in one_error(err)
 
 
-def test_it_runs_as_a_plain_copied_file(tree, tmp_path):
-    copy = tmp_path / "bin" / "agent.py"
+def test_it_runs_as_the_built_file_copied_alone_on_the_oldest_python(tree, tmp_path, built_agent, oldest_python):
+    copy = tmp_path / "bin" / "ckptfleet-agent.pyz"
     copy.parent.mkdir()
-    shutil.copy(agent.__file__, copy)
+    shutil.copy(built_agent, copy)
     env = {key: value for key, value in os.environ.items() if not key.startswith(("CKPTFLEET_", "PYTHON"))}
     result = subprocess.run(
-        [sys.executable, str(copy), "--dry-run", "--root", str(tree), "--host", "gpu-a01"],
+        [oldest_python, str(copy), "--dry-run", "--root", str(tree), "--host", "gpu-a01"],
         capture_output=True,
         text=True,
         env=env,
@@ -1291,10 +1291,10 @@ def test_a_known_sha256_is_checked(store, tmp_path):
 
 def test_trouble_that_may_pass_leaves_the_file_for_later_and_a_refusal_fails_it(store, tmp_path):
     store.put("busy", b"<Code>SlowDown</Code>", status=503)
-    with pytest.raises(agent._Later, match="503"):
+    with pytest.raises(agent.store.Later, match="503"):
         agent.pull_file(str(tmp_path), pull_item(store, tmp_path, "busy", 21, ""))
     store.put("old", b"<Code>AccessDenied</Code><Message>Request has expired</Message>", status=403)
-    with pytest.raises(agent._Later, match="expired"):
+    with pytest.raises(agent.store.Later, match="expired"):
         agent.pull_file(str(tmp_path), pull_item(store, tmp_path, "old", 10, ""))
     result, detail, _ = agent.pull_file(str(tmp_path), pull_item(store, tmp_path, "gone", 10, ""))
     assert (result, detail) == ("failed", "the store answered 404 Not Found: NoSuchKey")

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import io
 import json
 import os
 import pickle
 import sqlite3
-import sys
 import time
 import zipfile
 import zlib
@@ -26,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleet import agent
+from tests.agent_build import fresh_agent
 
 try:
     from awscrt import checksums as crt
@@ -65,7 +64,7 @@ def counted_hashing(monkeypatch):
         hashed.append(os.fstat(f.fileno()).st_ino)
         return real(f, size, **kwargs)
 
-    monkeypatch.setattr(agent, "checksum_file", checksum_file)
+    monkeypatch.setattr(agent.cache, "checksum_file", checksum_file)
     return hashed
 
 
@@ -194,7 +193,7 @@ def test_the_block_crcs_rebuild_the_composite_checksum_s3_keeps_for_a_boto3_mult
 
 def test_a_file_of_more_than_the_block_limit_gets_larger_blocks(tmp_path, monkeypatch):
     # 10,000 blocks need a 10 GB file; with a limit of 4 the same rule applies to 9 MiB.
-    monkeypatch.setattr(agent, "CRC_MAX_BLOCKS", 4)
+    monkeypatch.setattr(agent.crc, "CRC_MAX_BLOCKS", 4)
     data = os.urandom(9 * MIB + 1)
     line = lines_of(write(tmp_path / "root" / "big.distcp", data).parent)["big.distcp"]
     blocks = line["checksums"]["blocks"]
@@ -221,13 +220,15 @@ def test_every_line_with_checksums_says_when_they_were_taken(tmp_path, counted_h
 
 def test_the_crcs_come_from_the_same_single_read_as_sha256(tmp_path, monkeypatch):
     reads: list[int] = []
-    real = agent._open_regular
+    real = agent.facts.open_regular
 
     def counting_open(path):
         reads.append(1)
         return real(path)
 
-    monkeypatch.setattr(agent, "_open_regular", counting_open)
+    # Every open of a file the walk makes: for its facts, and for its checksums.
+    monkeypatch.setattr(agent.facts, "open_regular", counting_open)
+    monkeypatch.setattr(agent.cache, "open_regular", counting_open)
     write(tmp_path / "root" / "__0_0.distcp", os.urandom(3 * MIB))
     list(agent.scan_root(str(tmp_path / "root"), checksums=True))
     assert len(reads) == 1  # a .distcp has no facts: the one open is the checksum pass
@@ -236,7 +237,7 @@ def test_the_crcs_come_from_the_same_single_read_as_sha256(tmp_path, monkeypatch
 def test_a_failure_computing_crcs_is_raised_by_the_reading_thread_which_then_goes_on(tmp_path, monkeypatch):
     data = os.urandom(6 * MIB)
     path = write(tmp_path / "a.distcp", data)
-    real = agent._CrcPass.compute
+    real = agent.crc.CrcPass.compute
     calls: list[int] = []
 
     def compute(self, view, offset):
@@ -245,7 +246,7 @@ def test_a_failure_computing_crcs_is_raised_by_the_reading_thread_which_then_goe
             raise MemoryError("worker trouble")
         return real(self, view, offset)
 
-    monkeypatch.setattr(agent._CrcPass, "compute", compute)
+    monkeypatch.setattr(agent.crc.CrcPass, "compute", compute)
     with open(path, "rb", buffering=0) as f, pytest.raises(MemoryError, match="worker trouble"):
         agent.checksum_file(f, len(data))
     with open(path, "rb", buffering=0) as f:
@@ -276,19 +277,13 @@ def test_dry_run_with_checksums_says_once_which_algorithms_it_computes(tmp_path,
 
 @pytest.fixture
 def agent_without_crt(monkeypatch):
-    """A fresh copy of the agent module loaded where ``import awscrt`` fails, as on a bare GPU host."""
-    monkeypatch.setitem(sys.modules, "awscrt", None)
-    monkeypatch.setitem(sys.modules, "awscrt.checksums", None)
-    spec = importlib.util.spec_from_file_location("agent_without_crt", agent.__file__)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "agent_without_crt", module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    """A fresh copy of the agent's package loaded where ``import awscrt`` fails, as on a bare GPU host."""
+    return fresh_agent(monkeypatch, "agent_without_crt", without_awscrt=True)
 
 
 def test_without_awscrt_the_agent_sends_crc32_and_says_what_it_lacks(agent_without_crt, tmp_path, capsys):
     bare = agent_without_crt
-    assert bare._crt is None
+    assert bare.crc._crt is None
     assert bare.CRC_ALGORITHMS == ("crc32",)
     data = os.urandom(2 * MIB + 5)
     root = write(tmp_path / "root" / "a.distcp", data).parent
@@ -531,7 +526,7 @@ def test_a_file_that_changes_while_read_is_sent_without_any_checksum(tmp_path, m
             out.write(b"more")
         return sums
 
-    monkeypatch.setattr(agent, "checksum_file", checksum_file)
+    monkeypatch.setattr(agent.cache, "checksum_file", checksum_file)
     warnings: list[str] = []
     with agent.ChecksumCache(str(tmp_path / "c.sqlite3")) as cache:
         (line,) = agent.scan_root(str(path.parent), checksums=True, cache=cache, warn=warnings.append)

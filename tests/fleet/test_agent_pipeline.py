@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
 import sqlite3
-import sys
 import threading
 import time
 import zipfile
@@ -25,6 +23,7 @@ from typing import Any
 import pytest
 
 from fleet import agent
+from tests.agent_build import fresh_agent
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -38,14 +37,9 @@ def write(path: Path, data: bytes) -> Path:
 
 
 def without_crt(monkeypatch) -> Any:
-    """A fresh copy of the agent module loaded where ``import awscrt`` fails, as on a bare GPU host."""
-    monkeypatch.setitem(sys.modules, "awscrt", None)
-    monkeypatch.setitem(sys.modules, "awscrt.checksums", None)
-    spec = importlib.util.spec_from_file_location("agent_without_crt", agent.__file__)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "agent_without_crt", module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    assert module._crt is None
+    """A fresh copy of the agent's package loaded where ``import awscrt`` fails, as on a bare GPU host."""
+    module = fresh_agent(monkeypatch, "agent_without_crt", without_awscrt=True)
+    assert module.crc._crt is None
     return module
 
 
@@ -127,13 +121,13 @@ class Tricks:
         self.reads: list[int] = []
         self.deferred = 0
         self.changing = os.stat(roles["changing"])
-        real_checksum_file, real_compute = mod.checksum_file, mod._CrcPass.compute
+        real_checksum_file, real_compute = mod.checksum_file, mod.crc.CrcPass.compute
 
         def checksum_file(f, size, **kwargs):
             ino = os.fstat(f.fileno()).st_ino
             self.reads.append(ino)
             sums = real_checksum_file(f, size, **kwargs)
-            self.deferred += isinstance(sums, mod._PendingSums)
+            self.deferred += isinstance(sums, mod.checksums.PendingSums)
             if ino == self.changing.st_ino:  # written to after it was read, before the second fstat
                 os.utime(roles["changing"], ns=(self.changing.st_atime_ns, self.changing.st_mtime_ns + 10**9))
             return sums
@@ -145,8 +139,8 @@ class Tricks:
                 raise OSError(errno.EIO, os.strerror(errno.EIO))
             return real_compute(crcs, view, offset)
 
-        monkeypatch.setattr(mod, "checksum_file", checksum_file)
-        monkeypatch.setattr(mod._CrcPass, "compute", compute)
+        monkeypatch.setattr(mod.cache, "checksum_file", checksum_file)
+        monkeypatch.setattr(mod.crc.CrcPass, "compute", compute)
 
     def walk(self, root: Path, cache_path: Path) -> list[tuple[str, Any]]:
         """The walk's output in order: each line as encoded, each warning."""
@@ -165,16 +159,16 @@ class Tricks:
 def test_the_pipelined_walk_gives_the_sequential_walks_lines_warnings_and_cache(mod, tmp_path, monkeypatch, bounds):
     root = tmp_path / "root"
     roles = mixed_tree(root)
-    monkeypatch.setattr(mod.time, "time", lambda: NOW)
+    monkeypatch.setattr(mod.checksums.time, "time", lambda: NOW)
     seed = tmp_path / "seed.sqlite3"
     seed_cache(mod, root, seed, roles)
     tricks = Tricks(mod, monkeypatch, roles)
     files, nbytes = bounds
-    monkeypatch.setattr(mod, "PIPELINE_BYTES", nbytes)
+    monkeypatch.setattr(mod.walk, "PIPELINE_BYTES", nbytes)
 
     outputs = {}
     for mode, pipeline_files in (("sequential", 0), ("pipelined", files)):
-        monkeypatch.setattr(mod, "PIPELINE_FILES", pipeline_files)
+        monkeypatch.setattr(mod.walk, "PIPELINE_FILES", pipeline_files)
         cache_path = tmp_path / f"{mode}.sqlite3"
         shutil.copy(seed, cache_path)
         tricks.reads.clear()
@@ -212,7 +206,7 @@ def test_a_failure_in_the_worker_is_raised_by_the_walk_after_the_lines_before_it
     root = tmp_path / "root"
     for i in range(6):
         write(root / f"{i}.distcp", os.urandom(60 * KIB + i))
-    real_compute, real_checksum_file = agent._CrcPass.compute, agent.checksum_file
+    real_compute, real_checksum_file = agent.crc.CrcPass.compute, agent.checksum_file
     threads: set[str] = set()
 
     def compute(crcs, view, offset):
@@ -226,10 +220,10 @@ def test_a_failure_in_the_worker_is_raised_by_the_walk_after_the_lines_before_it
         time.sleep(0.01)  # a slow read: the worker is never behind, each file goes to it
         return sums
 
-    monkeypatch.setattr(agent._CrcPass, "compute", compute)
-    monkeypatch.setattr(agent, "checksum_file", checksum_file)
-    monkeypatch.setattr(agent, "CHECKSUM_BATCH_FILES", 1)
-    monkeypatch.setattr(agent, "PIPELINE_FILES", pipeline_files)
+    monkeypatch.setattr(agent.crc.CrcPass, "compute", compute)
+    monkeypatch.setattr(agent.cache, "checksum_file", checksum_file)
+    monkeypatch.setattr(agent.checksums, "CHECKSUM_BATCH_FILES", 1)
+    monkeypatch.setattr(agent.walk, "PIPELINE_FILES", pipeline_files)
     seen: list[str] = []
     with pytest.raises(MemoryError, match="worker trouble"):
         for line in agent.scan_root(str(root), checksums=True):
@@ -243,7 +237,7 @@ def test_when_the_worker_is_behind_the_reading_thread_computes_the_next_batches(
     root = tmp_path / "root"
     for i in range(6):
         write(root / f"{i}.distcp", os.urandom(40 * KIB + i))
-    real_compute, real_checksum_file = agent._CrcPass.compute, agent.checksum_file
+    real_compute, real_checksum_file = agent.crc.CrcPass.compute, agent.checksum_file
     gate = threading.Event()  # the worker's core is busy until the last file has been read
     threads: dict[int, str] = {}
 
@@ -259,13 +253,13 @@ def test_when_the_worker_is_behind_the_reading_thread_computes_the_next_batches(
             gate.set()
         return sums
 
-    monkeypatch.setattr(agent._CrcPass, "compute", compute)
-    monkeypatch.setattr(agent, "checksum_file", checksum_file)
-    monkeypatch.setattr(agent, "CHECKSUM_BATCH_FILES", 2)
+    monkeypatch.setattr(agent.crc.CrcPass, "compute", compute)
+    monkeypatch.setattr(agent.cache, "checksum_file", checksum_file)
+    monkeypatch.setattr(agent.checksums, "CHECKSUM_BATCH_FILES", 2)
     lines = list(agent.scan_root(str(root), checksums=True))
     here = threading.current_thread().name
     assert threads == {0: "ckptfleet-crc", 1: "ckptfleet-crc", 2: here, 3: here, 4: here, 5: here}
-    monkeypatch.setattr(agent, "PIPELINE_FILES", 0)
+    monkeypatch.setattr(agent.walk, "PIPELINE_FILES", 0)
     assert [{**line, "checksummed_at": 0} for line in lines] == [
         {**line, "checksummed_at": 0} for line in agent.scan_root(str(root), checksums=True)
     ]
@@ -275,14 +269,14 @@ def test_at_most_the_bounds_wait_for_their_crcs(tmp_path, monkeypatch):
     root = tmp_path / "root"
     for i in range(30):
         write(root / f"{i:02d}.distcp", os.urandom(40 * KIB))
-    monkeypatch.setattr(agent, "PIPELINE_FILES", 5)
-    monkeypatch.setattr(agent, "PIPELINE_BYTES", 100 * KIB)  # two files and a half
+    monkeypatch.setattr(agent.walk, "PIPELINE_FILES", 5)
+    monkeypatch.setattr(agent.walk, "PIPELINE_BYTES", 100 * KIB)  # two files and a half
     waiting: list[int] = []
     most: list[int] = []
     real_init, real_result, real_compute = (
-        agent._PendingSums.__init__,
-        agent._PendingSums.result,
-        agent._CrcPass.compute,
+        agent.checksums.PendingSums.__init__,
+        agent.checksums.PendingSums.result,
+        agent.crc.CrcPass.compute,
     )
 
     def init(self, *args):
@@ -298,13 +292,13 @@ def test_at_most_the_bounds_wait_for_their_crcs(tmp_path, monkeypatch):
         time.sleep(0.005)  # a slow worker: the walk is always ahead of it
         return real_compute(crcs, view, offset)
 
-    monkeypatch.setattr(agent._PendingSums, "__init__", init)
-    monkeypatch.setattr(agent._PendingSums, "result", result)
-    monkeypatch.setattr(agent._CrcPass, "compute", compute)
+    monkeypatch.setattr(agent.checksums.PendingSums, "__init__", init)
+    monkeypatch.setattr(agent.checksums.PendingSums, "result", result)
+    monkeypatch.setattr(agent.crc.CrcPass, "compute", compute)
     lines = list(agent.scan_root(str(root), checksums=True))
     assert len(lines) == 30 and all("crc32" in line["checksums"] for line in lines)
     assert max(most) == 3  # the bytes bound: two held, and the one just read
-    monkeypatch.setattr(agent, "PIPELINE_BYTES", 16 * MIB)
+    monkeypatch.setattr(agent.walk, "PIPELINE_BYTES", 16 * MIB)
     most.clear()
     list(agent.scan_root(str(root), checksums=True))
     assert max(most) == 6  # the files bound: five held, and the one just read

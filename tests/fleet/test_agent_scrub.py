@@ -34,7 +34,7 @@ def counted_hashing(monkeypatch):
         hashed.append(os.path.basename(os.readlink(f"/proc/self/fd/{f.fileno()}")))
         return real(f, size, **kwargs)
 
-    monkeypatch.setattr(agent, "checksum_file", checksum_file)
+    monkeypatch.setattr(agent.cache, "checksum_file", checksum_file)
     return hashed
 
 
@@ -42,9 +42,9 @@ def counted_hashing(monkeypatch):
 def slept(monkeypatch):
     """The throttle's sleeps, recorded instead of slept (the clock moves on by as much)."""
     naps: list[float] = []
-    real = agent.time.monotonic
-    monkeypatch.setattr(agent.time, "sleep", naps.append)
-    monkeypatch.setattr(agent.time, "monotonic", lambda: real() + sum(naps))
+    real = agent.checksums.time.monotonic
+    monkeypatch.setattr(agent.checksums.time, "sleep", naps.append)
+    monkeypatch.setattr(agent.checksums.time, "monotonic", lambda: real() + sum(naps))
     return naps
 
 

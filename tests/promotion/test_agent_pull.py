@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -69,20 +68,23 @@ def endings(job: PromotionJob) -> list[AuditEvent]:
 # --- end to end ---------------------------------------------------------------------------------------
 
 
-def test_the_agent_pulls_the_files_and_the_job_completes_with_one_event(live_server, kit, host, client, tmp_path):
+def test_the_agent_pulls_the_files_and_the_job_completes_with_one_event(
+    live_server, kit, host, client, tmp_path, built_agent, oldest_python
+):
     host_kit, root = host
     files = {".metadata": b"m" * 300, "__0_0.distcp": os.urandom(70_000), "__1_0.distcp": b"\x00" * 4096}
     job = pull_to(kit, host_kit, 300, files)
     known = hashlib.sha256(files["__0_0.distcp"]).hexdigest()
     ShardFile.objects.filter(path="llm/llama/step-300/__0_0.distcp").update(checksum=known, checksum_algo="sha256")
 
-    # The real agent, copied as a plain file and run by a bare interpreter, as on a locked-down host.
-    copied = tmp_path / "bin" / "agent.py"
+    # The real agent, the single file `make agent` builds, copied alone and run by the oldest Python it supports,
+    # as on a locked-down host.
+    copied = tmp_path / "bin" / "ckptfleet-agent.pyz"
     copied.parent.mkdir()
-    shutil.copy(agent.__file__, copied)
+    shutil.copy(built_agent, copied)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CKPTFLEET_", "PYTHON", "AWS_"))}
     env["CKPTFLEET_TOKEN"] = host_kit.token
-    command = [sys.executable, "-I", str(copied), "--server", live_server.url, "--host", "gpu-a01"]
+    command = [oldest_python, "-I", str(copied), "--server", live_server.url, "--host", "gpu-a01"]
     result = subprocess.run(
         [*command, "--root", str(root), "--pulls", "--wait"],
         capture_output=True,

@@ -14,8 +14,8 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -153,13 +153,18 @@ def uploads(kit, bucket) -> list[dict]:
     return kit.s3.client.list_multipart_uploads(Bucket=bucket.bucket_name).get("Uploads", [])
 
 
-def standalone_agent(tmp_path: Path, token: str, server: str, root: Path, *extra: str) -> list[str]:
-    """The real agent copied as a plain file, run by a bare interpreter, as on a locked-down host."""
-    copied = tmp_path / "bin" / "agent.py"
-    if not copied.exists():
-        copied.parent.mkdir(exist_ok=True)
-        shutil.copy(agent.__file__, copied)
-    return [sys.executable, "-I", str(copied), "--server", server, "--host", "gpu-a01", "--root", str(root), *extra]
+@pytest.fixture
+def standalone_agent(tmp_path: Path, built_agent: Path, oldest_python: str) -> Callable[..., list[str]]:
+    """The command of the real agent as a host runs it: the single file `make agent` builds, copied alone and run
+    by the oldest Python the agent supports."""
+    copied = tmp_path / "bin" / "ckptfleet-agent.pyz"
+    copied.parent.mkdir(exist_ok=True)
+    shutil.copy(built_agent, copied)
+
+    def command(token: str, server: str, root: Path, *extra: str) -> list[str]:
+        return [oldest_python, "-I", str(copied), "--server", server, "--host", "gpu-a01", "--root", str(root), *extra]
+
+    return command
 
 
 def agent_env(token: str) -> dict[str, str]:
@@ -174,7 +179,7 @@ def agent_env(token: str) -> dict[str, str]:
 
 
 def test_the_agent_uploads_small_and_multipart_files_and_the_job_is_handed_on_once(
-    live_server, kit, host, target, held_back, settings, tmp_path
+    live_server, kit, host, target, held_back, settings, tmp_path, standalone_agent
 ):
     settings.OFFLOAD_MULTIPART_THRESHOLD = 6 * MIB
     settings.OFFLOAD_PART_SIZE = 5 * MIB
@@ -184,7 +189,7 @@ def test_the_agent_uploads_small_and_multipart_files_and_the_job_is_handed_on_on
     job = offload(kit, host_kit, root, target, 400, files, known={"__0_0.distcp", "big.distcp"})
 
     result = subprocess.run(
-        standalone_agent(tmp_path, host_kit.token, live_server.url, root, "--offloads", "--jobs", "4"),
+        standalone_agent(host_kit.token, live_server.url, root, "--offloads", "--jobs", "4"),
         capture_output=True,
         text=True,
         env=agent_env(host_kit.token),
@@ -232,7 +237,7 @@ def test_the_agent_uploads_small_and_multipart_files_and_the_job_is_handed_on_on
 
 
 def test_a_killed_agent_resumes_a_multipart_upload_without_sending_a_part_twice(
-    live_server, kit, host, target, copied, settings, tmp_path
+    live_server, kit, host, target, copied, settings, tmp_path, standalone_agent
 ):
     settings.OFFLOAD_MULTIPART_THRESHOLD = 5 * MIB
     settings.OFFLOAD_PART_SIZE = 5 * MIB
@@ -243,12 +248,14 @@ def test_a_killed_agent_resumes_a_multipart_upload_without_sending_a_part_twice(
 
     # A disk that stops answering after three parts: the agent is killed while the other parts wait for it, however
     # fast the machine sends (a fixed delay per part let every part through under load).
-    command = standalone_agent(tmp_path, host_kit.token, live_server.url, root, "--offloads")
+    command = standalone_agent(host_kit.token, live_server.url, root, "--offloads")
     slow = tmp_path / "bin" / "slow.py"
     slow.write_text(
         "import sys, threading, time\n"
-        "import agent\n"
-        "real = agent._put_range\n"
+        f"sys.path.insert(0, {str(command[2])!r})\n"
+        "from ckptfleet_agent import offloads\n"
+        "from ckptfleet_agent.cli import main\n"
+        "real = offloads.put_range\n"
         "lock, calls = threading.Lock(), [0]\n"
         "def slow(*a, **k):\n"
         "    with lock:\n"
@@ -257,11 +264,11 @@ def test_a_killed_agent_resumes_a_multipart_upload_without_sending_a_part_twice(
         "    if n > 3:\n"
         "        time.sleep(3600)\n"
         "    return real(*a, **k)\n"
-        "agent._put_range = slow\n"
-        "sys.exit(agent.main(sys.argv[1:]))\n"
+        "offloads.put_range = slow\n"
+        "sys.exit(main(sys.argv[1:]))\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, str(slow), *command[3:]],
+        [command[0], str(slow), *command[3:]],
         env=agent_env(host_kit.token),
         cwd=tmp_path / "bin",
         stdout=subprocess.PIPE,
@@ -301,14 +308,14 @@ def test_a_killed_agent_resumes_a_multipart_upload_without_sending_a_part_twice(
 
     # Run again: the parts the store holds are read (for the checksum) but not sent again.
     sent: list[int] = []
-    real = agent._put_range
+    real = agent.offloads.put_range
 
     def counting(conns, url, *args, **kwargs):
         sent.append(int(url.split("partNumber=")[1].split("&")[0]))
         return real(conns, url, *args, **kwargs)
 
     monkeypatch_attr = pytest.MonkeyPatch()
-    monkeypatch_attr.setattr(agent, "_put_range", counting)
+    monkeypatch_attr.setattr(agent.offloads, "put_range", counting)
     try:
         assert run_offloads(live_server.url, root) == 0
     finally:

@@ -988,7 +988,7 @@ class Command(BaseCommand):
         host = source.location.host
         listing = pushes.pending(host=host, root=source.location.root_path, limit=1)
         results = []
-        conns = agent._StoreConnections(30.0)
+        conns = agent.StoreConnections(30.0)
         for item in listing.get("items", [])[:1]:
             try:
                 result, detail, measured = agent.push_file(source.location.root_path, item, conns=conns, timeout=30.0)
