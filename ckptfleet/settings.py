@@ -26,6 +26,7 @@ from ckptfleet.env import (
     env_secret,
     env_str,
     parse_database_url,
+    parse_owner_database_url,
 )
 from ckptfleet.rules import is_storage_class
 
@@ -213,6 +214,9 @@ if _database_url:
 else:
     DATABASES = {"default": parse_database_url("DATABASE_URL", f"sqlite:///{VAR_DIR / 'ckptfleet.sqlite3'}")}
     VAR_DIR.mkdir(parents=True, exist_ok=True)
+# The role that owns the tables and runs `manage.py migrate` (and `fleet_db_roles`), when it is not the app's own:
+# the same database as DATABASE_URL, another user. Unset, DATABASE_URL's role does both (docs/database-roles.md).
+MIGRATE_DATABASE = parse_owner_database_url(DATABASES["default"], env_str("MIGRATE_DATABASE_URL"))
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
