@@ -462,7 +462,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024**2
 CKPTFLEET_BODY_DRAIN_BYTES = env_int("CKPTFLEET_BODY_DRAIN_BYTES", 64 * 1024**2, minimum=0)
 
 # The audit chain's anchors: its head (event count, last hash, time, HMAC signature) written outside the database
-# every AUDIT_ANCHOR_MINUTES, to a directory (a JSON-lines file per month) and/or to an S3 bucket with Object Lock,
+# every AUDIT_ANCHOR_MINUTES (and right after every hold and deletion event, audit.services.ANCHOR_AFTER), to a
+# directory (a JSON-lines file per month) and/or to an S3 bucket with Object Lock,
 # where each anchor object is kept in COMPLIANCE mode for AUDIT_ANCHOR_RETAIN_DAYS. The verifier (beat, every
 # AUDIT_VERIFY_MINUTES) checks the chain end to end and against every anchor. In development the directory defaults
 # to var/audit-anchors; in production anchors are written only where configured.
