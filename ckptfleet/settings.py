@@ -307,7 +307,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["access.permissions.HasRole"],
     "DEFAULT_SCHEMA_CLASS": "ckptfleet.schema.AutoSchema",
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_FILTER_BACKENDS": ["ckptfleet.filters.AsciiDigitsFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "ckptfleet.pagination.IdCursorPagination",
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "ckptfleet.errors.api_exception_handler",
