@@ -368,6 +368,10 @@ DELETION_APPROVAL_BYTES = env_int("CKPTFLEET_DELETION_APPROVAL_BYTES", 10 * 1024
 # compliance hold may be given (10 years: nobody can undo a mistaken date).
 HOLD_GOVERNANCE_RETENTION_DAYS = env_int("CKPTFLEET_HOLD_GOVERNANCE_RETENTION_DAYS", 30, minimum=2, maximum=36500)
 HOLD_COMPLIANCE_MAX_DAYS = env_int("CKPTFLEET_HOLD_COMPLIANCE_MAX_DAYS", 3653, minimum=1, maximum=36500)
+# The earliest: a compliance hold retained for less than this many days is refused (issue 26: one of 70 seconds was
+# accepted). One day by default: a hold that lapses within the day protects nothing a legal hold would not, and
+# a day is what a regulator's or court's order is counted in; at least 1, at most HOLD_COMPLIANCE_MAX_DAYS.
+HOLD_COMPLIANCE_MIN_DAYS = env_int("CKPTFLEET_HOLD_COMPLIANCE_MIN_DAYS", 1, minimum=1, maximum=HOLD_COMPLIANCE_MAX_DAYS)
 # Soft delete: an executed deletion first moves what it deletes to a trash for this many days (per location,
 # StorageLocation.soft_delete_days overrides it; 0 deletes at once). SOFT_DELETE_REQUIRED (compliance) refuses 0
 # everywhere: here, in the location service, the admin and the API.

@@ -5,14 +5,22 @@ Each printed figure is what was tried and what was refused."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
+import time_machine
 
+from actions import services
+from actions.models import Hold, HoldMode
+from audit.models import AuditEvent
 from catalog.models import ShardFile
+from ckptfleet.errors import DomainError
 from fleet.choices import InventoryStatus
 from fleet.models import Inventory
+from tests.actions.conftest import as_ui, build_fleet, make_person
 from tests.factories import CheckpointFactory, RunFactory
 from tests.helpers.ingest import dcp
 from tests.reliability.conftest import report
@@ -83,3 +91,62 @@ def test_an_id_in_digits_that_are_not_ascii_is_a_400_on_the_checkpoints_list(sig
             refused += 1
     assert signed_in.get("/api/v1/checkpoints/?run=3").json()["results"]
     report("ids in digits that are not ASCII on /api/v1/checkpoints/", f"{refused} of {2 * len(NOT_ASCII)} refused")
+
+
+# --- a compliance hold of seconds ----------------------------------------------------------------------------------
+
+NOW = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("ahead", "min_days", "allowed"),
+    [
+        (timedelta(seconds=70), 1, False),  # accepted on main
+        (timedelta(hours=23, minutes=59), 1, False),
+        (timedelta(days=1), 1, True),
+        (timedelta(days=6), 7, False),
+        (timedelta(days=7), 7, True),
+    ],
+)
+def test_a_compliance_hold_shorter_than_the_minimum_is_refused_and_changes_nothing(ahead, min_days, allowed, settings):
+    settings.HOLD_COMPLIANCE_MIN_DAYS = min_days
+    fleet = build_fleet()
+    olga = make_person("olga", "operator")
+    events = AuditEvent.objects.count()
+    with time_machine.travel(NOW, tick=False):
+        place = functools.partial(
+            services.hold,
+            run=fleet.run,
+            reason="regulator's order",
+            case_ref="SEC-1",
+            mode=HoldMode.COMPLIANCE,
+            retain_until=NOW + ahead,
+            actor=as_ui(olga),
+        )
+        if allowed:
+            assert place().retain_until == NOW + ahead
+            return
+        with pytest.raises(DomainError, match=f"at least {min_days} day"):
+            place()
+    assert not Hold.objects.exists() and AuditEvent.objects.count() == events
+    report(f"compliance hold {ahead} ahead, minimum {min_days} day(s)", "refused")
+
+
+def test_the_api_refuses_a_compliance_hold_of_seventy_seconds(signed_in_as):
+    client = signed_in_as("operator")
+    run = RunFactory()
+    with time_machine.travel(NOW, tick=False):
+        response = client.post(
+            "/api/v1/actions/holds/",
+            {
+                "run": run.pk,
+                "reason": "r",
+                "case_ref": "SEC-2",
+                "mode": "compliance",
+                "retain_until": (NOW + timedelta(seconds=70)).isoformat(),
+            },
+            content_type="application/json",
+        )
+    assert response.status_code == 400, response.content
+    assert "at least 1 day ahead" in response.json()["detail"]
+    assert not Hold.objects.exists()
