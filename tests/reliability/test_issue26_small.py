@@ -8,7 +8,9 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import time_machine
@@ -150,3 +152,39 @@ def test_the_api_refuses_a_compliance_hold_of_seventy_seconds(signed_in_as):
     assert response.status_code == 400, response.content
     assert "at least 1 day ahead" in response.json()["detail"]
     assert not Hold.objects.exists()
+
+
+# --- a Content-Security-Policy without inline scripts --------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)(?![^>]*type=\"application/(?:ld\+)?json\")[^>]*>", re.IGNORECASE)
+INLINE_HANDLER = re.compile(r"<[^>]+\son[a-z]+\s*=", re.IGNORECASE)
+JAVASCRIPT_URL = re.compile(r"(?:href|src|action)\s*=\s*[\"']?\s*javascript:", re.IGNORECASE)
+
+
+def test_every_response_carries_a_policy_that_allows_no_inline_script(client, signed_in):
+    """On main no response had a Content-Security-Policy."""
+    checked = 0
+    for who, path in (
+        (client, "/accounts/login/"),
+        (signed_in, "/runs/"),
+        (signed_in, "/api/v1/runs/"),
+        (client, "/healthz/"),
+    ):
+        policy = who.get(path)["Content-Security-Policy"]
+        directives = dict(part.strip().split(" ", 1) for part in policy.split(";"))
+        assert directives["script-src"] == "'self'", policy
+        assert directives["object-src"] == "'none'" and directives["frame-ancestors"] == "'none'"
+        checked += 1
+    report("responses with a Content-Security-Policy, script-src 'self'", checked)
+
+
+def test_no_template_has_an_inline_script_or_event_handler():
+    templates = [*ROOT.glob("templates/**/*.html"), *ROOT.glob("*/templates/**/*.html")]
+    found = []
+    for path in templates:
+        text = path.read_text()
+        for pattern in (INLINE_SCRIPT, INLINE_HANDLER, JAVASCRIPT_URL):
+            found += [f"{path.relative_to(ROOT)}: {m.group(0)[:80]}" for m in pattern.finditer(text)]
+    assert templates and found == []
+    report("templates without inline scripts or handlers", len(templates))
