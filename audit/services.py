@@ -136,7 +136,7 @@ def audit_record(
 def anchor_after_commit() -> None:
     """Anchor the chain once this transaction commits (once however many events it wrote); robust: a broker that is
     down costs this anchor, never the action, which has committed (the periodic anchor follows anyway)."""
-    if any(func is _anchor_now for _, func, _ in connection.run_on_commit):
+    if any(entry[1] is _anchor_now for entry in connection.run_on_commit):
         return
     transaction.on_commit(_anchor_now, robust=True)
 
