@@ -169,8 +169,8 @@ class ContentSecurityPolicyMiddleware:
 
     The policy allows scripts from this site's own static files only (``script-src 'self'``, no ``'unsafe-inline'``):
     an injected ``<script>`` or ``onclick=`` does not run even if some escaping were ever missed. The templates have
-    no inline script or event handler (tests/reliability/test_csp.py keeps it so, and the browser tests listen for
-    violations). Django 5.2 has no CSP setting of its own (6.0 does), so this is the one place it is set."""
+    no inline script or event handler (tests/reliability/test_issue26_small.py keeps it so; tests/browser/test_csp.py
+    listens for violations in Chromium). Django 5.2 has no CSP setting of its own (6.0 does): this is the one place."""
 
     def __init__(self, get_response):
         self.get_response = get_response
