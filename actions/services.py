@@ -315,6 +315,14 @@ def _retain_until(value, *, now: datetime, what: str = "the retain-until date") 
     until = _when(value, what)
     if until <= now:
         raise DomainError(f"{what} must be in the future (it is {until:%Y-%m-%d %H:%M} UTC)")
+    earliest = now + timedelta(days=settings.HOLD_COMPLIANCE_MIN_DAYS)
+    if until < earliest:
+        days = settings.HOLD_COMPLIANCE_MIN_DAYS
+        raise DomainError(
+            f"{what} must be at least {days} day{'s' if days != 1 else ''} ahead ({earliest:%Y-%m-%d %H:%M} UTC or "
+            f"later, CKPTFLEET_HOLD_COMPLIANCE_MIN_DAYS), not {until:%Y-%m-%d %H:%M} UTC: a compliance hold that "
+            "lapses sooner protects nothing; place a legal hold instead"
+        )
     limit = now + timedelta(days=settings.HOLD_COMPLIANCE_MAX_DAYS)
     if until > limit:
         raise DomainError(

@@ -17,6 +17,11 @@ from audit.models import AuditChainHead, AuditEvent
 from audit.selectors import REFUSED_TASK
 
 GENESIS = "0" * 64
+# Events after which the chain is anchored at once (after the commit), not at the next periodic anchor: removing them
+# (and rewinding the head) would otherwise go unseen until then, CKPTFLEET_AUDIT_ANCHOR_MINUTES (issue 26). These are
+# the ones an intruder would most want gone: a hold placed, extended or released, a deletion scheduled, approved,
+# executed, failed, purged or restored.
+ANCHOR_AFTER = ("hold.", "deletion.")
 # Events written before the chain was keyed; anyone could recompute these, so only what follows them is keyed.
 UNKEYED = "sha256"
 KEYED_PREFIX = "hmac-sha256:"
@@ -123,7 +128,23 @@ def audit_record(
     event.hash = event_hash(head.last_hash, event_fields(event), event.alg)
     event.save(force_insert=True)
     AuditChainHead.objects.filter(pk=1).update(last_hash=event.hash, count=head.count + 1)
+    if action.startswith(ANCHOR_AFTER):
+        anchor_after_commit()
     return event
+
+
+def anchor_after_commit() -> None:
+    """Anchor the chain once this transaction commits (once however many events it wrote); robust: a broker that is
+    down costs this anchor, never the action, which has committed (the periodic anchor follows anyway)."""
+    if any(entry[1] is _anchor_now for entry in connection.run_on_commit):
+        return
+    transaction.on_commit(_anchor_now, robust=True)
+
+
+def _anchor_now() -> None:
+    from audit.tasks import anchor_audit_chain  # the task module imports the verifier, which imports this one
+
+    anchor_audit_chain.delay()
 
 
 def audit(

@@ -9,6 +9,7 @@ Each problem is one sentence a person can act on, naming the anchor, the event a
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.utils import timezone
@@ -29,6 +30,18 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+
+# State the apps above keep in their own tables that the audit trail must account for (a hold released by SQL, with
+# no event): each check returns its problems as sentences. Registered from an app's ready(), since this floor imports
+# none of them (actions registers the holds' check).
+StateCheck = Callable[[], list[str]]
+_state_checks: list[StateCheck] = []
+
+
+def register_state_check(check: StateCheck) -> None:
+    if check not in _state_checks:
+        _state_checks.append(check)
 
 
 def short(value: str) -> str:
@@ -93,6 +106,8 @@ def audit_verify_all(*, stores: list[AnchorStore] | None = None) -> VerifyReport
                     f"{anchor.describe()} says event {count:,} has hash {short(anchor.last_hash)}, the database has "
                     f"only {checked:,} events: events were removed"
                 )
+    for check in _state_checks:
+        report.problems.extend(check())
     return report
 
 

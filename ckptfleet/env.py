@@ -161,6 +161,24 @@ def parse_database_url(name: str, url: str) -> dict:
     raise ImproperlyConfigured(f"{name} has an unsupported scheme {scheme!r} (use postgres:// or sqlite://)")
 
 
+def parse_owner_database_url(default: dict, url: str | None) -> dict | None:
+    """The ``MIGRATE_DATABASE_URL`` connection, checked against ``DATABASE_URL``'s: the same PostgreSQL database
+    (host, port, name) as another role, or None when unset. Strict, as every setting is: a URL naming another
+    database or engine would migrate something the app never reads."""
+    if not url:
+        return None
+    owner = parse_database_url("MIGRATE_DATABASE_URL", url)
+    if owner["ENGINE"] != "django.db.backends.postgresql" or default["ENGINE"] != owner["ENGINE"]:
+        raise ImproperlyConfigured("MIGRATE_DATABASE_URL is for PostgreSQL, and DATABASE_URL must name PostgreSQL too")
+    for key in ("NAME", "HOST", "PORT"):
+        if owner[key] != default[key]:
+            raise ImproperlyConfigured(
+                f"MIGRATE_DATABASE_URL must name the database DATABASE_URL names ({key} {owner[key]!r} is not "
+                f"{default[key]!r}): the owner migrates the very tables the app role reads"
+            )
+    return owner
+
+
 def check_url(name: str, url: str, schemes: set[str]) -> str:
     parts = urlsplit(url)
     if parts.scheme not in schemes or not parts.netloc:

@@ -67,6 +67,29 @@ def _facts_text(facts: object) -> str:
     return facts_stored(facts)[0]
 
 
+def facts_text_problem(facts: object) -> str:
+    """Why the text in ``facts`` (keys and values, at any depth) is not valid UTF-8, or "" when it is.
+
+    JSON may spell a lone surrogate (``"\\ud800"``), which no UTF-8 text holds: PostgreSQL's jsonb refuses it at
+    the insert and orjson at the write, and either crashed the ingest task and left the inventory "processing" for
+    two hours (issue 26). Facts are checked like paths (``fleet.agent.path_problem``): the inventory is refused
+    whole, naming the line. The agent itself never sends one (``fleet.agent.encode_line`` replaces such facts)."""
+    stack = [facts]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return "facts hold text that is not valid UTF-8 (a lone surrogate)"
+    return ""
+
+
 def facts_stored(facts: object, dumps=None) -> tuple[str, dict]:
     """The canonical JSON text of a line's facts and the facts it stands for (what recognition sees).
 
@@ -74,6 +97,9 @@ def facts_stored(facts: object, dumps=None) -> tuple[str, dict]:
     """
     if not isinstance(facts, dict) or not isinstance(facts.get("kind"), str):
         raise ValueError('facts must be an object with a "kind"')
+    problem = facts_text_problem(facts)
+    if problem:
+        raise ValueError(problem)
     text = dumps(facts) if dumps is not None else json.dumps(facts, sort_keys=True, separators=(",", ":"))
     if "\\u0000" in text:
         # PostgreSQL's jsonb cannot hold NUL; such a manifest is unreadable to us, not fatal.

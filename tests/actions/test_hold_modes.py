@@ -3,10 +3,10 @@ it before its retain-until date, superusers and raw SQL included), in the servic
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
+import time_machine
 from django.contrib.auth.models import User
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
@@ -202,17 +202,26 @@ def test_nobody_releases_a_compliance_hold_before_its_date_superusers_and_worker
     assert not DeletionJob.objects.exists()
 
 
+def placed_days_ago(fleet, person, *, days: int, retained: int, case: str) -> Hold:
+    """A compliance hold placed ``days`` ago for ``retained`` days (the service's clock set back; the database's
+    trigger reads its own clock, which is now)."""
+    now = timezone.now()
+    with time_machine.travel(now - timedelta(days=days), tick=False):
+        return services.hold(
+            run=fleet.run,
+            reason="short order",
+            case_ref=case,
+            mode="compliance",
+            retain_until=now - timedelta(days=days) + timedelta(days=retained),
+            actor=as_ui(person),
+        )
+
+
 def test_a_compliance_hold_is_released_by_another_person_once_its_date_has_passed(fleet, olga, oscar):
-    made = services.hold(
-        run=fleet.run,
-        reason="short order",
-        case_ref="C-2",
-        mode="compliance",
-        retain_until=timezone.now() + timedelta(seconds=2),
-        actor=as_ui(olga),
-    )
-    refused(lambda: services.release(hold=made, reason="early", actor=as_ui(oscar)), match="retained until")
-    time.sleep(max(0.0, (made.retain_until - timezone.now()).total_seconds()) + 0.2)
+    now = timezone.now()
+    made = placed_days_ago(fleet, olga, days=2, retained=1, case="C-2")
+    with time_machine.travel(now - timedelta(days=1, hours=1), tick=False):
+        refused(lambda: services.release(hold=made, reason="early", actor=as_ui(oscar)), match="retained until")
     refused(
         lambda: services.release(hold=made, reason="mine", actor=as_ui(olga)),
         match="another person",
@@ -313,15 +322,7 @@ def test_the_database_refuses_to_release_shorten_change_or_delete_a_compliance_h
 
 
 def test_the_database_lets_a_compliance_hold_go_once_its_date_has_passed(fleet, olga):
-    made = services.hold(
-        run=fleet.run,
-        reason="r",
-        case_ref="C-3",
-        mode="compliance",
-        retain_until=timezone.now() + timedelta(seconds=1),
-        actor=as_ui(olga),
-    )
-    time.sleep(max(0.0, (made.retain_until - timezone.now()).total_seconds()) + 0.2)
+    made = placed_days_ago(fleet, olga, days=2, retained=1, case="C-3")
     assert Hold.objects.filter(pk=made.pk).update(released_at=timezone.now(), released_label="oscar") == 1
     # Released or not, it stays history: never deleted.
     refused_by_database(lambda: Hold.objects.filter(pk=made.pk).delete())

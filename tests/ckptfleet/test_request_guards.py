@@ -53,6 +53,11 @@ def test_a_nul_in_a_form_field_is_a_400_and_nothing_is_held(signed_in):
         ("/api/v1/checkpoints/flagged/?run=%C2%B9", "run"),  # "¹": str.isdigit() says yes, int() says no
         ("/api/v1/checkpoints/flagged/?run=99999999999999999999999", "run"),  # past bigint
         ("/api/v1/checkpoints/flagged/?run=%D9%A3", "run"),  # an Arabic-Indic 3: int() took it
+        # The filterset's own filters (issue 26): django-filter read these as run 3 and step 3.
+        ("/api/v1/checkpoints/?run=%D9%A3", "run"),  # Arabic-Indic 3
+        ("/api/v1/checkpoints/?run=%EF%BC%93", "run"),  # full-width 3
+        ("/api/v1/checkpoints/?run=%C2%B9", "run"),
+        ("/api/v1/checkpoints/?step=%EF%BC%93", "step"),
         ("/api/v1/spend/?run=%C2%B9", "run"),
         ("/api/v1/spend/?team=1_0", "team"),
         ("/api/v1/orphans/?location=%C2%B2", "location"),

@@ -653,6 +653,15 @@ def test_an_unusual_but_valid_line_is_applied(make_host, push, line):
             b'"checksums": {"blocks": {"size": 1048576, "crc32": "AAAAAQ=="}}}\n',
             "base64 of 3 big-endian crc32 values",
         ),
+        # A lone surrogate in the facts (issue 26): jsonb refused it at the insert, which crashed the ingest task.
+        (
+            b'{"type": "file", "path": "a/b", "size": 1, "mtime": 1, "facts": {"kind": "json", "run": "x\\ud800"}}\n',
+            "not valid UTF-8 (a lone surrogate)",
+        ),
+        (
+            b'{"type": "file", "path": "a/b", "size": 1, "mtime": 1, "facts": {"kind": "json", "\\udfff": [1]}}\n',
+            "not valid UTF-8 (a lone surrogate)",
+        ),
         # Facts nested 5,000 deep: a RecursionError crashed the ingest task and left it "processing" for 2 hours.
         pytest.param(
             b'{"type": "file", "path": "a/b", "size": 1, "mtime": 1, "facts": {"kind": "x", "v": '
