@@ -44,6 +44,43 @@ def clock_instant(raw: str) -> datetime:
     return instant.astimezone(UTC)
 
 
+# The modules of the rules the product applies to "now", marked ``calendar`` here in one list (a single test elsewhere
+# can carry ``@pytest.mark.calendar`` itself). Kept to the rules: no browser, worker or agent tests, so that
+# `make test-calendar` runs them at four instants in a few minutes.
+CALENDAR_MODULES = frozenset(
+    {
+        # spend months, price and cost-center effective dates, UTC days of the rollups
+        "tests/catalog/test_spend.py",
+        "tests/catalog/test_spend_report.py",
+        "tests/catalog/test_usage.py",
+        "tests/fleet/test_pricebook.py",
+        "tests/spend/test_teams.py",
+        # early-deletion days, grace periods and the trash window
+        "tests/actions/test_early_deletion.py",
+        "tests/actions/test_settings_grace.py",
+        "tests/actions/test_softdelete.py",
+        # retention ages
+        "tests/retention/test_policies.py",
+        "tests/retention/test_tiering.py",
+        # holds and leases
+        "tests/actions/test_hold_modes.py",
+        "tests/actions/test_hold_release_quorum.py",
+        "tests/actions/test_leases.py",
+        # cooling-off, approvals and their expiry
+        "tests/approvals/test_change_requests.py",
+        "tests/approvals/test_soft_delete_quorum.py",
+        "tests/retention/test_lock.py",
+    }
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m reads the markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.split("::")[0] in CALENDAR_MODULES:
+            item.add_marker(pytest.mark.calendar)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     raw = config.getoption("--clock")
     config.stash[_INSTANT] = clock_instant(raw) if raw else None
