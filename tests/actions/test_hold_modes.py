@@ -202,7 +202,7 @@ def test_nobody_releases_a_compliance_hold_before_its_date_superusers_and_worker
     assert not DeletionJob.objects.exists()
 
 
-def test_a_compliance_hold_is_released_by_another_person_once_its_date_has_passed(fleet, olga, oscar):
+def test_a_compliance_hold_is_released_by_another_person_once_its_date_has_passed(database_clock, fleet, olga, oscar):
     made = services.hold(
         run=fleet.run,
         reason="short order",
@@ -277,7 +277,7 @@ def sql(text: str, params=()) -> None:
         cursor.execute(text, list(params))
 
 
-def test_the_database_refuses_to_release_shorten_change_or_delete_a_compliance_hold(fleet, olga):
+def test_the_database_refuses_to_release_shorten_change_or_delete_a_compliance_hold(database_clock, fleet, olga):
     made = compliance(fleet, olga)
     held = Hold.objects.filter(pk=made.pk)
     now = timezone.now()
@@ -312,7 +312,7 @@ def test_the_database_refuses_to_release_shorten_change_or_delete_a_compliance_h
     assert list(Hold.objects.values_list("pk", flat=True)) == [made.pk]
 
 
-def test_the_database_lets_a_compliance_hold_go_once_its_date_has_passed(fleet, olga):
+def test_the_database_lets_a_compliance_hold_go_once_its_date_has_passed(database_clock, fleet, olga):
     made = services.hold(
         run=fleet.run,
         reason="r",

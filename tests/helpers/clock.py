@@ -117,3 +117,11 @@ def database_now() -> datetime:
             return cursor.fetchone()[0]
         cursor.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
         return datetime.fromisoformat(cursor.fetchone()[0]).replace(tzinfo=UTC)
+
+
+@pytest.fixture
+def database_clock(db):
+    """The product's clock set to the database's (ticking), for a test of a guard the database keeps by its own clock
+    (the retention lock, a compliance hold's date): there the two clocks must agree, whatever ``--clock`` says."""
+    with time_machine.travel(database_now(), tick=True) as traveller:
+        yield traveller

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-import time_machine
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
@@ -17,19 +16,15 @@ from ckptfleet.errors import DomainError, PermissionRefused
 from retention import services
 from retention.models import RetentionPolicy
 from tests.helpers.approvals import approve_waiting, person
-from tests.helpers.clock import database_now
 from tests.retention.fleet import Fleet
 
 TABLE = "retention_retentionpolicy"
 
 
-@pytest.fixture(autouse=True)
-def _one_clock(db):
-    """The lock is kept by two clocks: the service reads the product's, the triggers the database's, and a test's
-    travel (``--clock``) moves only the first. Here the product's clock is set to the database's, so the two agree
-    at whatever instant the run is, and every time in these tests derives from that one clock."""
-    with time_machine.travel(database_now(), tick=True):
-        yield
+# The lock is kept by two clocks: the service reads the product's, the triggers the database's, and a test's travel
+# (``--clock``) moves only the first. Here the product's clock is set to the database's, so the two agree at whatever
+# instant the run is, and every time in these tests derives from that one clock.
+pytestmark = pytest.mark.usefixtures("database_clock")
 
 
 @pytest.fixture
