@@ -58,7 +58,7 @@ endef
 PYTEST_SQLITE = $(call run_pytest,"pytest on SQLite (embedded default)",,sqlite)
 PYTEST_POSTGRES = $(call run_pytest,"pytest on PostgreSQL + Redis",DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL),postgres)
 
-.PHONY: help venv demo-venv lock demo agent test test-sqlite test-postgres test-reliability lint typecheck test-deps services bench compose-check docs docs-serve
+.PHONY: help venv demo-venv lock demo agent test test-sqlite test-postgres test-reliability test-calendar lint typecheck test-deps services bench compose-check docs docs-serve
 
 help: ## List the targets
 	@echo "Checkpoint Fleet: make TARGET"
@@ -202,6 +202,21 @@ test-reliability: venv test-deps services ## The reliability suite at full lengt
 
 # The bare runs, without prerequisites, for `test` which has already made them.
 .PHONY: _pytest-sqlite _pytest-postgres
+# The calendar sweep: the tests of the rules the product applies to "now" (`-m calendar`, tests/helpers/clock.py) on
+# SQLite, once per instant with every test's clock set there (--clock): the first minute of a month, the last of a
+# year, 29 February, and the hour Berlin moves to summer time with TIME_ZONE=Europe/Berlin. INSTANT@TIME_ZONE each.
+CALENDAR_CLOCKS ?= 2027-03-01T00:00:30Z@UTC 2026-12-31T23:59:30Z@UTC 2028-02-29T12:00:00Z@UTC \
+	2027-03-28T00:59:30Z@Europe/Berlin
+test-calendar: venv ## The time-sensitive tests (-m calendar) on SQLite at each instant of CALENDAR_CLOCKS
+	@failed=""; \
+	for at in $(CALENDAR_CLOCKS); do \
+		clock=$${at%@*}; zone=$${at#*@}; \
+		echo "make test-calendar: the clock at $$clock, TIME_ZONE=$$zone"; \
+		TIME_ZONE=$$zone $(MAKE) --no-print-directory _pytest-sqlite \
+			PYTEST_ARGS="-m calendar --clock=$$clock $(PYTEST_ARGS)" || failed="$$failed $$clock($$zone)"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test-calendar: FAILED at$$failed" >&2; exit 1; fi
+
 _pytest-sqlite:
 	$(PYTEST_SQLITE)
 _pytest-postgres:

@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -59,6 +60,20 @@ def env_choice(name: str, default: str, choices: set[str] | frozenset[str]) -> s
         return spelled[raw.strip().lower()]
     except KeyError:
         raise ImproperlyConfigured(f"{name}={raw!r} is not one of {', '.join(sorted(choices))}") from None
+
+
+def env_time_zone(name: str, default: str) -> str:
+    """An IANA zone name (``Europe/Berlin``): checked against the zone database here, because Django would take any
+    string and fail only at the first page that shows a time."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    zone = raw.strip()
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a time zone (an IANA name: UTC, Europe/Berlin)") from None
+    return zone
 
 
 def env_json(name: str, default):

@@ -25,6 +25,7 @@ from ckptfleet.env import (
     env_list,
     env_secret,
     env_str,
+    env_time_zone,
     parse_database_url,
     parse_owner_database_url,
 )
@@ -249,7 +250,7 @@ LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = env_str("TIME_ZONE", "UTC")
+TIME_ZONE = env_time_zone("TIME_ZONE", "UTC")
 USE_I18N = False
 USE_TZ = True
 

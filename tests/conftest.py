@@ -20,7 +20,9 @@ from audit.actor import Actor
 from ckptfleet.celery import app as celery_app
 from fleet.services import gzip_lines, host_register, host_token_issue, location_add
 
-pytest_plugins = ["tests.s3", "tests.agent_build"]
+# tests.helpers.clock: `--clock=INSTANT` runs each test at that instant (`make test-calendar`); tests.agent_build builds
+# the one-file agent once per session and finds the oldest Python it supports.
+pytest_plugins = ["tests.s3", "tests.agent_build", "tests.helpers.clock"]
 
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
 

@@ -217,7 +217,7 @@ def placed_days_ago(fleet, person, *, days: int, retained: int, case: str) -> Ho
         )
 
 
-def test_a_compliance_hold_is_released_by_another_person_once_its_date_has_passed(fleet, olga, oscar):
+def test_a_compliance_hold_is_released_by_another_person_once_its_date_has_passed(database_clock, fleet, olga, oscar):
     now = timezone.now()
     made = placed_days_ago(fleet, olga, days=2, retained=1, case="C-2")
     with time_machine.travel(now - timedelta(days=1, hours=1), tick=False):
@@ -286,7 +286,7 @@ def sql(text: str, params=()) -> None:
         cursor.execute(text, list(params))
 
 
-def test_the_database_refuses_to_release_shorten_change_or_delete_a_compliance_hold(fleet, olga):
+def test_the_database_refuses_to_release_shorten_change_or_delete_a_compliance_hold(database_clock, fleet, olga):
     made = compliance(fleet, olga)
     held = Hold.objects.filter(pk=made.pk)
     now = timezone.now()
@@ -321,7 +321,7 @@ def test_the_database_refuses_to_release_shorten_change_or_delete_a_compliance_h
     assert list(Hold.objects.values_list("pk", flat=True)) == [made.pk]
 
 
-def test_the_database_lets_a_compliance_hold_go_once_its_date_has_passed(fleet, olga):
+def test_the_database_lets_a_compliance_hold_go_once_its_date_has_passed(database_clock, fleet, olga):
     made = placed_days_ago(fleet, olga, days=2, retained=1, case="C-3")
     assert Hold.objects.filter(pk=made.pk).update(released_at=timezone.now(), released_label="oscar") == 1
     # Released or not, it stays history: never deleted.

@@ -26,7 +26,7 @@ KEY = "k3y-" + "x" * 46  # 50 characters: the production settings want a key, th
 GiB, MiB = 1024**3, 1024**2
 
 # Settings that a developer's or CI's own environment could carry into these cases.
-_OURS = ("CKPTFLEET_", "DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL", "LOG_LEVEL", "ALLOWED_HOSTS")
+_OURS = ("CKPTFLEET_", "DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL", "LOG_LEVEL", "ALLOWED_HOSTS", "TIME_ZONE")
 
 
 def load(monkeypatch, tmp_path, **environ: str) -> dict:
@@ -78,6 +78,8 @@ BAD = [
     ("CKPTFLEET_AUDIT_ANCHOR_MINUTES", "0", "must be at least 1"),
     ("CKPTFLEET_AUDIT_VERIFY_MINUTES", "hourly", "is not an integer"),
     ("LOG_LEVEL", "verbose", "is not one of"),
+    ("TIME_ZONE", "Europe/Atlantis", "is not a time zone"),
+    ("TIME_ZONE", "../etc/passwd", "is not a time zone"),
     ("CKPTFLEET_PLAIN_HTTP", "maybe", "is not a boolean"),
     ("CKPTFLEET_BEHIND_TLS_PROXY", "nginx", "is not a boolean"),
     ("CKPTFLEET_SSL_REDIRECT", "sometimes", "is not a boolean"),
@@ -151,6 +153,7 @@ def test_the_defaults_are_the_ones_the_code_had(monkeypatch, tmp_path):
     assert values["RESTORE_ASSUMPTIONS"] == {}
     assert values["DEMO_S3_ENDPOINT"] == ""
     assert values["LOGGING"]["root"]["level"] == "INFO"
+    assert values["TIME_ZONE"] == "UTC"
 
 
 def test_the_new_variables_are_read(monkeypatch, tmp_path):
@@ -165,6 +168,7 @@ def test_the_new_variables_are_read(monkeypatch, tmp_path):
         CKPTFLEET_RETENTION_REQUEST_PRICE_PER_1000='{"DEEP_ARCHIVE": "0.04", "GLACIER": 0.03, "STANDARD": 0}',
         CKPTFLEET_DEMO_S3="http://127.0.0.1:5055",
         LOG_LEVEL="warning",
+        TIME_ZONE="Europe/Berlin",
     )
     assert (values["PROMOTION_POLL_SECONDS"], values["PROMOTION_LEASE_SECONDS"]) == (30, 60)
     assert (values["PROMOTION_MULTIPART_THRESHOLD"], values["PROMOTION_MULTIPART_PART_SIZE"]) == (0, 5 * MiB)
@@ -176,6 +180,7 @@ def test_the_new_variables_are_read(monkeypatch, tmp_path):
     }
     assert values["DEMO_S3_ENDPOINT"] == "http://127.0.0.1:5055"
     assert values["LOGGING"]["root"]["level"] == "WARNING"
+    assert values["TIME_ZONE"] == "Europe/Berlin"
 
 
 def test_production_is_https_with_secure_httponly_cookies_and_hsts(monkeypatch, tmp_path):

@@ -21,6 +21,12 @@ from tests.retention.fleet import Fleet
 TABLE = "retention_retentionpolicy"
 
 
+# The lock is kept by two clocks: the service reads the product's, the triggers the database's, and a test's travel
+# (``--clock``) moves only the first. Here the product's clock is set to the database's, so the two agree at whatever
+# instant the run is, and every time in these tests derives from that one clock.
+pytestmark = pytest.mark.usefixtures("database_clock")
+
+
 @pytest.fixture
 def people(db, django_user_model):
     class People:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
+import time_machine
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -69,7 +70,15 @@ def state() -> tuple:
 
 @pytest.fixture
 def usage(db):
-    """Both teams' daily usage, 1.00 USD a day each, and the monthly rollup rebuilt from it."""
+    """Both teams' daily usage, 1.00 USD a day each, and the monthly rollup rebuilt from it.
+
+    Its world is at noon on TODAY, whatever the real date: the pages and the API read the clock for this month and
+    for the days a cost center may take effect, and the usage stops at TODAY."""
+    with time_machine.travel(datetime(TODAY.year, TODAY.month, TODAY.day, 12, tzinfo=UTC), tick=True):
+        yield usage_of_two_teams()
+
+
+def usage_of_two_teams() -> dict[str, Team]:
     nvme = StorageLocationFactory()
     made = {}
     for name, cc in (("vision", "CC-OLD"), ("llm", "CC-A")):
@@ -255,7 +264,7 @@ def test_a_change_in_the_middle_of_a_month_splits_that_month_day_by_day(usage, f
 
 
 def test_the_csv_and_the_api_of_last_month_keep_the_old_cost_center(usage, fiona, signed_in_as):
-    # Today's real date: the change is from the first of this month; October 2026 is a past month whenever this runs.
+    # The usage fixture's today (2026-11-20): the change is from the first of November; October is a closed month.
     this_month = spend.utc_today().replace(day=1)
     teams.team_set_cost_center(
         actor=as_ui(fiona), team_id=usage["vision"].pk, cost_center="CC-NEW", effective_from=this_month
