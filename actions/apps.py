@@ -9,8 +9,13 @@ class ActionsConfig(AppConfig):
     def ready(self) -> None:
         # Registers the Object Lock mirror task in web processes and workers alike.
         from actions import objectlock  # noqa: F401
+        from actions.protection import protection_reasons
         from actions.services import RELEASE_KIND, apply_release_change, describe_release
         from approvals.registry import ChangeKind, register
+        from catalog import hooks
+
+        # The ingest never takes a copy or a file away from a protected checkpoint (catalog.services.Judge).
+        hooks.on_protection_asked(protection_reasons)
 
         # A governance hold's release that an operator asks for waits in the approvals inbox for an approver.
         register(
