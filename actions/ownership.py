@@ -31,11 +31,15 @@ _RUN_PROTECTED = """(
     OR EXISTS (SELECT 1 FROM actions_pin p WHERE p.unpinned_at IS NULL AND p.checkpoint_id = OLD.id)
 )"""
 _COPY_MOVE = _PROTECTED.format(ck="OLD.checkpoint_id")
-_FILE_MOVE = (
-    "OLD.copy_id IS NOT NULL AND "
-    + _PROTECTED.format(ck="(SELECT k.checkpoint_id FROM catalog_checkpointcopy k WHERE k.id = OLD.copy_id)")
-    + " AND (NEW.copy_id IS NULL OR (SELECT k.checkpoint_id FROM catalog_checkpointcopy k WHERE k.id = NEW.copy_id)"
-    " IS DISTINCT FROM (SELECT k.checkpoint_id FROM catalog_checkpointcopy k WHERE k.id = OLD.copy_id))"
+_OWNER_OF = "(SELECT k.checkpoint_id FROM catalog_checkpointcopy k WHERE k.id = {side}.copy_id)"
+_OLD_OWNER = _OWNER_OF.format(side="OLD")
+_NEW_OWNER = _OWNER_OF.format(side="NEW")
+_FILE_MOVE = " ".join(
+    [
+        "OLD.copy_id IS NOT NULL AND",
+        _PROTECTED.format(ck=_OLD_OWNER),
+        f"AND (NEW.copy_id IS NULL OR {_NEW_OWNER} IS DISTINCT FROM {_OLD_OWNER})",
+    ]
 )
 
 # (trigger name, table, column, condition, message)

@@ -61,7 +61,9 @@ def protection_reasons(checkpoint_ids, *, open_deletions: bool = True) -> dict[i
         covered = [checkpoint_id] if checkpoint_id else [pk for pk, run in runs.items() if run == run_id]
         for pk in covered:
             why.setdefault(pk, []).append(f"{mode} hold {hold_id}")
-    for pk in Pin.objects.filter(checkpoint_id__in=ids, unpinned_at__isnull=True).values_list("checkpoint_id", flat=True):
+    for pk in Pin.objects.filter(checkpoint_id__in=ids, unpinned_at__isnull=True).values_list(
+        "checkpoint_id", flat=True
+    ):
         why.setdefault(pk, []).append("pinned")
     leased = Lease.objects.filter(checkpoint_id__in=ids, released_at__isnull=True, expires_at__gt=timezone.now())
     for pk in leased.values_list("checkpoint_id", flat=True).distinct():

@@ -984,8 +984,10 @@ def blast_radius(
         reasons.append(f"{this_files:,} objects and files is more than the limit of {settings.BLAST_MAX_OBJECTS:,}")
     recent = _window_jobs(together, now)
     if actor is not None:
-        mine = recent.filter(requested_by=actor.user) if actor.user is not None else recent.filter(
-            requested_by__isnull=True, requested_label=actor.label
+        mine = (
+            recent.filter(requested_by=actor.user)
+            if actor.user is not None
+            else recent.filter(requested_by__isnull=True, requested_label=actor.label)
         )
         done_bytes, done_files = _sums(mine)
         if done_bytes and done_bytes + this_bytes > settings.BLAST_MAX_BYTES:

@@ -342,23 +342,26 @@ class Judge:
         stays linked to its copy (a file that left a held checkpoint for another one, or for none, could be
         deleted with that one, or as an orphan). Call it with what ``group`` returned, before writing links.
         """
-        moving = [f for f in files if f.stored and f.copy_id is not None and targets.get(f.entry.path) != f.copy_id]
+        moving = [
+            (f.entry.path, f.copy_id, targets.get(f.entry.path))
+            for f in files
+            if f.stored and f.copy_id is not None and targets.get(f.entry.path) != f.copy_id
+        ]
         if not moving:
             return targets
         owners = dict(self._owner)
-        unknown = {f.copy_id for f in moving if f.copy_id not in owners}
-        unknown |= {t for f in moving if (t := targets.get(f.entry.path)) is not None and t not in owners}
+        unknown = {old for _, old, _ in moving if old not in owners}
+        unknown |= {new for _, _, new in moving if new is not None and new not in owners}
         if unknown:
             owners.update(CheckpointCopy.objects.filter(pk__in=unknown).values_list("pk", "checkpoint_id"))
-        protected = self._protection([owners[f.copy_id] for f in moving if f.copy_id in owners])
+        protected = self._protection([owners[old] for _, old, _ in moving if old in owners])
         if not protected:
             return targets
         out = dict(targets)
-        for f in moving:
-            old = owners.get(f.copy_id)
-            target = targets.get(f.entry.path)
-            if old in protected and (target is None or owners.get(target) != old):
-                out[f.entry.path] = f.copy_id
+        for path, old, new in moving:
+            owner = owners.get(old)
+            if owner in protected and (new is None or owners.get(new) != owner):
+                out[path] = old
         return out
 
     def _actor(self) -> Actor:

@@ -262,7 +262,7 @@ def locked_policies(runs: list[Run]) -> dict[int, list[tuple[str, KeepRules]]]:
         named = (f"policy {policy.name!r} (#{policy.pk})", policy.rules)
         if policy.run_id is not None:
             by_run[policy.run_id].append(named)
-        else:
+        elif policy.team_id is not None:
             by_team[policy.team_id].append(named)
     return {r.pk: [*by_team.get(r.team_id, []), *by_run.get(r.pk, [])] for r in runs}
 

@@ -38,7 +38,9 @@ def test_a_run_policy_keeping_less_cannot_walk_a_run_out_of_a_locked_team_policy
     approve_waiting(team.pk, by=abe)
     services.policy_lock(policy_id=team.pk, actor=abe, reason="the audit needs 11")
     past = timezone.now() - timedelta(seconds=1)
-    RetentionPolicy.objects.filter(pk=team.pk).update(locked_at=past - timedelta(hours=72), lock_cooling_off_ends_at=past)
+    RetentionPolicy.objects.filter(pk=team.pk).update(
+        locked_at=past - timedelta(hours=72), lock_cooling_off_ends_at=past
+    )
 
     sneaky = services.policy_create(
         actor=olga, name="just the last one", run=run, keep_last=1, keep_milestones=False, enabled=True
