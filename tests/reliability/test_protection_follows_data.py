@@ -21,7 +21,6 @@ from actions.models import DeletionJob
 from audit.actor import Actor
 from audit.models import AuditEvent
 from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile
-from catalog.services import OWNER_CONFLICT
 from ckptfleet.errors import DomainError
 from dashboard import problems
 from dashboard.management.commands.seed_demo import DEMO_TREES
@@ -34,6 +33,7 @@ OPERATOR = Actor.command(label="tests: operator")
 LEGAL = Actor.command(label="tests: legal")
 # What the database raises when a trigger refuses (PostgreSQL: insufficient_privilege; SQLite: RAISE(ABORT)).
 REFUSED = (IntegrityError, InternalError, ProgrammingError)
+OWNER_CONFLICT = "Ownership conflict"  # how the copy's reason begins (catalog.services.OWNER_CONFLICT)
 
 
 def rename_run(sidecar, run: str) -> None:
