@@ -942,9 +942,11 @@ def blast_window() -> timedelta:
 
 
 def _window_jobs(together: Together | None, now: datetime):
-    """The deletions scheduled within the window that count towards the limits: every one but the cancelled (which
-    deleted nothing) and those of this same bulk call (counted as ``together``)."""
-    jobs = DeletionJob.objects.filter(requested_at__gte=now - blast_window()).exclude(state=DeletionState.CANCELLED)
+    """The deletions scheduled within the window that count towards the limits: every one but the cancelled and the
+    restored from the trash (which took nothing for good) and those of this same bulk call (``together``)."""
+    jobs = DeletionJob.objects.filter(requested_at__gte=now - blast_window()).exclude(
+        state__in=[DeletionState.CANCELLED, DeletionState.RESTORED]
+    )
     if together is not None and together.job_ids:
         jobs = jobs.exclude(pk__in=together.job_ids)
     return jobs
