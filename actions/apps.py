@@ -10,12 +10,17 @@ class ActionsConfig(AppConfig):
         # Registers the Object Lock mirror task in web processes and workers alike.
         from actions import objectlock  # noqa: F401
         from actions.holdaudit import hold_problems
+        from actions.protection import protection_reasons
+        from actions.services import RELEASE_KIND, apply_release_change, describe_release
+        from approvals.registry import ChangeKind, register
         from audit.verify import register_state_check
+        from catalog import hooks
 
         # verify_audit also names a hold whose state no audit event accounts for (released by SQL, say).
         register_state_check(hold_problems)
-        from actions.services import RELEASE_KIND, apply_release_change, describe_release
-        from approvals.registry import ChangeKind, register
+
+        # The ingest never takes a copy or a file away from a protected checkpoint (catalog.services.Judge).
+        hooks.on_protection_asked(protection_reasons)
 
         # A governance hold's release that an operator asks for waits in the approvals inbox for an approver.
         register(

@@ -145,6 +145,7 @@ def blocker(job: DeletionJob) -> str:
         or promises.pinned(checkpoint)
         or promises.leased(checkpoint)
         or promises.disputed_copy(copy)
+        or promises.files_protected_elsewhere(job)
     )
     if refusal is None and copy is not None:
         others_going = DeletionJob.objects.filter(

@@ -86,6 +86,34 @@ def held(checkpoint: Checkpoint) -> Refusal | None:
     )
 
 
+def files_protected_elsewhere(job: Any) -> Refusal | None:
+    """Promises 1, 2 and 11 for every frozen file, not only the job's checkpoint: a file or copy that an ingest,
+    an admin or a shell re-linked since scheduling to another checkpoint that is held, pinned or leased now is
+    under that checkpoint's protection (issue 26: protection follows the data, wherever it moved)."""
+    from actions.models import DeletionItem, ItemState
+    from actions.protection import protection_reasons
+
+    pending = DeletionItem.objects.filter(job=job, state=ItemState.PENDING)
+    owners = set(
+        CheckpointCopy.objects.filter(
+            Q(pk__in=pending.values("copy_id")) | Q(pk__in=pending.values("shard_file__copy_id"))
+        )
+        .exclude(checkpoint_id=job.checkpoint_id)
+        .values_list("checkpoint_id", flat=True)
+    )
+    if not owners:
+        return None
+    why = protection_reasons(owners, open_deletions=False)
+    if not why:
+        return None
+    named = "; ".join(f"checkpoint {pk}: {w}" for pk, w in sorted(why.items()))
+    return Refusal(
+        "protected_elsewhere",
+        f"files of this deletion now belong to a protected checkpoint ({named}); they stay until that is settled",
+        PROMISE_HOLD,
+    )
+
+
 def pinned(checkpoint: Checkpoint) -> Refusal | None:
     """Promise 2: a pinned checkpoint is not deleted; unpinning is its own audited action."""
     pin = Pin.objects.filter(checkpoint=checkpoint, unpinned_at__isnull=True).first()

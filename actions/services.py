@@ -761,7 +761,15 @@ def _check_origin(origin: str) -> str:
     return origin
 
 
-def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *, with_money: bool) -> DeletionPreview:
+def _assess(
+    checkpoint: Checkpoint,
+    copy: CheckpointCopy | None,
+    origin: str,
+    *,
+    with_money: bool,
+    actor: Actor | None = None,
+    together: Together | None = None,
+) -> DeletionPreview:
     """The checks of ``schedule_deletion``, without writing: shared by the preview and the service."""
     if copy is not None and copy.checkpoint_id != checkpoint.pk:
         raise DomainError(f"that copy is not a copy of {checkpoint}")
@@ -841,7 +849,9 @@ def _assess(checkpoint: Checkpoint, copy: CheckpointCopy | None, origin: str, *,
     if refusal is not None:
         preview.refusal, preview.refusal_code, preview.promise = refusal.message, refusal.code, refusal.promise
         return preview
-    _approval_reasons(preview, checkpoint, copy, origin, newest_before=before, newest_after=after)
+    _approval_reasons(
+        preview, checkpoint, copy, origin, newest_before=before, newest_after=after, actor=actor, together=together
+    )
     return preview
 
 
@@ -891,6 +901,8 @@ def _approval_reasons(
     *,
     newest_before: Checkpoint | None,
     newest_after: Checkpoint | None,
+    actor: Actor | None = None,
+    together: Together | None = None,
 ) -> None:
     """Why a second person must approve (two-person rule): size, importance, a policy's proposal, the newest."""
     threshold = settings.DELETION_APPROVAL_BYTES
@@ -904,7 +916,9 @@ def _approval_reasons(
     is_newest = newest_before is not None and newest_before.pk == checkpoint.pk
     if is_newest and (copy is None or newest_after is None or newest_after.pk != checkpoint.pk):
         reasons.append("it removes the newest restorable checkpoint of the run")
-    preview.blast_reasons = blast_radius(preview.bytes, preview.files, checkpoint.run_id)
+    preview.blast_reasons = blast_radius(
+        preview.bytes, preview.files, checkpoint.run_id, actor=actor, together=together
+    )
     if preview.blast_reasons:
         reasons.append(
             "its blast radius is above a limit, so two approvers (neither of them the person who asked) must approve "
@@ -912,38 +926,136 @@ def _approval_reasons(
         )
 
 
-def blast_radius(nbytes: int, files: int, run_id: int | None) -> list[str]:
-    """Why one deletion job is larger than a single approver may let through, in words; [] when it is not.
+@dataclass
+class Together:
+    """The deletions of one bulk call, which the blast radius counts as one request: their bytes and files in all
+    and per run, and the jobs already made of them (so that the window does not count those twice)."""
 
-    The limits are per job: its bytes, its objects and files, and its share of the bytes the run's present
-    copies hold (``CKPTFLEET_BLAST_MAX_BYTES``, ``_MAX_OBJECTS``, ``_MAX_RUN_PERCENT``); with no run (orphans
-    that belong to none), the share is not asked.
+    bytes: int = 0
+    files: int = 0
+    run_bytes: dict[int, int] = field(default_factory=dict)
+    run_files: dict[int, int] = field(default_factory=dict)
+    job_ids: list[int] = field(default_factory=list)
+
+    def add(self, run_id: int | None, nbytes: int, files: int) -> None:
+        self.bytes += nbytes
+        self.files += files
+        if run_id is not None:
+            self.run_bytes[run_id] = self.run_bytes.get(run_id, 0) + nbytes
+            self.run_files[run_id] = self.run_files.get(run_id, 0) + files
+
+
+def blast_window() -> timedelta:
+    return timedelta(hours=settings.BLAST_WINDOW_HOURS)
+
+
+def _window_jobs(together: Together | None, now: datetime):
+    """The deletions scheduled within the window that count towards the limits: every one but the cancelled and the
+    restored from the trash (which took nothing for good) and those of this same bulk call (``together``)."""
+    jobs = DeletionJob.objects.filter(requested_at__gte=now - blast_window()).exclude(
+        state__in=[DeletionState.CANCELLED, DeletionState.RESTORED]
+    )
+    if together is not None and together.job_ids:
+        jobs = jobs.exclude(pk__in=together.job_ids)
+    return jobs
+
+
+def _sums(jobs) -> tuple[int, int]:
+    row = jobs.aggregate(b=Sum("bytes_total"), f=Sum("items_total"))
+    return row["b"] or 0, row["f"] or 0
+
+
+def blast_radius(
+    nbytes: int,
+    files: int,
+    run_id: int | None,
+    *,
+    actor: Actor | None = None,
+    together: Together | None = None,
+    now: datetime | None = None,
+) -> list[str]:
+    """Why a deletion is larger than a single approver may let through, in words; [] when it is not.
+
+    The limits (``CKPTFLEET_BLAST_MAX_BYTES``, ``_MAX_OBJECTS``, ``_MAX_RUN_PERCENT``) hold for the job, for the
+    run and for the person who asks, over ``CKPTFLEET_BLAST_WINDOW_HOURS``: what this job deletes plus every
+    deletion of the same run, and every deletion the same person asked for, scheduled within the window (not
+    cancelled), whatever the number of jobs; a bulk call (``together``) is one request. The run's share is of its
+    present bytes plus what the window's completed deletions of it already took. With no run (orphans that belong
+    to none), the run is not asked.
     """
+    now = now or timezone.now()
+    window = f"in {settings.BLAST_WINDOW_HOURS} hours"
+    this_bytes = max(nbytes, together.bytes if together else 0)
+    this_files = max(files, together.files if together else 0)
     reasons = []
-    if nbytes > settings.BLAST_MAX_BYTES:
-        reasons.append(f"{bytes_iec(nbytes)} is more than the limit of {bytes_iec(settings.BLAST_MAX_BYTES)}")
-    if files > settings.BLAST_MAX_OBJECTS:
-        reasons.append(f"{files:,} objects and files is more than the limit of {settings.BLAST_MAX_OBJECTS:,}")
+    if this_bytes > settings.BLAST_MAX_BYTES:
+        reasons.append(f"{bytes_iec(this_bytes)} is more than the limit of {bytes_iec(settings.BLAST_MAX_BYTES)}")
+    if this_files > settings.BLAST_MAX_OBJECTS:
+        reasons.append(f"{this_files:,} objects and files is more than the limit of {settings.BLAST_MAX_OBJECTS:,}")
+    recent = _window_jobs(together, now)
+    if actor is not None:
+        mine = (
+            recent.filter(requested_by=actor.user)
+            if actor.user is not None
+            else recent.filter(requested_by__isnull=True, requested_label=actor.label)
+        )
+        done_bytes, done_files = _sums(mine)
+        if done_bytes and done_bytes + this_bytes > settings.BLAST_MAX_BYTES:
+            reasons.append(
+                f"{actor.label} asks to delete {bytes_iec(done_bytes + this_bytes)} {window}, more than the limit of "
+                f"{bytes_iec(settings.BLAST_MAX_BYTES)}"
+            )
+        if done_files and done_files + this_files > settings.BLAST_MAX_OBJECTS:
+            reasons.append(
+                f"{actor.label} asks to delete {done_files + this_files:,} objects and files {window}, more than the "
+                f"limit of {settings.BLAST_MAX_OBJECTS:,}"
+            )
     if run_id is None:
         return reasons
-    run_bytes = (
+    run_going = max(nbytes, together.run_bytes.get(run_id, 0) if together else 0)
+    run_going_files = max(files, together.run_files.get(run_id, 0) if together else 0)
+    of_run = recent.filter(checkpoint__run_id=run_id)
+    before_bytes, before_files = _sums(of_run)
+    gone_bytes, _ = _sums(of_run.filter(state=DeletionState.COMPLETED))
+    if before_bytes and before_bytes + run_going > settings.BLAST_MAX_BYTES:
+        reasons.append(
+            f"the run loses {bytes_iec(before_bytes + run_going)} {window}, more than the limit of "
+            f"{bytes_iec(settings.BLAST_MAX_BYTES)}"
+        )
+    if before_files and before_files + run_going_files > settings.BLAST_MAX_OBJECTS:
+        reasons.append(
+            f"the run loses {before_files + run_going_files:,} objects and files {window}, more than the limit of "
+            f"{settings.BLAST_MAX_OBJECTS:,}"
+        )
+    present = (
         CheckpointCopy.objects.filter(checkpoint__run_id=run_id, gone_at__isnull=True).aggregate(n=Sum("bytes"))["n"]
         or 0
     )
-    if run_bytes and nbytes * 100 > run_bytes * settings.BLAST_MAX_RUN_PERCENT:
-        share = nbytes * 100 / run_bytes
+    run_bytes = present + gone_bytes
+    going = run_going + before_bytes
+    if run_bytes and going * 100 > run_bytes * settings.BLAST_MAX_RUN_PERCENT:
+        share = going * 100 / run_bytes
+        counted = "it takes" if going == nbytes else f"with the run's other deletions {window}, it takes"
         reasons.append(
-            f"it takes {share:.0f}% of the run's {bytes_iec(run_bytes)}, more than the limit of "
+            f"{counted} {share:.0f}% of the run's {bytes_iec(run_bytes)}, more than the limit of "
             f"{settings.BLAST_MAX_RUN_PERCENT}%"
         )
     return reasons
 
 
-def preview(*, checkpoint: Checkpoint, copy: CheckpointCopy | None = None, origin: str = "manual") -> DeletionPreview:
-    """What a deletion of ``checkpoint`` (or of one ``copy``) would remove, cost and leave, and whether it may."""
+def preview(
+    *,
+    checkpoint: Checkpoint,
+    copy: CheckpointCopy | None = None,
+    origin: str = "manual",
+    actor: Actor | None = None,
+    together: Together | None = None,
+) -> DeletionPreview:
+    """What a deletion of ``checkpoint`` (or of one ``copy``) would remove, cost and leave, and whether it may.
+    ``actor`` and ``together``: who would ask, and the bulk call it is part of (``blast_radius``)."""
     origin = _check_origin(origin)
     checkpoint = Checkpoint.objects.select_related("run__team").get(pk=checkpoint.pk)
-    result = _assess(checkpoint, copy, origin, with_money=True)
+    result = _assess(checkpoint, copy, origin, with_money=True, actor=actor, together=together)
     result.child_runs = _children_at_stake(checkpoint, result)
     prefixes = bucket_prefixes([p.copy.location_id for p in result.parts])
     sample = (
@@ -1034,8 +1146,12 @@ def schedule_deletion(
     origin: str = "manual",
     request_id: str = "",
     confirm_children: bool = False,
+    together: Together | None = None,
 ) -> DeletionJob:
     """Schedule the deletion of a whole checkpoint or one copy, freezing the exact list of objects and files.
+
+    ``together``: the bulk call this deletion is part of, which the blast radius counts as one request; the job
+    made is added to its ``job_ids``.
 
     When it leaves no copy of a checkpoint other runs started from (``catalog.lineage``), it is refused unless
     ``confirm_children`` is True; the refusal names the runs.
@@ -1055,7 +1171,7 @@ def schedule_deletion(
             copy = CheckpointCopy.objects.select_related("location").filter(pk=copy.pk).first()
             if copy is None:
                 raise DomainError("that copy does not exist")
-        assessed = _assess(checkpoint, copy, origin, with_money=False)
+        assessed = _assess(checkpoint, copy, origin, with_money=False, actor=actor, together=together)
         if assessed.refusal:
             raise DomainError(assessed.refusal, code=assessed.refusal_code)
         children = _children_at_stake(checkpoint, assessed)
@@ -1084,6 +1200,8 @@ def schedule_deletion(
         items, total_bytes = _freeze_items(job, [p.copy for p in assessed.parts])
         job.items_total, job.bytes_total = items, total_bytes
         job.save(update_fields=["items_total", "bytes_total"])
+        if together is not None:
+            together.job_ids.append(job.pk)
         _audit(
             actor,
             "deletion.schedule",

@@ -241,14 +241,30 @@ def _preview_holds(items: list[Item], case_ref: str) -> None:
             item.notes.append(f"already held (case {cases}); this hold is added beside it")
 
 
-def _preview_deletions(items: list[Item]) -> list[RunEffect]:
+def together_of(items: list[Item]) -> services.Together:
+    """What the selected deletions take in all and per run, for the blast radius: a bulk call is one request
+    (issue 26). Bytes and files of each checkpoint, or of the one copy listed; one query."""
+    _sizes(items)
+    together = services.Together()
+    for item in items:
+        if item.checkpoint is None or (not item.allowed and item.refusal_code in ("not_found", "no_copy")):
+            continue
+        if item.copy is not None:
+            together.add(item.checkpoint.run_id, item.copy.bytes, item.copy.file_count)
+        else:
+            together.add(item.checkpoint.run_id, item.bytes, item.files)
+    return together
+
+
+def _preview_deletions(items: list[Item], actor: Actor | None = None) -> list[RunEffect]:
     """Each deletion's own preview (``services.preview``, as the single page shows it), and per run what all
-    of them together leave restorable."""
+    of them together leave restorable. The blast radius counts them all as one request."""
+    together = together_of(items)
     for item in items:
         if not item.allowed:
             continue
         try:
-            p = services.preview(checkpoint=item.checkpoint, copy=item.copy)
+            p = services.preview(checkpoint=item.checkpoint, copy=item.copy, actor=actor, together=together)
         except DomainError as exc:
             item.refuse(exc.message, exc.code)
             continue
@@ -384,6 +400,7 @@ def act(selection: Selection, *, reason: str, case_ref: str, actor: Actor, reque
     """Each item through the single action's service: one transaction and one audit event each; a refusal of
     one is reported and the others go on."""
     results = []
+    together = together_of(selection.items) if selection.action not in (PIN, HOLD) else None
     for item in selection.items:
         entry = {
             "checkpoint": item.checkpoint_id,
@@ -417,7 +434,12 @@ def act(selection: Selection, *, reason: str, case_ref: str, actor: Actor, reque
                 entry["message"] = f"hold {made.case_ref} placed"
             else:
                 made = services.schedule_deletion(
-                    checkpoint=item.checkpoint, copy=item.copy, reason=reason, actor=actor, request_id=request_id
+                    checkpoint=item.checkpoint,
+                    copy=item.copy,
+                    reason=reason,
+                    actor=actor,
+                    request_id=request_id,
+                    together=together,
                 )
                 wait = " (needs another person's approval)" if made.needs_approval else ""
                 entry["message"] = f"deletion {made.pk} scheduled{wait}"

@@ -13,6 +13,7 @@ from typing import Any
 _copies_restated: list[Callable[[list[int]], Any]] = []
 _location_rejudged: list[Callable[[Any, datetime], Any]] = []
 _run_status_changed: list[Callable[[int, str], Any]] = []
+_protections: list[Callable[[list[int]], dict[int, str]]] = []
 
 
 def on_copies_restated(fn: Callable[[list[int]], Any]) -> Callable[[list[int]], Any]:
@@ -35,6 +36,26 @@ def on_run_status_changed(fn: Callable[[int, str], Any]) -> Callable[[int, str],
     if fn not in _run_status_changed:
         _run_status_changed.append(fn)
     return fn
+
+
+def on_protection_asked(fn: Callable[[list[int]], dict[int, str]]) -> Callable[[list[int]], dict[int, str]]:
+    """Register ``fn(checkpoint_ids) -> {checkpoint id: why it is protected}``: the ingest asks it before it moves a
+    copy or a file to another checkpoint (holds, pins, leases and deletions live in ``actions``, above catalog)."""
+    if fn not in _protections:
+        _protections.append(fn)
+    return fn
+
+
+def protections(checkpoint_ids: Iterable[int]) -> dict[int, str]:
+    """{checkpoint id: why} for the checkpoints among ``checkpoint_ids`` that something protects."""
+    ids = sorted(set(checkpoint_ids))
+    out: dict[int, str] = {}
+    if not ids:
+        return out
+    for fn in _protections:
+        for pk, why in fn(ids).items():
+            out[pk] = f"{out[pk]}; {why}" if pk in out else why
+    return out
 
 
 def copies_restated(copy_ids: Iterable[int]) -> None:

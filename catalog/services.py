@@ -11,6 +11,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit.actor import Actor
+from audit.services import audit
+from catalog import hooks
 from catalog.choices import Importance
 from catalog.formats.base import FileEntry, Found
 from catalog.layout import PathTemplate, group_files, subtree
@@ -23,6 +25,8 @@ from catalog.verification import FileFacts, carried_over, checkpoints_verify, re
 from fleet.models import Inventory, StorageLocation
 
 UNASSIGNED_TEAM = "unassigned"
+# How a copy's reasons begin when the ingest kept it on a protected checkpoint its files no longer name.
+OWNER_CONFLICT = "Ownership conflict"
 # Verification runs after this many files have been judged (and at the end), so memory stays bounded.
 VERIFY_EVERY_FILES = 20_000
 
@@ -94,6 +98,8 @@ class Judge:
         self._touched: set[int] = set()  # checkpoints whose copies were judged, to verify
         self._known: dict[int, dict[str, tuple[str, FileFacts]]] = {}  # member files of copies judged here
         self._new_checkpoint_runs: set[int] = set()  # runs a checkpoint was created for since the last groups()
+        self._owner: dict[int, int] = {}  # copy id -> its checkpoint id, for the copies judged here
+        self._protected: dict[int, str] = {}  # checkpoint id -> why it is protected ('' when it is not)
 
     def _existing(self, group: str) -> dict[str, CheckpointCopy]:
         if not self.has_copies:
@@ -238,6 +244,11 @@ class Judge:
                     "gone_at": None,
                 }
                 copy = existing.get(f.path)
+                if copy is not None and copy.checkpoint_id != checkpoint.pk:
+                    kept_on = self._refuse_move(copy, checkpoint, f)
+                    if kept_on is not None:
+                        values["checkpoint_id"] = copy.checkpoint_id
+                        values["reasons"].append(kept_on)
                 if copy is None:
                     copy = CheckpointCopy(location=self.location, path=f.path, judged_at=now, **values)
                     created.append((copy, f, members))
@@ -262,8 +273,10 @@ class Judge:
         for existing, kept, created, seen_paths in pending:
             targets: dict[str, int | None] = {}
             for copy, f, members in (*kept, *created):
-                self._judged[copy.pk] = (f.state, list(f.reasons))
+                conflict = [r for r in copy.reasons or [] if r.startswith(OWNER_CONFLICT)]
+                self._judged[copy.pk] = (f.state, [*f.reasons, *conflict])
                 self._touched.add(copy.checkpoint_id)
+                self._owner[copy.pk] = copy.checkpoint_id
                 known = self._known.setdefault(copy.pk, {})
                 pk = copy.pk
                 for m in members:  # the files of f.files that are present, in that order
@@ -282,6 +295,73 @@ class Judge:
                 )
                 self._touched.update(c.checkpoint_id for c in vanished)
             out.append(targets)
+        return out
+
+    def _protection(self, checkpoint_ids) -> dict[int, str]:
+        """{checkpoint id: why it is protected} among ``checkpoint_ids``, asked once per Judge for each."""
+        wanted = [pk for pk in set(checkpoint_ids) if pk not in self._protected]
+        if wanted:
+            found = hooks.protections(wanted)
+            self._protected.update({pk: found.get(pk, "") for pk in wanted})
+        return {pk: self._protected[pk] for pk in checkpoint_ids if self._protected.get(pk)}
+
+    def _refuse_move(self, copy: CheckpointCopy, claimed: Checkpoint, found: Found) -> str | None:
+        """The conflict reason when ``copy`` may not move from its checkpoint to ``claimed``, else None.
+
+        Protection sits on checkpoint rows (holds, pins, leases, scheduled deletions), so a copy that moved to
+        another checkpoint would leave it covering nothing: a rewritten sidecar naming another run would walk
+        the files out of a compliance hold (issue 26). Failing closed, the copy stays where it is and says
+        why, on its checkpoint page and in the problems list, until a person settles it (releases the
+        protection, or fixes what the files say); the move is audited once, when it is first refused. The
+        database refuses the same UPDATE for holds and pins (``actions.ownership``).
+        """
+        why = self._protection([copy.checkpoint_id]).get(copy.checkpoint_id)
+        if not why:
+            return None
+        team_name, run_name = _team_and_run_names(self.location, self.template, found)
+        said = f"{team_name}/{run_name}" + (f" step {found.step}" if found.step is not None else f" {found.path}")
+        reason = (
+            f"{OWNER_CONFLICT}: the files now say this copy belongs to {said} (checkpoint {claimed.pk}), but it "
+            f"stays on checkpoint {copy.checkpoint_id}, which is protected ({why}); settle it by hand"
+        )
+        if reason not in (copy.reasons or []):
+            audit(
+                self._actor(),
+                "copy.move_refused",
+                target_type="copy",
+                target_id=copy.pk,
+                target_label=f"{self.location.name}:{copy.path}",
+                reason=reason,
+                before={"checkpoint": copy.checkpoint_id},
+                after={"claimed_checkpoint": claimed.pk, "claimed": said, "protected_by": why},
+            )
+        return reason
+
+    def keep_protected(self, files: list[GroupFile], targets: dict[str, int | None]) -> dict[str, int | None]:
+        """``targets`` less the moves of stored files away from a copy of a protected checkpoint: such a file
+        stays linked to its copy (a file that left a held checkpoint for another one, or for none, could be
+        deleted with that one, or as an orphan). Call it with what ``group`` returned, before writing links.
+        """
+        moving = [
+            (f.entry.path, f.copy_id, targets.get(f.entry.path))
+            for f in files
+            if f.stored and f.copy_id is not None and targets.get(f.entry.path) != f.copy_id
+        ]
+        if not moving:
+            return targets
+        owners = dict(self._owner)
+        unknown = {old for _, old, _ in moving if old not in owners}
+        unknown |= {new for _, _, new in moving if new is not None and new not in owners}
+        if unknown:
+            owners.update(CheckpointCopy.objects.filter(pk__in=unknown).values_list("pk", "checkpoint_id"))
+        protected = self._protection([owners[old] for _, old, _ in moving if old in owners])
+        if not protected:
+            return targets
+        out = dict(targets)
+        for path, old, new in moving:
+            owner = owners.get(old)
+            if owner in protected and (new is None or owners.get(new) != owner):
+                out[path] = old
         return out
 
     def _actor(self) -> Actor:
@@ -346,7 +426,7 @@ def location_recognize(*, location: StorageLocation, inventory: Inventory | None
         for pk, copy_id, entry in group_files(location, template, group):
             files.append(GroupFile(entry, True, copy_id))
             ids[entry.path] = pk
-        targets = judge.group(group, [f.entry for f in files])
+        targets = judge.keep_protected(files, judge.group(group, [f.entry for f in files]))
         moves: dict[int | None, list[int]] = {}
         for f in files:
             target = targets.get(f.entry.path)

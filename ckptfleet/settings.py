@@ -406,6 +406,9 @@ if SOFT_DELETE_REQUIRED and SOFT_DELETE_DAYS == 0:
 BLAST_MAX_BYTES = env_int("CKPTFLEET_BLAST_MAX_BYTES", 100 * 1024**4, minimum=1)
 BLAST_MAX_OBJECTS = env_int("CKPTFLEET_BLAST_MAX_OBJECTS", 200_000, minimum=1)
 BLAST_MAX_RUN_PERCENT = env_int("CKPTFLEET_BLAST_MAX_RUN_PERCENT", 50, minimum=1, maximum=100)
+# The limits count every deletion of the run, and every deletion the same person asked for, scheduled within
+# this many hours, whatever the number of jobs (issue 26: four jobs of 20% of a run each passed a 50% limit).
+BLAST_WINDOW_HOURS = env_int("CKPTFLEET_BLAST_WINDOW_HOURS", 24, minimum=1, maximum=24 * 366)
 # Fail closed (promise 12): a policy acts only on checkpoints whose every location had an inventory applied
 # within this many hours, and whose last inventory did not fail.
 POLICY_EVIDENCE_HOURS = env_int("CKPTFLEET_POLICY_EVIDENCE_HOURS", 48, minimum=1)

@@ -55,6 +55,7 @@ from catalog import selectors
 from catalog.choices import ENDED_STATUSES, CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, Team
 from catalog.pointers import PointerState, pointers_for_runs
+from catalog.services import OWNER_CONFLICT
 from catalog.verification import stale_days, stale_verified_copies
 from ckptfleet.params import BadParameter, whole_number
 from fleet.models import StorageLocation
@@ -77,6 +78,7 @@ class Kind(models.TextChoices):
     MISPLACED = "misplaced", "Misplaced"
     ORPHANED = "orphaned", "Orphaned"
     POINTER = "pointer", "Wrong resume pointer"
+    CONFLICT = "ownership_conflict", "Ownership conflict"
 
 
 KIND_HELP = {
@@ -96,6 +98,9 @@ KIND_HELP = {
     Kind.POINTER: "The framework's own resume pointer (DeepSpeed latest, Megatron's tracker, the newest "
     "checkpoint folder) of an active run names a broken or older checkpoint, names none, or is missing: a restart "
     f"would load the wrong thing. Judged for the {POINTER_RUNS} active runs that saved last.",
+    Kind.CONFLICT: "The files of a held, pinned, leased or scheduled checkpoint now say they belong to another "
+    "checkpoint (a rewritten sidecar, a moved directory): the copy stays under its protection until a person "
+    "settles it, by releasing the protection or by correcting what the files say.",
 }
 
 # Which placement flags make each checkpoint kind (each flag is one row of its checkpoint).
@@ -275,6 +280,8 @@ COPY_KINDS: dict[str, Q] = {
     Kind.PARTIAL: Q(state=CopyState.PARTIAL)
     & ~Q(verification__in=[Verification.DISPUTED, Verification.MISMATCH])
     & NOT_LEFTOVER,
+    # A copy the ingest kept on its protected checkpoint (catalog.services.Judge): listed beside its other kind.
+    Kind.CONFLICT: Q(reasons__icontains=OWNER_CONFLICT),
 }
 
 
@@ -292,7 +299,7 @@ def _copy_since(kind: str):
     or when it was first seen. A stale verified copy: since its checksums went stale."""
     judged = Coalesce("judged_at", "first_seen_at")
     changed = Coalesce("verification_changed_at", "first_seen_at")
-    if kind == Kind.PARTIAL:
+    if kind in (Kind.PARTIAL, Kind.CONFLICT):
         return judged
     if kind == Kind.CORRUPT:
         # A checksum mismatch changes the verdict and the state together; a format's verdict, the state only.
@@ -327,6 +334,8 @@ def copy_reasons(kind: str, state_reasons: Iterable[str], verification_reasons: 
     complete copy can be verified as a whole")."""
     verification = facts.get("verification")
     words: list[str] = list(state_reasons or []) if kind in (Kind.PARTIAL, Kind.CORRUPT) else []
+    if kind == Kind.CONFLICT:
+        return [str(w) for w in state_reasons or [] if str(w).startswith(OWNER_CONFLICT)]
     if verification in (Verification.MISMATCH, Verification.DISPUTED) or (
         kind == Kind.UNVERIFIED and verification == Verification.UNVERIFIED
     ):
@@ -411,7 +420,7 @@ def _copy_source(kind: str, base: QuerySet, prices: Prices) -> Source:
                 "Delete copy",
                 f"{reverse('actions:schedule', args=[r['checkpoint_id']])}?copy={r['pk']}",
             )
-        elif kind == Kind.DISPUTED:
+        elif kind in (Kind.DISPUTED, Kind.CONFLICT):
             action = ("Settle", f"{checkpoint_url}#copy-{r['pk']}")
         else:  # partial, unverified: the location scanned again (with checksums) judges it anew
             action = ("Rescan", location_url)
@@ -432,7 +441,7 @@ def _copy_source(kind: str, base: QuerySet, prices: Prices) -> Source:
             cost=_money(r["cost"]),
             action_label=action[0],
             action_url=action[1],
-            key=f"copy-{r['pk']}",
+            key=f"conflict-{r['pk']}" if kind == Kind.CONFLICT else f"copy-{r['pk']}",
             run_id=r["checkpoint__run_id"],
             run_label=f"{r['checkpoint__run__team__name']}/{r['checkpoint__run__name']}",
             team=r["checkpoint__run__team__name"],
@@ -588,7 +597,7 @@ def sources(filters: Filters, user) -> list[Source]:
     if filters.location_id is not None:
         copies = copies.filter(location_id=filters.location_id)
     for kind in wanted:
-        if kind in (Kind.PARTIAL, Kind.CORRUPT, Kind.DISPUTED, Kind.UNVERIFIED):
+        if kind in (Kind.PARTIAL, Kind.CORRUPT, Kind.DISPUTED, Kind.UNVERIFIED, Kind.CONFLICT):
             source = _copy_source(kind, copies, prices)
             if filters.since_before is not None:
                 assert source.queryset is not None

@@ -125,6 +125,7 @@ def simulation_data(sim: Simulation, *, detail: bool = True) -> dict:
                     "kept": d.kept,
                     "reasons": [str(x) for x in d.reasons],
                     "why_dropped": d.why_dropped,
+                    "kept_by": list(d.kept_by),
                     "already_scheduled": d.checkpoint.scheduled,
                     "bytes": d.checkpoint.bytes,
                 }

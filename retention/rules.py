@@ -52,6 +52,7 @@ class Reason(StrEnum):
     LAST_N = "last_n"
     EVERY_MTH = "every_mth"
     STEPLESS = "stepless"
+    LOCKED_POLICY = "locked_policy"
 
     @property
     def label(self) -> str:
@@ -74,6 +75,7 @@ REASON_LABELS = {
     Reason.LAST_N: "among the last N",
     Reason.EVERY_MTH: "step is a multiple of M",
     Reason.STEPLESS: "saved without a step (an export)",
+    Reason.LOCKED_POLICY: "a locked policy keeps it",
 }
 PROMISES = frozenset({Reason.HELD, Reason.PINNED, Reason.NEWEST_RESTORABLE, Reason.DISPUTED, Reason.NOT_IDENTIFIED})
 _IMPORTANCE_LABELS = {value: label.lower() for value, label in Importance.choices}
@@ -161,6 +163,7 @@ class Decision:
     checkpoint: CheckpointFacts
     reasons: tuple[Reason, ...] = ()
     why_dropped: str = ""
+    kept_by: tuple[str, ...] = ()  # the locked policies whose rules keep it (``apply_rules``' ``binding``)
 
     @property
     def kept(self) -> bool:
@@ -168,7 +171,10 @@ class Decision:
 
     @property
     def reason_labels(self) -> list[str]:
-        return [r.label for r in self.reasons]
+        return [
+            f"kept by the locked {', '.join(self.kept_by)}" if r == Reason.LOCKED_POLICY else r.label
+            for r in self.reasons
+        ]
 
 
 @dataclass(frozen=True)
@@ -225,8 +231,36 @@ def _why_dropped(c: CheckpointFacts, rules: KeepRules) -> str:
     return "; ".join(why)
 
 
-def apply_rules(checkpoints: Iterable[CheckpointFacts], rules: KeepRules) -> Plan:
-    """Decide, for the checkpoints of one run, which ``rules`` keep and which they drop."""
+def apply_rules(
+    checkpoints: Iterable[CheckpointFacts], rules: KeepRules, binding: Iterable[tuple[str, KeepRules]] = ()
+) -> Plan:
+    """Decide, for the checkpoints of one run, which ``rules`` keep and which they drop.
+
+    ``binding``: the locked policies that cover this run, as (name, rules). A lock promises that its checkpoints
+    are kept whichever other policy (a run's, a team's) is applied to the run, so the strictest keep wins: what
+    any of them keeps is kept (``Reason.LOCKED_POLICY``, naming them in ``Decision.kept_by``), and a policy that
+    keeps less cannot walk a run out of a locked one (issue 26: a run policy keeping 1 under a locked team policy
+    keeping 11 proposed 11 of 12 deletions).
+    """
+    checkpoints = list(checkpoints)
+    locks: dict[int, list[str]] = {}
+    for name, locked in binding:
+        for d in apply_rules(checkpoints, locked).kept:
+            if set(d.reasons) - PROMISES:  # the promises keep it anyway, whoever's policy it is
+                locks.setdefault(d.checkpoint.id, []).append(name)
+    plan = _apply(checkpoints, rules)
+    if not locks:
+        return plan
+    decisions = []
+    for d in plan.decisions:
+        names = tuple(dict.fromkeys(locks.get(d.checkpoint.id, ())))
+        if names:
+            d = Decision(d.checkpoint, (*d.reasons, Reason.LOCKED_POLICY), "", names)
+        decisions.append(d)
+    return Plan(tuple(decisions))
+
+
+def _apply(checkpoints: Iterable[CheckpointFacts], rules: KeepRules) -> Plan:
     ordered = newest_first(checkpoints)
     ids = [c.id for c in ordered]
     if len(set(ids)) != len(ids):

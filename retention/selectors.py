@@ -26,6 +26,7 @@ from fleet.choices import LocationKind
 from fleet.early_deletion import EarlyDeletion, days_stored, min_storage_days
 from fleet.models import StorageLocation
 from fleet.pricebook import GIB, PriceBook, book_currency, utc_today
+from retention.models import RetentionPolicy
 from retention.rules import CheckpointFacts, CopyFacts, Decision, KeepRules, Plan, apply_rules
 
 
@@ -242,6 +243,30 @@ def load_facts(run_ids: list[int], *, day: date) -> tuple[dict[int, list[Checkpo
     return facts, restorable
 
 
+def locked_policies(runs: list[Run]) -> dict[int, list[tuple[str, KeepRules]]]:
+    """{run id: the locked retention policies that cover it, as (name, rules)}: its team's and its own, in one query.
+
+    Locked means locked, in its cooling-off or binding, enabled or not: a lock promises what stays, whichever
+    policy (or the simulator) is applied to the run, until an approver unlocks it (``retention.services``).
+    """
+    if not runs:
+        return {}
+    run_ids = [r.pk for r in runs]
+    team_ids = {r.team_id for r in runs}
+    locked = RetentionPolicy.objects.filter(locked_at__isnull=False).filter(
+        Q(team_id__in=team_ids) | Q(run_id__in=run_ids)
+    )
+    by_team: dict[int, list[tuple[str, KeepRules]]] = defaultdict(list)
+    by_run: dict[int, list[tuple[str, KeepRules]]] = defaultdict(list)
+    for policy in locked.order_by("pk"):
+        named = (f"policy {policy.name!r} (#{policy.pk})", policy.rules)
+        if policy.run_id is not None:
+            by_run[policy.run_id].append(named)
+        elif policy.team_id is not None:
+            by_team[policy.team_id].append(named)
+    return {r.pk: [*by_team.get(r.team_id, []), *by_run.get(r.pk, [])] for r in runs}
+
+
 def simulate(
     *,
     rules: KeepRules,
@@ -260,9 +285,10 @@ def simulate(
         if r.pk not in exclude_run_ids
     ]
     facts, restorable = load_facts([r.pk for r in runs], day=day)
+    binding = locked_policies(runs)
     sim = Simulation(rules=rules, scope=scope, day=day, currency=pricer.currency, runs=[])
     for run in runs:
-        plan = apply_rules(facts.get(run.pk, []), rules)
+        plan = apply_rules(facts.get(run.pk, []), rules, binding.get(run.pk, ()))
         kept, freed, scheduled = Money(), Money(), Money()
         newest = None
         for d in plan.decisions:

@@ -254,7 +254,8 @@ def apply_staged(inventory: Inventory, *, files: int, total: int, started: float
             links = _Links(inventory, location, now)
             for group in sorted(groups):
                 group_files = staged_group(inventory, location, template, group)
-                _write_links(links, group_files, judge.group(group, [f.entry for f in group_files]))
+                targets = judge.group(group, [f.entry for f in group_files])
+                _write_links(links, group_files, judge.keep_protected(group_files, targets))
                 if judge.pending_files >= flush_every():
                     links.flush()
                     judge.verify()

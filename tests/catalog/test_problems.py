@@ -73,8 +73,9 @@ def everything(user=None, **filters):
 
 def test_every_kind_is_listed_once_with_its_reason_since_bytes_cost_and_fix(fleet):
     rows = kinds_of(everything())
-    # Wrong resume pointers need real framework trees: tests/catalog/test_pointers.py lists them.
-    assert set(rows) == set(Kind.values) - {Kind.POINTER}
+    # Wrong resume pointers need real framework trees: tests/catalog/test_pointers.py lists them; an ownership
+    # conflict, a protected copy whose files name another checkpoint: test_an_ownership_conflict_is_listed below.
+    assert set(rows) == set(Kind.values) - {Kind.POINTER, Kind.CONFLICT}
     partial = rows[Kind.PARTIAL][0]
     assert partial.copy_id == fleet["partial"].pk and partial.bytes == 2 * GIB
     assert partial.reasons == ["rank 3 of 4 is missing: __3_0.distcp"]
@@ -221,3 +222,17 @@ def test_the_page_makes_the_same_number_of_queries_whatever_the_rows(fleet, sign
     for step in range(600, 620):
         copy(checkpoint(fleet["run"], step), fleet["nvme"], state=CopyState.PARTIAL, verification="unverified")
     assert queries_for(signed_in, "/problems/") == before
+
+
+def test_an_ownership_conflict_is_listed_with_its_reason_and_where_to_settle_it(fleet):
+    """The ingest kept a held copy on its checkpoint although its files now name another run (catalog.services)."""
+    why = "Ownership conflict: the files now say this copy belongs to llm/decoy step 400 (checkpoint 9), but ..."
+    unverified = fleet["unverified"]
+    CheckpointCopy.objects.filter(pk=unverified.pk).update(reasons=[why])
+    rows = everything(kind=Kind.CONFLICT)
+    assert [(r.kind, r.copy_id, r.reasons, r.action_label) for r in rows] == [
+        (Kind.CONFLICT, unverified.pk, [why], "Settle")
+    ]
+    assert rows[0].action_url.endswith(f"#copy-{unverified.pk}") and rows[0].key == f"conflict-{unverified.pk}"
+    # Still listed under its own kind too: the conflict is about who owns it, not about its content.
+    assert unverified.pk in [r.copy_id for r in everything(kind=Kind.UNVERIFIED)]

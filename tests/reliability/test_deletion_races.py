@@ -20,9 +20,11 @@ import os
 import random
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection, connections
+from django.utils import timezone
 
 from actions import execution, services
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
@@ -73,6 +75,9 @@ def fresh_job(s3, scan_now, monkeypatch):
     bucket = s3.register(name, prefix="fleet/")
     assert scan_now(bucket).status == "applied"
     ckpt = Checkpoint.objects.get(run__name="llama-tiny", step=100)
+    # Each round stands alone: the blast radius counts a run's deletions over a window (issue 26), and the earlier
+    # rounds' deletions of this same run are what a race test must not count against it, so they are days old.
+    DeletionJob.objects.update(requested_at=timezone.now() - timedelta(days=2))
     job = services.schedule_deletion(checkpoint=ckpt, reason="superseded", actor=OPERATOR)
     make_due(job)
     assert execution.start(job.pk)
