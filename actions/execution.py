@@ -18,9 +18,11 @@ retried, and the job says so in its outcome and in the audit trail.
 
 Objects in buckets are deleted here, by exact version: in a versioned bucket an item frozen without
 its version id (the scan's HEAD pass had not reached it) has its version looked up by the content the
-plan froze, never deleted version-less (that only adds a delete marker and keeps the data); in a
-bucket without versioning each object is HEADed right before the delete and skipped when its size or
-ETag changed, as not every store honours the ETag condition the delete also carries. Files on hosts
+plan froze (one listing per directory of the batch's keys), never deleted version-less (that only adds a
+delete marker and keeps the data); in a bucket without versioning each object is HEADed right before the
+delete, skipped when its size or ETag changed, and deleted only under the ETag just checked, in the way the
+bucket's store was probed to honour (``delete_condition``): a rewrite between the HEAD and the delete then
+stays. A hard delete where the store honours no condition is refused (``NO_CONDITION_REFUSAL``). Files on hosts
 are deleted by the host's agent (``agent_pending`` / ``agent_report``), which checks size and mtime
 first. When a job ends, the files it removed are marked gone and the locations'
 copies judged again by the ingestion's own code, so the catalog shows what remains.
