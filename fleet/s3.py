@@ -1559,7 +1559,7 @@ def probe_conditional_delete(client: Any, bucket: str) -> str | None:
     """Which conditional delete the store honours: "batch" when DeleteObjects refuses a key under a wrong ETag,
     "single" when only DeleteObject refuses a wrong If-Match (moto ignores DeleteObjects' ETag but honours
     If-Match), "none" when the store deleted the object anyway both ways; None when the probe could not tell
-    (its object could not be written, or the store failed).
+    (its object could not be written, or the store refused). Raises S3Error when the store fails for now.
 
     Writes one small object below ``PROBE_PREFIX`` (a scan never lists it), asks to delete it under an ETag it
     does not have, reads it back, and removes every version of it (and any delete marker an attempt left) by
@@ -1574,7 +1574,10 @@ def probe_conditional_delete(client: Any, bucket: str) -> str | None:
         try:
             client.put_object(Bucket=bucket, Key=key, Body=body)
         except (ClientError, BotoCoreError) as exc:
-            log.warning("delete condition probe of %s: cannot write: %s", bucket, describe(exc, "PutObject").message)
+            error = describe(exc, f"PutObject of the delete condition probe s3://{bucket}/{key}")
+            if error.transient:
+                raise error from None  # a store failing for now is asked again, not judged
+            log.warning("delete condition probe of %s: cannot write: %s", bucket, error.message)
             return None
         try:
             if way == "batch":
@@ -1583,6 +1586,8 @@ def probe_conditional_delete(client: Any, bucket: str) -> str | None:
                 outcome = delete_if_match(client, bucket, [(key, _PROBE_WRONG_ETAG)], batch=False)[0]
             still = object_state(client, bucket, key)
         except S3Error as exc:
+            if exc.transient:
+                raise
             log.warning("delete condition probe of %s: %s", bucket, exc.message)
             return None
         finally:

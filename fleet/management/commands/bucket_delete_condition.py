@@ -20,6 +20,7 @@ from audit.choices import EventSource
 from ckptfleet.errors import DomainError
 from fleet.choices import DeleteCondition
 from fleet.models import Bucket
+from fleet.s3 import S3Error
 from fleet.services import bucket_probe_delete_condition, bucket_set_delete_condition
 
 
@@ -50,7 +51,7 @@ class Command(BaseCommand):
                     reason=reason,
                     actor=Actor.person(user, EventSource.COMMAND),
                 )
-        except DomainError as exc:
+        except (DomainError, S3Error) as exc:
             raise CommandError(str(exc)) from None
         found = bucket.get_delete_condition_display() if bucket.delete_condition else "not probed yet"
         stated = bucket.get_delete_condition_setting_display() if bucket.delete_condition_setting else "none"
