@@ -551,7 +551,7 @@ def _check_before_delete(
     paginated listing per directory of the batch's keys (``s3.versions_of_keys``), not one per key. In a
     bucket without versioning (or whose status could not be read) the object is HEADed, and one whose size
     or ETag differ from the plan is skipped as changed; the ETag it has now is the one its delete is made
-    conditional on (``_delete_unversioned``). Raises S3Error for the batch to retry.
+    conditional on (``s3.delete_exact``). Raises S3Error for the batch to retry.
     """
     todo = [i for i in items if not i.version_id]
     if not todo:
