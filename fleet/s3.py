@@ -1628,7 +1628,8 @@ def delete_if_match(client: Any, bucket: str, objects: list[tuple[str, str]], *,
         except (ClientError, BotoCoreError) as exc:
             error = describe(exc, f"DeleteObject of s3://{bucket}/{key}")
             if error.transient or not error.code:
-                return DeleteOutcome(key, "", code=error.code or "SlowDown", message=error.message)
+                # For now only (throttled, 5xx, the network): unconfirmed, and asked again by the executor.
+                return DeleteOutcome(key, "", code="SlowDown", message=error.message)
             return DeleteOutcome(key, "", code=error.code, message=error.message)
         return DeleteOutcome(key, "", deleted=True)
 
