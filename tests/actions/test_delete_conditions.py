@@ -7,6 +7,7 @@ from collections import Counter
 from io import StringIO
 
 import pytest
+from botocore.exceptions import ConnectTimeoutError
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
@@ -16,6 +17,7 @@ from audit.actor import Actor
 from audit.choices import EventSource
 from audit.models import AuditEvent
 from ckptfleet.errors import PermissionRefused
+from fleet import s3 as fleet_s3
 from fleet.choices import DeleteCondition
 from fleet.models import Bucket
 from fleet.services import bucket_set_delete_condition
@@ -96,3 +98,15 @@ def test_soft_delete_still_works_where_no_condition_is_honoured(
     job.refresh_from_db()
     assert job.state == DeletionState.COMPLETED and job.outcome.startswith("3 of 3 moved to the trash"), job.outcome
     assert Counter(DeletionItem.objects.filter(job=job).values_list("state", flat=True)) == {ItemState.TRASHED: 3}
+
+
+def test_a_single_delete_that_fails_for_now_is_asked_again_not_blocked():
+    class Client:
+        def delete_object(self, **kwargs):
+            if kwargs["Key"] == "slow":
+                raise ConnectTimeoutError(endpoint_url="http://store")
+            assert kwargs["IfMatch"] == '"abc"'
+
+    slow, done = fleet_s3.delete_if_match(Client(), "b", [("slow", "abc"), ("fine", "abc")], batch=False)
+    assert fleet_s3.is_transient_code(slow.code) and not slow.deleted
+    assert done.deleted
