@@ -18,9 +18,11 @@ retried, and the job says so in its outcome and in the audit trail.
 
 Objects in buckets are deleted here, by exact version: in a versioned bucket an item frozen without
 its version id (the scan's HEAD pass had not reached it) has its version looked up by the content the
-plan froze, never deleted version-less (that only adds a delete marker and keeps the data); in a
-bucket without versioning each object is HEADed right before the delete and skipped when its size or
-ETag changed, as not every store honours the ETag condition the delete also carries. Files on hosts
+plan froze (one listing per directory of the batch's keys), never deleted version-less (that only adds a
+delete marker and keeps the data); in a bucket without versioning each object is HEADed right before the
+delete, skipped when its size or ETag changed, and deleted only under the ETag just checked, in the way the
+bucket's store was probed to honour (``delete_condition``): a rewrite between the HEAD and the delete then
+stays. A hard delete where the store honours no condition is refused (``NO_CONDITION_REFUSAL``). Files on hosts
 are deleted by the host's agent (``agent_pending`` / ``agent_report``), which checks size and mtime
 first. When a job ends, the files it removed are marked gone and the locations'
 copies judged again by the ingestion's own code, so the catalog shows what remains.
@@ -59,9 +61,9 @@ from catalog.services import location_recognize
 from ckptfleet.celery import task
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet import s3
-from fleet.choices import LocationKind
+from fleet.choices import DeleteCondition, LocationKind
 from fleet.models import Bucket, Host, StorageLocation, trash_days_of
-from fleet.services import host_root_or_refuse
+from fleet.services import bucket_record_delete_condition, host_root_or_refuse
 
 log = logging.getLogger(__name__)
 
@@ -386,9 +388,23 @@ def run_batch(
                 item.version_id = verdict.version_id
                 DeletionItem.objects.filter(pk=item.pk).update(version_id=item.version_id)
                 resolved += 1
+            if verdict.etag:
+                item.etag = verdict.etag  # the ETag just checked: what the delete is conditional on
         sending = [i for i in files if i.state == ItemState.PENDING]
         days = bucket.location.trash_days
-        moved = trash.move(client, bucket.bucket_name, job.pk, sending, versioning=versioning[first]) if days else []
+        condition = ""
+        if versioning[first] not in ("Enabled", "Suspended") and any(not i.version_id for i in sending):
+            condition = delete_condition(bucket, client)
+            if not days and condition not in (DeleteCondition.BATCH, DeleteCondition.SINGLE):
+                for item in [i for i in sending if not i.version_id]:
+                    item.state, item.detail, item.done_at = ItemState.BLOCKED, NO_CONDITION_REFUSAL, now
+                    done[item.state].append(item)
+                sending = [i for i in sending if i.state == ItemState.PENDING]
+        moved = (
+            trash.move(client, bucket.bucket_name, job.pk, sending, versioning=versioning[first], condition=condition)
+            if days
+            else []
+        )
         for item, move in zip(sending if days else (), moved, strict=True):
             if move.skip:
                 item.state, item.detail, item.done_at = ItemState.SKIPPED, move.skip, now
@@ -398,10 +414,8 @@ def run_batch(
             outcomes = [m.outcome for m in moved if not m.skip]
             sending = [i for i, m in zip(sending, moved, strict=True) if not m.skip]
         else:
-            outcomes = (
-                s3.delete_objects(client, bucket.bucket_name, [(i.path, i.version_id, i.etag) for i in sending])
-                if sending
-                else []
+            outcomes = s3.delete_exact(
+                client, bucket.bucket_name, [(i.path, i.version_id, i.etag) for i in sending], condition=condition
             )
         retry: list[int] = []
         refused: list[dict] = []
@@ -446,6 +460,9 @@ def run_batch(
                 **counts,
                 "unconfirmed": len(retry),
                 "versions_looked_up": resolved,
+                "refused_no_condition": sum(
+                    1 for i in done.get(ItemState.BLOCKED, ()) if i.detail == NO_CONDITION_REFUSAL
+                ),
                 "first_key": items[0].path,
                 "last_key": items[-1].path,
             },
@@ -461,6 +478,25 @@ def run_batch(
             )
             log.warning("deletion %s: %s objects refused by %s", job.pk, len(refused), bucket.location.name)
     return BatchResult("more", deleted=counts["deleted"], retry=tuple(retry))
+
+
+NO_CONDITION_REFUSAL = (
+    "refused, left in place: this bucket has no versioning and its store does not honour a conditional delete "
+    "(ETag / If-Match), so an object rewritten after its check would be deleted with its new bytes; give the "
+    "location a recovery window, turn versioning on, or set the bucket's delete condition"
+)
+
+
+def delete_condition(bucket: Bucket, client) -> str:
+    """The conditional delete the bucket's store honours (``DeleteCondition``): the operator's setting, else what
+    the probe found, probing now (and recording it on the bucket, audited, in the caller's transaction) when the
+    store was never asked. A probe that cannot tell counts as "none": fail closed."""
+    in_force = bucket.delete_condition_in_force
+    if in_force:
+        return in_force
+    found = s3.probe_conditional_delete(client, bucket.bucket_name) or DeleteCondition.NONE
+    bucket_record_delete_condition(bucket=bucket, found=found, actor=WORKER)
+    return found
 
 
 def _orphan_pass(
@@ -492,14 +528,16 @@ def _orphan_pass(
 
 @dataclass(frozen=True)
 class Checked:
-    """What the store says of one frozen object just before it is deleted: the exact version to delete,
-    or why it must not be (``skip``, in words; "missing: ..." when the planned content is gone)."""
+    """What the store says of one frozen object just before it is deleted: the exact version to delete (or, in a
+    bucket without versioning, the ETag its delete is conditional on), or why it must not be (``skip``, in words;
+    "missing: ..." when the planned content is gone)."""
 
     version_id: str = ""
+    etag: str = ""
     skip: str = ""
 
 
-CHECK_THREADS = 16  # HEAD / ListObjectVersions requests in flight for one batch
+CHECK_THREADS = 16  # HEAD requests in flight for one batch
 MTIME_SLACK = timedelta(seconds=1)  # listings give LastModified to the second or the millisecond
 
 
@@ -510,19 +548,18 @@ def _check_before_delete(
 
     An item frozen with its version id is exact already. One frozen without (the scan's HEAD pass had
     not reached it) is never sent version-less to a versioned bucket, where that only adds a delete
-    marker: its version is looked up by the content the plan froze (size, ETag, last modified). In a
-    bucket without versioning (or whose status could not be read) the object is HEADed, and one whose
-    size or ETag differ from the plan is skipped as changed: the ETag condition of DeleteObjects is not
-    honoured by every store, so it is not relied on alone. Raises S3Error for the batch to retry.
+    marker: its version is looked up by the content the plan froze (size, ETag, last modified), with one
+    paginated listing per directory of the batch's keys (``s3.versions_of_keys``), not one per key. In a
+    bucket without versioning (or whose status could not be read) the object is HEADed, and one whose size
+    or ETag differ from the plan is skipped as changed; the ETag it has now is the one its delete is made
+    conditional on (``s3.delete_exact``). Raises S3Error for the batch to retry.
     """
     todo = [i for i in items if not i.version_id]
     if not todo:
         return {i.pk: Checked(version_id=i.version_id) for i in items}
     if versioned in ("Enabled", "Suspended"):
-
-        def check(item: DeletionItem) -> Checked:
-            return _planned_version(item, s3.key_versions(client, bucket, item.path))
-
+        listed = s3.versions_of_keys(client, bucket, [i.path for i in todo])
+        answers = {i.pk: _planned_version(i, listed[i.path]) for i in todo}
     else:
 
         def check(item: DeletionItem) -> Checked:
@@ -531,10 +568,13 @@ def _check_before_delete(
                 return Checked(skip="missing: already gone from the store")
             if state.size != item.size or (item.etag and state.etag != item.etag):
                 return Checked(skip="changed since scheduling: its size or ETag no longer match the plan")
-            return Checked(version_id=state.version_id)
+            if not state.etag:
+                return Checked(skip="left alone: the store gave no ETag to make its delete conditional on")
+            real_version = state.version_id if state.version_id != "null" else ""
+            return Checked(version_id=real_version, etag=state.etag)
 
-    with ThreadPoolExecutor(max_workers=min(CHECK_THREADS, len(todo))) as pool:
-        answers = dict(zip((i.pk for i in todo), pool.map(check, todo), strict=True))
+        with ThreadPoolExecutor(max_workers=min(CHECK_THREADS, len(todo))) as pool:
+            answers = dict(zip((i.pk for i in todo), pool.map(check, todo), strict=True))
     return {i.pk: answers.get(i.pk) or Checked(version_id=i.version_id) for i in items}
 
 
@@ -659,7 +699,14 @@ def _verdict(job: DeletionJob) -> tuple[str, str]:
             f"{skipped} skipped and left in place (changed since scheduling, already gone, or archived; each says why)"
         )
     if blocked:
-        parts.append(f"{blocked} refused by the store (Object Lock legal hold or retention); they remain")
+        unsafe = DeletionItem.objects.filter(job=job, state=ItemState.BLOCKED, detail=NO_CONDITION_REFUSAL).count()
+        if unsafe:
+            parts.append(
+                f"{unsafe} refused: the store does not honour a conditional delete and the bucket has no versioning "
+                "nor recovery window, so a rewrite could be lost; they remain"
+            )
+        if blocked > unsafe:
+            parts.append(f"{blocked - unsafe} refused by the store (Object Lock legal hold or retention); they remain")
         return DeletionState.BLOCKED, "; ".join(parts)
     return DeletionState.COMPLETED, "; ".join(parts)
 

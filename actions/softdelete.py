@@ -287,7 +287,8 @@ def agent_pending(*, host: Host, root: str = "", soft: bool = False, limit: int 
     mine = DeletionItem.objects.filter(location__host=host, location__kind__in=execution.HOST_KINDS)
     if root:
         mine = mine.filter(location__root_path=root)
-    purge = mine.filter(state=ItemState.TRASHED, reclaim_after__lte=now)
+    # A purge the agent skipped (the file in the trash changed) is not asked again: it stays trashed, with its reason.
+    purge = mine.filter(state=ItemState.TRASHED, reclaim_after__lte=now).exclude(detail__startswith=PURGE_SKIPPED)
     held = [j for j in purge.values_list("job_id", flat=True).distinct()[:100] if _held(j)]
     work = (
         (purge.exclude(job_id__in=held), "purge"),
@@ -323,11 +324,31 @@ def _job_held(job: DeletionJob) -> bool:
 
 
 TRASH_RESULTS = {"purged", "restored"}
+PURGE_SKIPPED = "purge skipped by the agent, left in the trash: "
+PURGE_GONE = "purged already"  # the agent's word for a trashed file that was no longer there (``purge_file``)
+
+
+def _purge_asked(item: DeletionItem, job: DeletionJob, *, now: datetime) -> str:
+    """ "" when the server asked for this item's purge (its window has ended, no hold covers its checkpoint, and the
+    agent had not skipped it), else why a host's "purged" for it is not believed."""
+    if item.reclaim_after is None or item.reclaim_after > now:
+        return "its recovery window has not ended"
+    if _job_held(job):
+        return "a hold covers its checkpoint"
+    if item.detail.startswith(PURGE_SKIPPED):
+        return "its purge was skipped before and not asked again"
+    return ""
 
 
 def agent_report(*, host: Host, results: list) -> dict[str, int]:
     """Record an agent's report: results for pending files go to ``execution.agent_report``; "purged" and
-    "restored" (or "skipped"/"failed") for trashed and restoring files are recorded here, audited per job."""
+    "restored" (or "skipped"/"failed") for trashed and restoring files are recorded here, audited per job.
+
+    The trash records only what the server asked for: a "purged" (or "skipped") for a trashed file is believed
+    only when its window has ended and no hold covers its checkpoint (``_purge_asked``); otherwise the item stays
+    trashed and restorable, and the job's event names it under ``not_asked``. A purge the agent skipped because
+    the file changed stays trashed and counted (``pending_reclaim``), its reason in its detail, and is not asked
+    again; a file the agent found gone from the trash already ("purged already: missing ...") is deleted."""
     if not isinstance(results, list) or not results:
         raise DomainError('send {"results": [{"id": ..., "result": "...", "detail": ...}]}')
     ids = [e.get("id") for e in results if isinstance(e, dict)]
@@ -359,11 +380,27 @@ def agent_report(*, host: Host, results: list) -> dict[str, int]:
                 continue
             tally: Counter[str] = Counter()
             back = []
+            unasked: list[dict] = []
+            now = timezone.now()
             for entry in entries:
                 item = DeletionItem.objects.select_for_update(of=("self",)).get(pk=entry["id"])
                 result, detail = entry["result"], entry.get("detail", "")[:500]
-                if item.state == ItemState.TRASHED and result in ("purged", "skipped"):
+                why_not = _purge_asked(item, job, now=now) if item.state == ItemState.TRASHED else ""
+                if item.state == ItemState.TRASHED and result in ("purged", "skipped") and why_not:
+                    # Not asked for: the item stays in the trash, its window and restore as they were.
+                    tally["not_asked"] += 1
+                    unasked.append({"item": item.pk, "path": item.path, "result": result, "why": why_not})
+                    continue
+                if item.state == ItemState.TRASHED and (
+                    result == "purged" or (result == "skipped" and detail.startswith(PURGE_GONE))
+                ):
                     item.state, item.detail = ItemState.DELETED, (detail or "purged from the trash")
+                elif item.state == ItemState.TRASHED and result == "skipped":
+                    # The agent left it (the file in the trash changed): still in the trash, counted, with why.
+                    item.detail = (PURGE_SKIPPED + (detail or "no reason given"))[:500]
+                    tally["purge_skipped"] += 1
+                    item.save(update_fields=["detail"])
+                    continue
                 elif item.state == ItemState.RESTORING and result == "restored":
                     item.state, item.detail = ItemState.RESTORED, ""
                     back.append(item)
@@ -376,8 +413,10 @@ def agent_report(*, host: Host, results: list) -> dict[str, int]:
                 item.save(update_fields=["state", "detail", "done_at"])
                 tally[result] += 1
             _mark_present(back)
-            counts["recorded"] += sum(v for k, v in tally.items() if k != "ignored")
+            counts["recorded"] += sum(v for k, v in tally.items() if k not in ("ignored", "not_asked"))
             counts["ignored"] += tally["ignored"]
+            if tally["not_asked"]:
+                counts["not_asked"] = counts.get("not_asked", 0) + tally["not_asked"]
             action = (
                 "deletion.purge"
                 if tally["purged"]
@@ -385,7 +424,11 @@ def agent_report(*, host: Host, results: list) -> dict[str, int]:
                 if tally["restored"]
                 else "deletion.agent_trash_report"
             )
-            execution.audit_job(job, actor, action, after=dict(tally))
+            after: dict = dict(tally)
+            if unasked:
+                after["not_asked"] = unasked[:50]
+                after["not_asked_count"] = len(unasked)
+            execution.audit_job(job, actor, action, after=after)
             if job.state == DeletionState.RESTORED:
                 _settle(job, actor=actor)
     return counts

@@ -126,27 +126,48 @@ def _copy_to_trash(client: Any, bucket: str, job_id: int, item: Any) -> Moved | 
     return target, state.version_id
 
 
-def move(client: Any, bucket: str, job_id: int, items: list, *, versioning: str | None) -> list[Moved]:
-    """Move each item (its exact version known, or its ETag checked) to the trash; one ``Moved`` per item."""
+def move(
+    client: Any, bucket: str, job_id: int, items: list, *, versioning: str | None, condition: str = ""
+) -> list[Moved]:
+    """Move each item (its exact version known, or its ETag checked) to the trash; one ``Moved`` per item.
+
+    Without versioning the original is compared again once its trash copy is made (size and ETag, HEAD): an
+    object rewritten after the executor's check or during the copy is left as it is now and its trash copy
+    removed, rather than deleted with its new bytes while the job says "recoverable". The delete then carries
+    the ETag as the store honours it (``condition``, ``s3.delete_exact``); on a store that honours none
+    only the milliseconds between that HEAD and the delete remain open, and a hard delete there is refused.
+    """
     if versioning == "Enabled":
         return _pool(lambda i: _hide(client, bucket, i.path, i.version_id), items)
     copies = _pool(lambda i: _copy_to_trash(client, bucket, job_id, i), items)
     copied = [(i, c) for i, c in zip(items, copies, strict=True) if isinstance(c, tuple)]
+    again = _pool(lambda ic: _unchanged(client, bucket, ic[0]), copied)
+    moved_by_pk: dict[int, Moved] = {}
+    for (item, copy), why in zip(copied, again, strict=True):
+        if why:
+            s3.delete_objects(client, bucket, [(copy[0], copy[1], "")])
+            moved_by_pk[item.pk] = why
+    sending = [(i, c) for i, c in copied if i.pk not in moved_by_pk]
     deleted = (
         dict(
             zip(
-                (i.pk for i, _c in copied),
-                s3.delete_objects(client, bucket, [(i.path, i.version_id, i.etag) for i, _c in copied]),
+                (i.pk for i, _c in sending),
+                s3.delete_exact(
+                    client, bucket, [(i.path, i.version_id, i.etag) for i, _c in sending], condition=condition
+                ),
                 strict=True,
             )
         )
-        if copied
+        if sending
         else {}
     )
     moved: list[Moved] = []
     for item, copy in zip(items, copies, strict=True):
         if not isinstance(copy, tuple):
             moved.append(copy)
+            continue
+        if item.pk in moved_by_pk:
+            moved.append(moved_by_pk[item.pk])
             continue
         outcome = deleted[item.pk]
         if not outcome.deleted:
@@ -156,6 +177,24 @@ def move(client: Any, bucket: str, job_id: int, items: list, *, versioning: str 
             continue
         moved.append(Moved(outcome, trash_ref=copy[0], trash_version_id=copy[1]))
     return moved
+
+
+def _unchanged(client: Any, bucket: str, item: Any) -> Moved | None:
+    """None when the original still holds what was copied to the trash (size and ETag), else why it is left."""
+    if item.version_id and item.version_id != "null":
+        return None  # an exact version: its delete cannot reach another one
+    try:
+        state = s3.object_state(client, bucket, item.path)
+    except s3.S3Error as exc:
+        return Moved(s3.DeleteOutcome(item.path, item.version_id, code="SlowDown", message=exc.message))
+    if state is None:
+        return Moved(s3.DeleteOutcome(item.path, item.version_id), skip="missing: already gone from the store")
+    if state.size != item.size or (item.etag and state.etag != item.etag):
+        return Moved(
+            s3.DeleteOutcome(item.path, item.version_id),
+            skip="changed since scheduling: rewritten while it was copied to the trash; left as it is now",
+        )
+    return None
 
 
 def copied(item: Any) -> bool:

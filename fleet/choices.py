@@ -40,6 +40,15 @@ class AddressingStyle(models.TextChoices):
     VIRTUAL = "virtual", "Virtual-hosted (bucket.endpoint/key)"
 
 
+class DeleteCondition(models.TextChoices):
+    """Which conditional delete a bucket's store honours (``fleet.s3.probe_conditional_delete``): an object
+    without versioning is deleted only if its ETag is still the one checked, or it is not hard-deleted at all."""
+
+    BATCH = "batch", "honoured by DeleteObjects (an ETag per key)"
+    SINGLE = "single", "honoured by DeleteObject (If-Match) only, one request per object"
+    NONE = "none", "not honoured: hard deletes without versioning are refused"
+
+
 # Storage classes of S3 and the S3-compatible stores, mapped to tiers. A bucket may override any of these.
 DEFAULT_STORAGE_CLASS_TIERS: dict[str, str] = {
     "STANDARD": Tier.OBJECT_STANDARD,

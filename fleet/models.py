@@ -9,6 +9,7 @@ from django.db.models import Q
 from fleet.choices import (
     DEFAULT_STORAGE_CLASS_TIERS,
     AddressingStyle,
+    DeleteCondition,
     InventorySource,
     InventoryStatus,
     LocationKind,
@@ -219,6 +220,22 @@ class Bucket(models.Model):
         help_text="An AbortIncompleteMultipartUpload lifecycle rule covering the prefix aborts uploads after this "
         "many days, as the last scan read it; 0: no such rule; empty: not known (not read, or refused).",
     )
+    # Without versioning a delete names no version: only an ETag condition the store honours keeps an object
+    # rewritten after its last check from being deleted. Probed once (``fleet.s3.probe_conditional_delete``),
+    # when a deletion first needs it or on demand; an operator's setting overrides what the probe found.
+    delete_condition = models.CharField(
+        max_length=8,
+        choices=DeleteCondition.choices,
+        blank=True,
+        help_text="Which conditional delete the store honoured when probed; empty: not probed yet.",
+    )
+    delete_condition_probed_at = models.DateTimeField(null=True, blank=True)
+    delete_condition_setting = models.CharField(
+        max_length=8,
+        choices=DeleteCondition.choices,
+        blank=True,
+        help_text="An operator's override of the probe's answer; empty: as probed.",
+    )
 
     class Meta:
         ordering = ["location__name"]
@@ -230,6 +247,11 @@ class Bucket(models.Model):
 
     def __str__(self) -> str:
         return f"s3://{self.bucket_name}/{self.prefix}"
+
+    @property
+    def delete_condition_in_force(self) -> str:
+        """The conditional delete the executor relies on: the operator's setting, else the probe's; "" unknown."""
+        return self.delete_condition_setting or self.delete_condition
 
     def tier_of(self, storage_class: str) -> str:
         storage_class = (storage_class or "STANDARD").upper()

@@ -21,7 +21,9 @@ import json
 import logging
 import re
 import time
+import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -39,6 +41,8 @@ from botocore.exceptions import (
 from botocore.parsers import ResponseParserFactory, RestXMLParser
 from botocore.utils import parse_timestamp
 from django.conf import settings
+
+from fleet.choices import DeleteCondition
 
 if TYPE_CHECKING:
     from fleet.models import Bucket
@@ -508,6 +512,47 @@ def key_versions(client: Any, bucket: str, key: str, *, markers: bool = False) -
                 break  # listed in key order: everything further is another key that starts with this one
     except (ClientError, BotoCoreError) as exc:
         raise describe(exc, what) from None
+    return found
+
+
+def versions_of_keys(client: Any, bucket: str, keys: list[str]) -> dict[str, list[VersionInfo]]:
+    """Every version (not the delete markers) of each of ``keys``, newest first, by key: one paginated
+    ListObjectVersions per directory of the keys (the part of the key up to its last "/"), not one per key.
+
+    A job's version-less items are the shards of a few checkpoint directories: a 4,001-item job asked one
+    listing per item (4,001 requests, each made to walk the versions of its key); here it asks one listing
+    per directory, a page per ``PAGE_SIZE`` versions, stopping past the directory's last wanted key.
+    Keys of a nested directory listed on the way are not wanted and left out. Raises S3Error.
+    """
+    by_dir: dict[str, set[str]] = {}
+    for key in keys:
+        by_dir.setdefault(key[: key.rfind("/") + 1], set()).add(key)
+    found: dict[str, list[VersionInfo]] = {key: [] for key in keys}
+    for prefix, wanted in sorted(by_dir.items()):
+        last = max(wanted)
+        what = f"ListObjectVersions of s3://{bucket}/{prefix}"
+        try:
+            for answer in client.get_paginator("list_object_versions").paginate(
+                Bucket=bucket, Prefix=prefix, PaginationConfig={"PageSize": PAGE_SIZE}
+            ):
+                for item in answer.get("Versions", ()):
+                    if item.get("Key") in wanted:
+                        found[item["Key"]].append(
+                            VersionInfo(
+                                key=item["Key"],
+                                version_id=str(item.get("VersionId") or ""),
+                                size=int(item.get("Size") or 0),
+                                last_modified=_utc(item["LastModified"]),
+                                etag=_etag(item.get("ETag")),
+                                storage_class=str(item.get("StorageClass") or ""),
+                                latest=bool(item.get("IsLatest")),
+                            )
+                        )
+                listed = [i.get("Key", "") for i in (*answer.get("Versions", ()), *answer.get("DeleteMarkers", ()))]
+                if listed and max(listed) > last:
+                    break  # listed in key order: everything further is past the last key wanted here
+        except (ClientError, BotoCoreError) as exc:
+            raise describe(exc, what) from None
     return found
 
 
@@ -1503,6 +1548,121 @@ def delete_objects(client: Any, bucket: str, objects: list[tuple[str, str, str]]
         else:
             outcomes.append(DeleteOutcome(key, version_id))
     return outcomes
+
+
+DELETE_THREADS = 16  # DeleteObject requests in flight, where only the single delete honours If-Match
+PROBE_PREFIX = TRASH_PREFIX + "probe/"  # the conditional-delete probe's objects: at the root, where scans never look
+_PROBE_WRONG_ETAG = "0" * 32
+
+
+def probe_conditional_delete(client: Any, bucket: str) -> str | None:
+    """Which conditional delete the store honours: "batch" when DeleteObjects refuses a key under a wrong ETag,
+    "single" when only DeleteObject refuses a wrong If-Match (moto ignores DeleteObjects' ETag but honours
+    If-Match), "none" when the store deleted the object anyway both ways; None when the probe could not tell
+    (its object could not be written, or the store refused). Raises S3Error when the store fails for now.
+
+    Writes one small object below ``PROBE_PREFIX`` (a scan never lists it), asks to delete it under an ETag it
+    does not have, reads it back, and removes every version of it (and any delete marker an attempt left) by
+    exact version id. Without versioning, the executor deletes an object only under the condition the store
+    honours, and refuses a hard delete on a store that honours none: a rewrite between the executor's check and
+    its delete would otherwise lose the new bytes.
+    """
+    body = b"ckptfleet: does this store honour an ETag condition on delete?"
+    found = "none"
+    for way in ("batch", "single"):
+        key = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+        try:
+            client.put_object(Bucket=bucket, Key=key, Body=body)
+        except (ClientError, BotoCoreError) as exc:
+            error = describe(exc, f"PutObject of the delete condition probe s3://{bucket}/{key}")
+            if error.transient:
+                raise error from None  # a store failing for now is asked again, not judged
+            log.warning("delete condition probe of %s: cannot write: %s", bucket, error.message)
+            return None
+        try:
+            if way == "batch":
+                outcome = delete_objects(client, bucket, [(key, "", _PROBE_WRONG_ETAG)])[0]
+            else:
+                outcome = delete_if_match(client, bucket, [(key, _PROBE_WRONG_ETAG)], batch=False)[0]
+            still = object_state(client, bucket, key)
+        except S3Error as exc:
+            if exc.transient:
+                raise
+            log.warning("delete condition probe of %s: %s", bucket, exc.message)
+            return None
+        finally:
+            _probe_cleanup(client, bucket, key)
+        if still is not None and not outcome.deleted and not outcome.marker_version_id:
+            if outcome.code not in ("PreconditionFailed", "412"):
+                continue  # refused for another reason (the parameter unknown?): not a condition honoured
+            found = way
+            break
+    return found
+
+
+def _probe_cleanup(client: Any, bucket: str, key: str) -> None:
+    try:
+        left = key_versions(client, bucket, key, markers=True)
+        ids = [v.version_id for v in left if v.version_id and v.version_id != "null"]
+        if ids:  # a versioned bucket: every version and marker of the probe by its id, nothing hidden
+            delete_objects(client, bucket, [(key, i, "") for i in ids][:DELETE_BATCH])
+        if len(ids) < len(left):  # no versioning: the one object, version-less
+            delete_objects(client, bucket, [(key, "", "")])
+    except S3Error as exc:
+        log.warning("conditional delete probe of %s: %s stays: %s", bucket, key, exc.message)
+
+
+def delete_if_match(client: Any, bucket: str, objects: list[tuple[str, str]], *, batch: bool) -> list[DeleteOutcome]:
+    """Delete objects of a bucket without versioning only while each still has the ETag given: ``(key, etag)``
+    each. ``batch``: one DeleteObjects request (an ETag per key), for stores that honour it; else one DeleteObject
+    with If-Match per object (``THREADS`` at a time), which more stores honour (moto among them). An object whose
+    ETag differs is answered PreconditionFailed and stays. One outcome per object, in order; raises S3Error
+    when a request fails as a whole in a way worth retrying."""
+    if batch:
+        return delete_objects(client, bucket, [(key, "", etag) for key, etag in objects])
+
+    def one(entry: tuple[str, str]) -> DeleteOutcome:
+        key, etag = entry
+        try:
+            client.delete_object(Bucket=bucket, Key=key, IfMatch=f'"{_etag(etag)}"')
+        except (ClientError, BotoCoreError) as exc:
+            error = describe(exc, f"DeleteObject of s3://{bucket}/{key}")
+            if error.transient or not error.code:
+                # For now only (throttled, 5xx, the network): unconfirmed, and asked again by the executor.
+                return DeleteOutcome(key, "", code="SlowDown", message=error.message)
+            return DeleteOutcome(key, "", code=error.code, message=error.message)
+        return DeleteOutcome(key, "", deleted=True)
+
+    if not objects:
+        return []
+    with ThreadPoolExecutor(max_workers=min(DELETE_THREADS, len(objects))) as pool:
+        return list(pool.map(one, objects))
+
+
+def delete_exact(
+    client: Any, bucket: str, objects: list[tuple[str, str, str]], *, condition: str
+) -> list[DeleteOutcome]:
+    """Delete ``(key, version_id, etag)`` each: by its exact version, or (no version: a bucket without versioning)
+    only while its ETag is the one given, in the way the store honours that (``condition``, a ``DeleteCondition``:
+    "batch" DeleteObjects, "single" DeleteObject If-Match). One outcome per object, in order.
+
+    With ``condition`` "none" or unknown a version-less object is sent to DeleteObjects with its ETag all the same,
+    which such a store ignores: only a soft delete, which compared the object again after its trash copy, sends
+    one (the executor refuses a hard delete there)."""
+    honoured = condition in (DeleteCondition.BATCH, DeleteCondition.SINGLE)
+    outcomes: dict[int, DeleteOutcome] = {}
+    exact = [n for n, (_k, version_id, _e) in enumerate(objects) if version_id or not honoured]
+    conditional = [n for n, (_k, version_id, _e) in enumerate(objects) if not version_id and honoured]
+    for start in range(0, len(exact), DELETE_BATCH):
+        chunk = exact[start : start + DELETE_BATCH]
+        outcomes.update(zip(chunk, delete_objects(client, bucket, [objects[n] for n in chunk]), strict=True))
+    for start in range(0, len(conditional), DELETE_BATCH):
+        chunk = conditional[start : start + DELETE_BATCH]
+        answers = delete_if_match(
+            client, bucket, [(objects[n][0], objects[n][2]) for n in chunk], batch=condition == DeleteCondition.BATCH
+        )
+        outcomes.update(zip(chunk, answers, strict=True))
+    return [outcomes[n] for n in range(len(objects))]
 
 
 def abort_upload(client: Any, bucket: str, key: str, upload_id: str) -> DeleteOutcome:

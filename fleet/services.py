@@ -28,9 +28,10 @@ from ckptfleet import jsonsafe
 from ckptfleet.celery import task
 from ckptfleet.errors import DomainError, NotAuthenticated, PermissionRefused, TooLarge
 from ckptfleet.rules import name_problem
+from fleet import s3
 from fleet.agent import WIRE_FORMAT
-from fleet.choices import InventorySource, InventoryStatus, LocationKind, Tier
-from fleet.models import Host, HostToken, Inventory, StorageLocation
+from fleet.choices import DeleteCondition, InventorySource, InventoryStatus, LocationKind, Tier
+from fleet.models import Bucket, Host, HostToken, Inventory, StorageLocation
 
 TOKEN_PREFIX = "cfh"  # noqa: S105 - the public marker of a host token, not a secret
 
@@ -537,3 +538,77 @@ def describe_soft_delete_change(change: dict) -> list[str]:
         f"Recovery window: {before.get('effective_days')} days -> {after.get('effective_days')} days"
         + (" (the default)" if after.get("soft_delete_days") is None else "")
     ]
+
+
+# --- conditional deletes: which ETag condition a bucket's store honours -------------------------------
+
+
+def bucket_record_delete_condition(*, bucket: Bucket, found: str, actor: Actor) -> Bucket:
+    """Store what the conditional-delete probe found on ``bucket`` (``fleet.s3.probe_conditional_delete``), audited
+    ``bucket.delete_condition`` in the caller's transaction (the executor's batch, or the on-demand probe)."""
+    if found not in DeleteCondition.values:
+        raise DomainError(f"not a delete condition: {found!r}")
+    now = timezone.now()
+    before = {"delete_condition": bucket.delete_condition, "in_force": bucket.delete_condition_in_force}
+    Bucket.objects.filter(pk=bucket.pk).update(delete_condition=found, delete_condition_probed_at=now)
+    bucket.delete_condition, bucket.delete_condition_probed_at = found, now
+    audit(
+        actor,
+        "bucket.delete_condition",
+        target_type="location",
+        target_id=bucket.location_id,
+        target_label=bucket.location.name,
+        reason="probed: an object written, then deleted under a wrong ETag",
+        before=before,
+        after={"delete_condition": found, "in_force": bucket.delete_condition_in_force},
+    )
+    return bucket
+
+
+def bucket_probe_delete_condition(*, location: StorageLocation, actor: Actor) -> Bucket:
+    """Ask the bucket's store now which conditional delete it honours (it writes and removes one small object
+    below the bucket's ``.ckptfleet-trash/probe/``), and record the answer. A probe that cannot tell (the object
+    could not be written) is recorded as "none": without versioning, hard deletes there are then refused."""
+    bucket = Bucket.objects.select_related("location").get(location=location)
+    found = s3.probe_conditional_delete(s3.client_for(bucket), bucket.bucket_name) or DeleteCondition.NONE
+    with transaction.atomic():
+        return bucket_record_delete_condition(bucket=bucket, found=found, actor=actor)
+
+
+def bucket_set_delete_condition(*, location: StorageLocation, setting: str, reason: str, actor: Actor) -> Bucket:
+    """An operator's statement of which conditional delete the bucket's store honours ("" to follow the probe),
+    for a store the probe cannot reach or that says one thing and does another. Admins only; audited with the
+    value before and after. Saying "batch" or "single" of a store that ignores the condition lets a rewritten
+    object be deleted: the reason says who vouched for the store."""
+    if actor.kind == ActorKind.USER:
+        if actor.user is None:
+            raise PermissionRefused("setting a bucket's delete condition needs the signed-in user")
+        require_role(
+            actor.user,
+            Role.ADMIN,
+            doing=f"setting the delete condition of {location.name}",
+            source=actor.source,
+            target_type="location",
+            target_id=location.pk,
+        )
+    if setting not in ("", *DeleteCondition.values):
+        choices = ", ".join(DeleteCondition.values)
+        raise DomainError(f"the delete condition must be one of {choices}, or empty to follow the probe")
+    if not isinstance(reason, str) or not reason.strip():
+        raise DomainError("a reason is required", code="required")
+    with transaction.atomic():
+        bucket = Bucket.objects.select_for_update(of=("self",)).select_related("location").get(location=location)
+        before = {"setting": bucket.delete_condition_setting, "in_force": bucket.delete_condition_in_force}
+        bucket.delete_condition_setting = setting
+        bucket.save(update_fields=["delete_condition_setting"])
+        audit(
+            actor,
+            "bucket.delete_condition",
+            target_type="location",
+            target_id=location.pk,
+            target_label=location.name,
+            reason=reason.strip()[:2000],
+            before=before,
+            after={"setting": setting, "in_force": bucket.delete_condition_in_force},
+        )
+    return bucket

@@ -23,6 +23,7 @@ from actions import execution, services
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
 from audit.actor import Actor
 from catalog.models import Checkpoint, ShardFile
+from fleet.services import bucket_probe_delete_condition
 from tests.actions.test_execution import run_due
 from tests.helpers.deletion import make_due
 from tests.helpers.faults import FaultyEndpoint
@@ -35,7 +36,9 @@ ROUNDS = 5 if os.environ.get("RELIABILITY_LONG") == "1" else 1
 
 
 def is_delete_objects(method: str, path: str, query: dict) -> bool:
-    return method == "POST" and "delete" in query
+    """A delete of the job's objects: DeleteObjects, or (without versioning, where moto honours only DeleteObject's
+    If-Match and the executor deletes each object under it) a DeleteObject of a key below fleet/."""
+    return (method == "POST" and "delete" in query) or (method == "DELETE" and "/fleet/" in path)
 
 
 def all_versions(client, bucket: str) -> tuple[set[tuple[str, str]], list]:
@@ -70,6 +73,8 @@ def fleet_bucket(request, s3, faulty, scan_now):
     bucket = s3.register(name, prefix="fleet/", endpoint_url=faulty.url)
     inventory = scan_now(bucket)
     assert inventory.status == "applied", inventory.error
+    if not versioned:  # the store's delete condition, probed before any fault is served (moto: DeleteObject only)
+        assert bucket_probe_delete_condition(location=bucket.location, actor=OTHER).delete_condition == "single"
     held = Checkpoint.objects.exclude(step=100).filter(run__name="llama-tiny").order_by("step").first()
     services.hold(run=held.run, checkpoint=held, reason="litigation", case_ref="CASE-1", actor=OTHER)
     return name, bucket, versioned
@@ -146,6 +151,11 @@ def test_access_denied_fails_the_job_and_deletes_nothing(s3, faulty, fleet_bucke
         fleet_bucket,
         django_capture_on_commit_callbacks,
     )
-    assert job.state == DeletionState.FAILED, job.outcome
-    assert "refused the deletion" in job.outcome
+    _name, _bucket, versioned = fleet_bucket
+    if versioned:  # DeleteObjects refused as a whole
+        assert job.state == DeletionState.FAILED, job.outcome
+        assert "refused the deletion" in job.outcome
+    else:  # each object's own DeleteObject refused: as a per-key refusal (Object Lock) is, the items stay blocked
+        assert job.state == DeletionState.BLOCKED, job.outcome
+        assert f"{job.items_total} refused by the store" in job.outcome
     assert gone == set() and job.items_deleted == 0
