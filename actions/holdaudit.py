@@ -1,10 +1,10 @@
 """The holds' state against their audit events: what ``verify_audit`` adds about holds.
 
 The chain and its anchors prove that no event was changed or removed; they say nothing of a hold changed without
-an event at all. Whoever owns the tables may still do that by raw SQL (docs/admin/database-roles.md): release a hold, shorten
-a compliance date by disabling its trigger, create a hold the trail never saw. Every hold's state must follow from
-its events (``hold.place``, ``hold.extend``, ``hold.release``, all written by ``actions.services`` in the same
-transaction as the change), so any difference is named here, one sentence per hold.
+an event at all. Whoever owns the tables may still do that by raw SQL (docs/admin/database-roles.md): release a
+hold, shorten a compliance date by disabling its trigger, create a hold the trail never saw. Every hold's state must
+follow from its events (``hold.place``, ``hold.extend``, ``hold.release``, all written by ``actions.services`` in the
+same transaction as the change), so any difference is named here, one sentence per hold.
 """
 
 from __future__ import annotations
