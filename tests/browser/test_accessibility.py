@@ -23,7 +23,7 @@ from django.core.management import call_command
 
 from access.services import api_token_create
 from audit.actor import Actor
-from tests.browser.visitor import artefact_dir
+from tests.browser.visitor import artefact_dir, inject_axe
 from tests.conftest import in_the_sqlite_pass_only, restore_default_prices
 from tests.helpers.browser import Demo, checkpoint_of
 
@@ -32,7 +32,6 @@ pytestmark = [
     in_the_sqlite_pass_only("the accessibility checks"),
 ]
 
-AXE = Path(__file__).resolve().parents[1] / "vendor" / "axe-core" / "axe.min.js"
 WCAG_A_AA = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
 FAILING_IMPACTS = {"serious", "critical"}
 ALL_IMPACTS = {"minor", "moderate", "serious", "critical"}
@@ -66,8 +65,7 @@ RUN_AXE = """async (tags) => {
 
 def axe_violations(page, *, impacts: set[str] = FAILING_IMPACTS) -> list[dict]:
     """The WCAG 2 A/AA violations of the page as it is now (serious and critical unless told), one per element."""
-    if not page.evaluate("() => typeof window.axe !== 'undefined'"):
-        page.add_script_tag(path=str(AXE))
+    inject_axe(page)
     found = []
     for rule in page.evaluate(RUN_AXE, WCAG_A_AA):
         for node in rule["nodes"]:

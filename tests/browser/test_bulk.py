@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from actions.models import Pin
@@ -11,13 +9,13 @@ from audit.models import AuditEvent
 from catalog.choices import CopyState
 from catalog.models import CheckpointCopy
 from tests.actions.conftest import build_fleet, make_person
+from tests.browser.visitor import inject_axe
 from tests.helpers.browser import shot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # axe-core as the accessibility tests vendor it (tests/browser/test_accessibility.py); these pages exist only
 # for an operator with rows selected, which the site-wide check does not reach.
-AXE = Path(__file__).resolve().parents[1] / "vendor" / "axe-core" / "axe.min.js"
 RUN_AXE = """async () => (await window.axe.run(document, {
   runOnly: {type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]},
   resultTypes: ["violations"],
@@ -25,8 +23,7 @@ RUN_AXE = """async () => (await window.axe.run(document, {
 
 
 def serious_axe_violations(page) -> list[str]:
-    assert AXE.is_file(), f"{AXE} is missing: the vendored axe-core is part of the tests"
-    page.add_script_tag(path=str(AXE))
+    inject_axe(page)
     return page.evaluate(RUN_AXE)
 
 

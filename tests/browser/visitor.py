@@ -40,6 +40,20 @@ def artefact_dir(tmp_path_factory) -> Path:
     return path
 
 
+AXE = Path(__file__).resolve().parents[1] / "vendor" / "axe-core" / "axe.min.js"
+
+
+def inject_axe(page) -> None:
+    """Load the vendored axe-core into the page, once.
+
+    Through DevTools' evaluation, not a <script> tag: the pages' Content-Security-Policy (script-src 'self', no
+    'unsafe-inline') rightly refuses an inline script, and the checks must see the page exactly as a person gets it.
+    """
+    assert AXE.is_file(), f"{AXE} is missing: the vendored axe-core is part of the tests"
+    if not page.evaluate("() => typeof window.axe !== 'undefined'"):
+        page.evaluate(AXE.read_text(encoding="utf-8") + "\n;true")
+
+
 def launch_chromium():
     """Start Playwright and Debian's Chromium, headless; the caller stops both. Skips (or fails) without them."""
     need_service("Chromium", CHROMIUM is not None, "install Debian's chromium (make test does, as root)")
