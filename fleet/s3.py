@@ -466,6 +466,31 @@ class VersionInfo:
     delete_marker: bool = False
     latest: bool = False
 
+    @classmethod
+    def of_version(cls, item: dict) -> VersionInfo:
+        """One entry of ListObjectVersions' ``Versions``."""
+        return cls(
+            key=item["Key"],
+            version_id=str(item.get("VersionId") or ""),
+            size=int(item.get("Size") or 0),
+            last_modified=_utc(item["LastModified"]),
+            etag=_etag(item.get("ETag")),
+            storage_class=str(item.get("StorageClass") or ""),
+            latest=bool(item.get("IsLatest")),
+        )
+
+    @classmethod
+    def of_marker(cls, item: dict) -> VersionInfo:
+        """One entry of ListObjectVersions' ``DeleteMarkers``: no bytes."""
+        return cls(
+            key=item["Key"],
+            version_id=str(item.get("VersionId") or ""),
+            size=0,
+            last_modified=_utc(item["LastModified"]),
+            delete_marker=True,
+            latest=bool(item.get("IsLatest")),
+        )
+
 
 def key_versions(client: Any, bucket: str, key: str, *, markers: bool = False) -> list[VersionInfo]:
     """Every version of exactly ``key`` (current and non-current, delete markers left out unless ``markers``),
@@ -481,31 +506,10 @@ def key_versions(client: Any, bucket: str, key: str, *, markers: bool = False) -
         for answer in client.get_paginator("list_object_versions").paginate(
             Bucket=bucket, Prefix=key, PaginationConfig={"PageSize": PAGE_SIZE}
         ):
-            found.extend(
-                VersionInfo(
-                    key=item["Key"],
-                    version_id=str(item.get("VersionId") or ""),
-                    size=int(item.get("Size") or 0),
-                    last_modified=_utc(item["LastModified"]),
-                    etag=_etag(item.get("ETag")),
-                    storage_class=str(item.get("StorageClass") or ""),
-                    latest=bool(item.get("IsLatest")),
-                )
-                for item in answer.get("Versions", ())
-                if item.get("Key") == key
-            )
+            found.extend(VersionInfo.of_version(item) for item in answer.get("Versions", ()) if item.get("Key") == key)
             if markers:
                 found.extend(
-                    VersionInfo(
-                        key=item["Key"],
-                        version_id=str(item.get("VersionId") or ""),
-                        size=0,
-                        last_modified=_utc(item["LastModified"]),
-                        delete_marker=True,
-                        latest=bool(item.get("IsLatest")),
-                    )
-                    for item in answer.get("DeleteMarkers", ())
-                    if item.get("Key") == key
+                    VersionInfo.of_marker(item) for item in answer.get("DeleteMarkers", ()) if item.get("Key") == key
                 )
             keys = [item.get("Key", "") for item in (*answer.get("Versions", ()), *answer.get("DeleteMarkers", ()))]
             if keys and max(keys) > key:
@@ -537,17 +541,7 @@ def versions_of_keys(client: Any, bucket: str, keys: list[str]) -> dict[str, lis
             ):
                 for item in answer.get("Versions", ()):
                     if item.get("Key") in wanted:
-                        found[item["Key"]].append(
-                            VersionInfo(
-                                key=item["Key"],
-                                version_id=str(item.get("VersionId") or ""),
-                                size=int(item.get("Size") or 0),
-                                last_modified=_utc(item["LastModified"]),
-                                etag=_etag(item.get("ETag")),
-                                storage_class=str(item.get("StorageClass") or ""),
-                                latest=bool(item.get("IsLatest")),
-                            )
-                        )
+                        found[item["Key"]].append(VersionInfo.of_version(item))
                 listed = [i.get("Key", "") for i in (*answer.get("Versions", ()), *answer.get("DeleteMarkers", ()))]
                 if listed and max(listed) > last:
                     break  # listed in key order: everything further is past the last key wanted here
@@ -568,28 +562,9 @@ def noncurrent_versions(client: Any, bucket: str, prefix: str) -> Iterator[list[
         for answer in client.get_paginator("list_object_versions").paginate(
             Bucket=bucket, Prefix=prefix, PaginationConfig={"PageSize": PAGE_SIZE}
         ):
-            page = [
-                VersionInfo(
-                    key=item["Key"],
-                    version_id=str(item.get("VersionId") or ""),
-                    size=int(item.get("Size") or 0),
-                    last_modified=_utc(item["LastModified"]),
-                    etag=_etag(item.get("ETag")),
-                    storage_class=str(item.get("StorageClass") or ""),
-                )
-                for item in answer.get("Versions", ())
-                if not item.get("IsLatest")
-            ]
+            page = [VersionInfo.of_version(item) for item in answer.get("Versions", ()) if not item.get("IsLatest")]
             page.extend(
-                VersionInfo(
-                    key=item["Key"],
-                    version_id=str(item.get("VersionId") or ""),
-                    size=0,
-                    last_modified=_utc(item["LastModified"]),
-                    delete_marker=True,
-                )
-                for item in answer.get("DeleteMarkers", ())
-                if not item.get("IsLatest")
+                VersionInfo.of_marker(item) for item in answer.get("DeleteMarkers", ()) if not item.get("IsLatest")
             )
             yield page
     except (ClientError, BotoCoreError) as exc:

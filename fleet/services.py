@@ -443,6 +443,23 @@ SOFT_DELETE_MAX_DAYS = 3650
 SOFT_DELETE_KIND = "location.soft_delete"
 
 
+def require_location_admin(actor: Actor, location: StorageLocation, *, doing: str) -> None:
+    """A person changing how a location keeps or deletes data must be an admin; a command or a task acts as the
+    product. Raises PermissionRefused, audited by ``require_role`` like every refusal."""
+    if actor.kind != ActorKind.USER:
+        return
+    if actor.user is None:
+        raise PermissionRefused(f"{doing} needs the signed-in user")
+    require_role(
+        actor.user,
+        Role.ADMIN,
+        doing=doing,
+        source=actor.source,
+        target_type="location",
+        target_id=location.pk,
+    )
+
+
 def location_set_soft_delete(
     *, location: StorageLocation, days: int | None, reason: str, actor: Actor
 ) -> StorageLocation | ChangeRequest:
@@ -454,17 +471,7 @@ def location_set_soft_delete(
     (``apply_soft_delete_change``); lengthening it, and a command's change, apply at once. Audited with the
     old and new value.
     """
-    if actor.kind == ActorKind.USER:
-        if actor.user is None:
-            raise PermissionRefused("changing a location's recovery window needs the signed-in user")
-        require_role(
-            actor.user,
-            Role.ADMIN,
-            doing=f"changing the recovery window of {location.name}",
-            source=actor.source,
-            target_type="location",
-            target_id=location.pk,
-        )
+    require_location_admin(actor, location, doing=f"changing the recovery window of {location.name}")
     if days is not None and (not isinstance(days, int) or isinstance(days, bool)):
         raise DomainError("days must be a whole number of days, or empty for the default")
     if days is not None and not 0 <= days <= SOFT_DELETE_MAX_DAYS:
@@ -580,17 +587,7 @@ def bucket_set_delete_condition(*, location: StorageLocation, setting: str, reas
     for a store the probe cannot reach or that says one thing and does another. Admins only; audited with the
     value before and after. Saying "batch" or "single" of a store that ignores the condition lets a rewritten
     object be deleted: the reason says who vouched for the store."""
-    if actor.kind == ActorKind.USER:
-        if actor.user is None:
-            raise PermissionRefused("setting a bucket's delete condition needs the signed-in user")
-        require_role(
-            actor.user,
-            Role.ADMIN,
-            doing=f"setting the delete condition of {location.name}",
-            source=actor.source,
-            target_type="location",
-            target_id=location.pk,
-        )
+    require_location_admin(actor, location, doing=f"setting the delete condition of {location.name}")
     if setting not in ("", *DeleteCondition.values):
         choices = ", ".join(DeleteCondition.values)
         raise DomainError(f"the delete condition must be one of {choices}, or empty to follow the probe")
