@@ -28,6 +28,7 @@ from audit.actor import Actor
 from dashboard import periodic
 from dashboard.management.commands.seed_demo import demo_filesystem
 from fleet import agent
+from fleet.agent import walk as agent_walk
 from fleet.models import Host, StorageLocation
 from fleet.services import host_token_issue
 
@@ -129,7 +130,8 @@ def _demo_disks(host_name: str):
     disk. For one call, the agent measures each root as the hardware the demo plays (``seed_demo.demo_filesystem``:
     7.68 TB NVMe drives, a 2 PB Lustre), from what the root held at its last inventory; the figures still travel
     the agent's header and the server's checks as any agent's do."""
-    real = agent.filesystem_space
+    # Replaced where the walk looks it up (fleet.agent.walk), not on the package that re-exports it.
+    real = agent_walk.filesystem_space
 
     def measured(root: str) -> dict[str, int]:
         location = StorageLocation.objects.filter(host__name=host_name, root_path=root).select_related("last_inventory")
@@ -140,8 +142,8 @@ def _demo_disks(host_name: str):
         size, free = demo_filesystem(host_name, loc.kind, held)
         return {"fs_size_bytes": size, "fs_free_bytes": free}
 
-    agent.filesystem_space = measured  # type: ignore[assignment]
+    agent_walk.filesystem_space = measured  # type: ignore[assignment]
     try:
         yield
     finally:
-        agent.filesystem_space = real  # type: ignore[assignment]
+        agent_walk.filesystem_space = real  # type: ignore[assignment]
