@@ -34,6 +34,7 @@ from actions import api_examples, orphans, services, softdelete
 from actions.models import DeletionItem, DeletionJob, Hold, HoldMode, Pin
 from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run
+from ckptfleet.api_fields import AsciiIntegerField, FleetModelSerializer
 from ckptfleet.errors import DomainError
 from ckptfleet.params import parse_id
 
@@ -46,7 +47,7 @@ def _get(model, pk, what: str, request):
         raise DomainError(f"{what} {pk} does not exist", code="not_found", http_status=404) from None
 
 
-class PinSerializer(serializers.ModelSerializer):
+class PinSerializer(FleetModelSerializer):
     active = serializers.BooleanField(read_only=True)
 
     class Meta:
@@ -54,7 +55,7 @@ class PinSerializer(serializers.ModelSerializer):
         fields = ["id", "checkpoint", "reason", "pinned_label", "pinned_at", "unpinned_label", "unpinned_at", "active"]
 
 
-class HoldSerializer(serializers.ModelSerializer):
+class HoldSerializer(FleetModelSerializer):
     active = serializers.BooleanField(read_only=True)
     releasable_after = serializers.SerializerMethodField(
         help_text="A compliance hold: nobody can release it before this (its retain-until date)."
@@ -91,7 +92,7 @@ class HoldSerializer(serializers.ModelSerializer):
         return hold.retain_until.isoformat() if hold.mode == HoldMode.COMPLIANCE and hold.retain_until else None
 
 
-class DeletionJobSerializer(serializers.ModelSerializer):
+class DeletionJobSerializer(FleetModelSerializer):
     class Meta:
         model = DeletionJob
         fields = [
@@ -126,7 +127,7 @@ class DeletionJobSerializer(serializers.ModelSerializer):
         ]
 
 
-class DeletionItemSerializer(serializers.ModelSerializer):
+class DeletionItemSerializer(FleetModelSerializer):
     class Meta:
         model = DeletionItem
         fields = [
@@ -147,7 +148,7 @@ class DeletionItemSerializer(serializers.ModelSerializer):
 
 
 class PinInput(serializers.Serializer):
-    checkpoint = serializers.IntegerField()
+    checkpoint = AsciiIntegerField()
     reason = serializers.CharField(allow_blank=True, required=False, default="")
 
 
@@ -156,8 +157,8 @@ class ReasonInput(serializers.Serializer):
 
 
 class HoldInput(serializers.Serializer):
-    run = serializers.IntegerField()
-    checkpoint = serializers.IntegerField(required=False, allow_null=True, default=None)
+    run = AsciiIntegerField()
+    checkpoint = AsciiIntegerField(required=False, allow_null=True, default=None)
     reason = serializers.CharField(allow_blank=True, required=False, default="")
     case_ref = serializers.CharField(allow_blank=True, required=False, default="")
     mode = serializers.CharField(required=False, default=HoldMode.LEGAL, help_text="legal, governance or compliance")
@@ -180,8 +181,8 @@ class ExtendInput(serializers.Serializer):
 
 
 class DeletionInput(serializers.Serializer):
-    checkpoint = serializers.IntegerField()
-    copy = serializers.IntegerField(required=False, allow_null=True, default=None)
+    checkpoint = AsciiIntegerField()
+    copy = AsciiIntegerField(required=False, allow_null=True, default=None)
     reason = serializers.CharField(allow_blank=True, required=False, default="")
     confirm_children = serializers.BooleanField(
         required=False,
@@ -440,11 +441,11 @@ class DeletionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
 
 class OrphanGroupInput(serializers.Serializer):
     kind = serializers.CharField(help_text="unclaimed, temporary, multipart or deleted_run (as /api/v1/orphans/).")
-    location = serializers.IntegerField(help_text="The location id of the group.")
+    location = AsciiIntegerField(help_text="The location id of the group.")
     prefix = serializers.CharField(
         allow_blank=True, required=False, default="", help_text="The group's run directory; empty: the root."
     )
-    run = serializers.IntegerField(required=False, allow_null=True, default=None, help_text="deleted_run only.")
+    run = AsciiIntegerField(required=False, allow_null=True, default=None, help_text="deleted_run only.")
 
 
 class OrphanCleanupInput(OrphanGroupInput):

@@ -20,12 +20,13 @@ from actions import api_examples, leases
 from actions.models import Lease, LeasePurpose
 from audit.actor import Actor
 from catalog.models import Checkpoint
+from ckptfleet.api_fields import AsciiIntegerField, FleetModelSerializer
 from ckptfleet.errors import DomainError
 from ckptfleet.params import parse_id
 from fleet.api.auth import HostPrincipal, HostTokenAuthentication
 
 
-class LeaseSerializer(serializers.ModelSerializer):
+class LeaseSerializer(FleetModelSerializer):
     live = serializers.SerializerMethodField()
 
     class Meta:
@@ -50,14 +51,14 @@ class LeaseSerializer(serializers.ModelSerializer):
 
 
 class LeaseTakeInput(serializers.Serializer):
-    checkpoint = serializers.IntegerField(min_value=1)
+    checkpoint = AsciiIntegerField(min_value=1)
     owner = serializers.CharField(max_length=200)
     purpose = serializers.ChoiceField(choices=LeasePurpose.choices)
-    ttl_seconds = serializers.IntegerField(help_text="How long it lasts unless renewed, in seconds.")
+    ttl_seconds = AsciiIntegerField(help_text="How long it lasts unless renewed, in seconds.")
 
 
 class LeaseRenewInput(serializers.Serializer):
-    ttl_seconds = serializers.IntegerField()
+    ttl_seconds = AsciiIntegerField()
 
 
 class LeaseReleaseInput(serializers.Serializer):

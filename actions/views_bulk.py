@@ -37,6 +37,7 @@ from actions.models import Hold, Pin
 from audit.actor import Actor
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from catalog.templatetags.fleet_format import ckpt_label
+from ckptfleet.api_fields import AsciiIntegerField
 from ckptfleet.errors import DomainError, PermissionRefused
 from fleet.early_deletion import EarlyDeletion
 
@@ -560,8 +561,8 @@ def items_of(rows: list[dict]) -> list[tuple[int, int | None]]:
 
 
 class BulkItemInput(serializers.Serializer):
-    checkpoint = serializers.IntegerField(min_value=1)
-    copy = serializers.IntegerField(
+    checkpoint = AsciiIntegerField(min_value=1)
+    copy = AsciiIntegerField(
         min_value=1, required=False, allow_null=True, default=None, help_text="Delete this copy only."
     )
 
@@ -577,43 +578,43 @@ class BulkInput(serializers.Serializer):
 
 
 class BulkPreviewItem(serializers.Serializer):
-    checkpoint = serializers.IntegerField()
-    copy = serializers.IntegerField(allow_null=True)
+    checkpoint = AsciiIntegerField()
+    copy = AsciiIntegerField(allow_null=True)
     label = serializers.CharField()
     allowed = serializers.BooleanField()
     refusal = serializers.CharField(allow_null=True)
     refusal_code = serializers.CharField(allow_null=True)
-    promise = serializers.IntegerField(allow_null=True)
-    copies = serializers.IntegerField()
-    files = serializers.IntegerField()
-    bytes = serializers.IntegerField()
+    promise = AsciiIntegerField(allow_null=True)
+    copies = AsciiIntegerField()
+    files = AsciiIntegerField()
+    bytes = AsciiIntegerField()
     monthly_cost = serializers.CharField(allow_null=True, help_text="Deletions: money saved per month.")
     needs_approval = serializers.BooleanField()
     approval_reasons = serializers.ListField(child=serializers.CharField())
     notes = serializers.ListField(child=serializers.CharField())
-    newest_restorable_after = serializers.IntegerField(allow_null=True)
+    newest_restorable_after = AsciiIntegerField(allow_null=True)
     sample = serializers.ListField(child=serializers.DictField(), help_text="Deletions: the first items.")
 
 
 class BulkRunEffect(serializers.Serializer):
-    run = serializers.IntegerField()
-    deletions = serializers.IntegerField()
-    files = serializers.IntegerField()
-    bytes = serializers.IntegerField()
+    run = AsciiIntegerField()
+    deletions = AsciiIntegerField()
+    files = AsciiIntegerField()
+    bytes = AsciiIntegerField()
     monthly_cost = serializers.CharField(allow_null=True)
-    newest_restorable_before = serializers.IntegerField(allow_null=True)
-    newest_restorable_after = serializers.IntegerField(allow_null=True)
+    newest_restorable_before = AsciiIntegerField(allow_null=True)
+    newest_restorable_after = AsciiIntegerField(allow_null=True)
     newest_restorable_after_verified = serializers.BooleanField()
 
 
 class BulkOutcome(serializers.Serializer):
-    checkpoint = serializers.IntegerField()
-    copy = serializers.IntegerField(allow_null=True)
+    checkpoint = AsciiIntegerField()
+    copy = AsciiIntegerField(allow_null=True)
     label = serializers.CharField()
     done = serializers.BooleanField()
     code = serializers.CharField(help_text='"done", or the refusal\'s code')
     message = serializers.CharField()
-    object = serializers.IntegerField(allow_null=True, help_text="The pin, hold or deletion made.")
+    object = AsciiIntegerField(allow_null=True, help_text="The pin, hold or deletion made.")
 
 
 class BulkOutput(serializers.Serializer):
@@ -621,8 +622,8 @@ class BulkOutput(serializers.Serializer):
     confirmed = serializers.BooleanField()
     items = BulkPreviewItem(many=True, required=False, help_text="The preview (confirm=false).")
     runs = BulkRunEffect(many=True, required=False, help_text="Deletions: what each run keeps restorable.")
-    files = serializers.IntegerField(required=False)
-    bytes = serializers.IntegerField(required=False)
+    files = AsciiIntegerField(required=False)
+    bytes = AsciiIntegerField(required=False)
     monthly_cost = serializers.CharField(allow_null=True, required=False)
     early_deletion = serializers.DictField(
         required=False,
@@ -630,7 +631,7 @@ class BulkOutput(serializers.Serializer):
         "storage class's minimum duration is billed.",
     )
     currency = serializers.CharField(required=False)
-    grace_days = serializers.IntegerField(required=False, help_text="Deletions: days before they may run.")
+    grace_days = AsciiIntegerField(required=False, help_text="Deletions: days before they may run.")
     execute_after = serializers.DateTimeField(
         required=False, help_text="Deletions: the soonest they would run if confirmed now (UTC)."
     )

@@ -23,12 +23,13 @@ from approvals.models import ChangeRequest
 from approvals.registry import kind_of
 from approvals.selectors import restrict_changes
 from audit.actor import Actor
+from ckptfleet.api_fields import FleetModelSerializer
 from ckptfleet.errors import DomainError
 
 LIST_LIMIT = 500
 
 
-class ChangeRequestSerializer(serializers.ModelSerializer):
+class ChangeRequestSerializer(FleetModelSerializer):
     lines = serializers.SerializerMethodField(help_text="The change in words, one line per field.")
 
     class Meta:

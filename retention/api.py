@@ -24,6 +24,7 @@ from approvals.choices import ChangeState
 from approvals.models import ChangeRequest
 from audit.actor import Actor
 from catalog.models import Run, Team
+from ckptfleet.api_fields import AsciiIntegerField, FleetModelSerializer
 from ckptfleet.errors import DomainError
 from fleet.choices import Tier
 from retention import api_examples, services
@@ -55,13 +56,13 @@ def _exact(value: Decimal) -> str:
 
 
 class _Params(serializers.Serializer):
-    team = serializers.IntegerField(required=False, min_value=1)
-    run = serializers.IntegerField(required=False, min_value=1)
+    team = AsciiIntegerField(required=False, min_value=1)
+    run = AsciiIntegerField(required=False, min_value=1)
 
 
 class RulesParams(_Params):
-    keep_last = serializers.IntegerField(required=False, default=5, min_value=0)
-    keep_every = serializers.IntegerField(required=False, default=0, min_value=0)
+    keep_last = AsciiIntegerField(required=False, default=5, min_value=0)
+    keep_every = AsciiIntegerField(required=False, default=0, min_value=0)
     keep_milestones = serializers.BooleanField(required=False, default=True)
     keep_critical = serializers.BooleanField(required=False, default=True)
     keep_stepless = serializers.BooleanField(required=False, default=True)
@@ -168,7 +169,7 @@ class MoveParams(_Params):
     from_tier = serializers.ChoiceField(choices=Tier.values, default=Tier.NVME)
     from_class = serializers.CharField(required=False, default="", allow_blank=True, max_length=32)
     finished_only = serializers.BooleanField(required=False, default=True)
-    to_location = serializers.IntegerField(required=False, min_value=1)
+    to_location = AsciiIntegerField(required=False, min_value=1)
 
 
 def _sums(s: Sums) -> dict:
@@ -245,7 +246,7 @@ class TieringView(APIView):
         )
 
 
-class PolicySerializer(serializers.ModelSerializer):
+class PolicySerializer(FleetModelSerializer):
     reason = serializers.CharField(write_only=True, required=False, allow_blank=True, default="")
     lock_state = serializers.CharField(
         read_only=True, help_text="unlocked; cooling_off (locked, can still be unlocked); binding (only stricter)"

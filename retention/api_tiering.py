@@ -22,6 +22,7 @@ from approvals.api import ChangeRequestSerializer
 from approvals.choices import ChangeState
 from approvals.models import ChangeRequest
 from audit.actor import Actor
+from ckptfleet.api_fields import FleetModelSerializer
 from ckptfleet.errors import DomainError
 from retention import api_examples
 from retention import tiering_policies as policies
@@ -32,7 +33,7 @@ def _rid(request) -> str:
     return getattr(request, "request_id", None) or request_id_of(request)
 
 
-class TieringPolicySerializer(serializers.ModelSerializer):
+class TieringPolicySerializer(FleetModelSerializer):
     reason = serializers.CharField(write_only=True, required=False, allow_blank=True, default="")
     describe = serializers.CharField(read_only=True, help_text="The rule in words.")
     pending_changes = serializers.SerializerMethodField(

@@ -17,6 +17,7 @@ from access.scoping import restrict_runs, spend_team_ids
 from audit.actor import Actor
 from audit.choices import EventSource
 from catalog.models import Run
+from ckptfleet.api_fields import AsciiDecimalField, AsciiIntegerField, AsciiPrimaryKeyRelatedField
 from ckptfleet.params import optional_id
 from fleet.choices import LocationKind, Tier
 from fleet.models import Host, PriceBasis, StorageLocation
@@ -111,7 +112,7 @@ class SpendTableView(APIView):
 class PricePointSerializer(serializers.Serializer):
     """A price point as read, and what a new one needs. Prices are never edited: a change is a new point."""
 
-    id = serializers.IntegerField(read_only=True)
+    id = AsciiIntegerField(read_only=True)
     scope = serializers.CharField(source="scope_label", read_only=True)
     kind = serializers.CharField(
         required=False,
@@ -121,22 +122,20 @@ class PricePointSerializer(serializers.Serializer):
     )
     tier = serializers.ChoiceField(choices=Tier.choices)
     storage_class = serializers.CharField(max_length=32, required=False, allow_blank=True, default="")
-    location = serializers.PrimaryKeyRelatedField(
+    location = AsciiPrimaryKeyRelatedField(
         queryset=StorageLocation.objects.all(), required=False, allow_null=True, default=None
     )
-    host = serializers.PrimaryKeyRelatedField(
-        queryset=Host.objects.all(), required=False, allow_null=True, default=None
-    )
-    price_per_gib_month = serializers.DecimalField(max_digits=20, decimal_places=12, read_only=True)
+    host = AsciiPrimaryKeyRelatedField(queryset=Host.objects.all(), required=False, allow_null=True, default=None)
+    price_per_gib_month = AsciiDecimalField(max_digits=20, decimal_places=12, read_only=True)
     basis = serializers.ChoiceField(choices=PriceBasis.choices, default=PriceBasis.GIB_MONTH)
-    price = serializers.DecimalField(
+    price = AsciiDecimalField(
         max_digits=20,
         decimal_places=6,
         write_only=True,
         help_text="In the basis: per GiB-month, per TiB-month, or the monthly cost of a host's drives.",
     )
-    entered_price = serializers.DecimalField(max_digits=20, decimal_places=6, read_only=True)
-    host_capacity_bytes = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
+    entered_price = AsciiDecimalField(max_digits=20, decimal_places=6, read_only=True)
+    host_capacity_bytes = AsciiIntegerField(required=False, allow_null=True, default=None, min_value=1)
     currency = serializers.CharField(max_length=3, default="USD")
     effective_from = serializers.DateField()
     source = serializers.CharField(allow_blank=True, required=False, default="")

@@ -24,11 +24,12 @@ from access.scoping import restrict_teams
 from audit.actor import Actor
 from catalog import teams as team_services
 from catalog.models import Team, TeamCostCenter
+from ckptfleet.api_fields import FleetModelSerializer
 from ckptfleet.errors import DomainError
 from spend import api_examples
 
 
-class CostCenterEntrySerializer(serializers.ModelSerializer):
+class CostCenterEntrySerializer(FleetModelSerializer):
     effective_from = serializers.SerializerMethodField(help_text="YYYY-MM-DD, or null for 'from the start'.")
 
     class Meta:
@@ -39,7 +40,7 @@ class CostCenterEntrySerializer(serializers.ModelSerializer):
         return None if row.effective_from == team_services.SINCE_EVER else row.effective_from.isoformat()
 
 
-class TeamSerializer(serializers.ModelSerializer):
+class TeamSerializer(FleetModelSerializer):
     cost_center = serializers.CharField(read_only=True, help_text="The cost center in force today.")
     history = serializers.SerializerMethodField(help_text="Its cost centers, newest first.")
 

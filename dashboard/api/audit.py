@@ -6,12 +6,13 @@ from rest_framework import serializers, viewsets
 
 from access.scoping import restrict_events
 from audit.models import AuditEvent
+from ckptfleet.api_fields import AsciiIntegerField, FleetModelSerializer
 from dashboard.audit_filters import AuditEventFilter
 
 
-class AuditEventSerializer(serializers.ModelSerializer):
+class AuditEventSerializer(FleetModelSerializer):
     actor = serializers.CharField(source="actor_label", read_only=True)
-    actor_user_id = serializers.IntegerField(source="actor_id", read_only=True)
+    actor_user_id = AsciiIntegerField(source="actor_id", read_only=True)
 
     class Meta:
         model = AuditEvent

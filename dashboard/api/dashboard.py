@@ -17,6 +17,7 @@ from catalog.models import Run
 from catalog.pointers import pointers_for_run
 from catalog.recovery import recovery_for
 from catalog.reshard import layouts_of
+from ckptfleet.api_fields import AsciiDecimalField, AsciiIntegerField
 from dashboard.jobs import KINDS, STATES, recent_jobs
 from dashboard.views_overview import attention_items, overview_basis
 
@@ -58,8 +59,8 @@ class RecoveryView(APIView):
         responses=inline_serializer(
             "Recovery",
             {
-                "run": serializers.IntegerField(),
-                "checkpoint": serializers.IntegerField(allow_null=True),
+                "run": AsciiIntegerField(),
+                "checkpoint": AsciiIntegerField(allow_null=True),
                 "label": serializers.CharField(allow_null=True),
                 "verified": serializers.BooleanField(),
                 "warnings": serializers.ListField(child=serializers.CharField()),
@@ -159,11 +160,11 @@ class OverviewView(APIView):
             {
                 "as_of": serializers.DateField(allow_null=True),
                 "currency": serializers.CharField(),
-                "stored_bytes": serializers.IntegerField(),
-                "files": serializers.IntegerField(),
-                "spend_to_date": serializers.DecimalField(max_digits=20, decimal_places=2),
-                "forecast": serializers.DecimalField(max_digits=20, decimal_places=2, allow_null=True),
-                "last_month": serializers.DecimalField(max_digits=20, decimal_places=2),
+                "stored_bytes": AsciiIntegerField(),
+                "files": AsciiIntegerField(),
+                "spend_to_date": AsciiDecimalField(max_digits=20, decimal_places=2),
+                "forecast": AsciiDecimalField(max_digits=20, decimal_places=2, allow_null=True),
+                "last_month": AsciiDecimalField(max_digits=20, decimal_places=2),
                 "attention": serializers.ListField(child=serializers.DictField()),
             },
         )

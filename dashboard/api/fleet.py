@@ -16,6 +16,7 @@ from access.roles import Role, require_role
 from actions.softdelete import agent_pending, agent_report
 from audit.actor import Actor
 from audit.choices import EventSource
+from ckptfleet.api_fields import AsciiIntegerField
 from ckptfleet.errors import DomainError, PermissionRefused, TooLarge
 from dashboard import api_examples
 from dashboard.api.fleet_serializers import (
@@ -39,7 +40,7 @@ from promotion.pulls import pending, report
 INVENTORY_RECEIVED = inline_serializer(
     "InventoryReceived",
     fields={
-        "id": serializers.IntegerField(),
+        "id": AsciiIntegerField(),
         "status": serializers.CharField(help_text="received, applied or failed (an inventory's status)."),
         "url": serializers.CharField(help_text="The inventory's own URL: GET it until it is applied or failed."),
     },

@@ -2,14 +2,15 @@
 
 from rest_framework import serializers
 
+from ckptfleet.api_fields import AsciiFloatField, AsciiIntegerField, FleetModelSerializer
 from fleet.models import Host, Inventory, StorageLocation
 
 
-class InventorySerializer(serializers.ModelSerializer):
+class InventorySerializer(FleetModelSerializer):
     url = serializers.SerializerMethodField()
     location = serializers.CharField(source="location.name")
     host = serializers.CharField(source="host.name", default=None)
-    duration_seconds = serializers.FloatField(read_only=True)
+    duration_seconds = AsciiFloatField(read_only=True)
 
     class Meta:
         model = Inventory
@@ -45,7 +46,7 @@ class InventorySerializer(serializers.ModelSerializer):
         return f"/api/v1/inventories/{obj.pk}/"
 
 
-class StorageLocationSerializer(serializers.ModelSerializer):
+class StorageLocationSerializer(FleetModelSerializer):
     host = serializers.CharField(source="host.name", default=None)
 
     class Meta:
@@ -70,7 +71,7 @@ class StorageLocationSerializer(serializers.ModelSerializer):
         read_only_fields = ["soft_delete_days", "trash_days", "fs_size_bytes", "fs_free_bytes", "fs_reported_at"]
 
 
-class HostSerializer(serializers.ModelSerializer):
+class HostSerializer(FleetModelSerializer):
     locations = StorageLocationSerializer(many=True, read_only=True)
 
     class Meta:
@@ -93,17 +94,17 @@ class HostSerializer(serializers.ModelSerializer):
 class AgentPullItemSerializer(serializers.Serializer):
     """One file a host's agent should pull (for the schema; ``promotion.pulls.pending`` builds it)."""
 
-    id = serializers.IntegerField()
-    job = serializers.IntegerField()
+    id = AsciiIntegerField()
+    job = AsciiIntegerField()
     root = serializers.CharField()
     path = serializers.CharField(help_text="Relative to the root.")
     target = serializers.CharField(help_text="The absolute path the file goes to: root + '/' + path.")
-    size = serializers.IntegerField()
+    size = AsciiIntegerField()
     etag = serializers.CharField(allow_blank=True)
     sha256 = serializers.CharField(allow_null=True)
     source = serializers.CharField(help_text="s3://bucket/key, for messages.")
     url = serializers.URLField(help_text="A presigned GET of the exact object version.")
-    expires_in = serializers.IntegerField(help_text="Seconds the URL stays valid from now.")
+    expires_in = AsciiIntegerField(help_text="Seconds the URL stays valid from now.")
 
 
 class AgentPullListSerializer(serializers.Serializer):
@@ -113,10 +114,10 @@ class AgentPullListSerializer(serializers.Serializer):
 
 
 class AgentPullResultSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
+    id = AsciiIntegerField()
     result = serializers.ChoiceField(choices=["pulled", "skipped", "failed"])
     detail = serializers.CharField(required=False, allow_blank=True)
-    size = serializers.IntegerField(required=False, min_value=0, help_text="Bytes the agent measured.")
+    size = AsciiIntegerField(required=False, min_value=0, help_text="Bytes the agent measured.")
     sha256 = serializers.CharField(required=False, allow_null=True, help_text="What the agent measured.")
 
 
@@ -125,9 +126,9 @@ class AgentPullReportSerializer(serializers.Serializer):
 
 
 class AgentOffloadPartSerializer(serializers.Serializer):
-    n = serializers.IntegerField(help_text="Part number, from 1.")
-    offset = serializers.IntegerField(help_text="Where the part starts in the file.")
-    size = serializers.IntegerField()
+    n = AsciiIntegerField(help_text="Part number, from 1.")
+    offset = AsciiIntegerField(help_text="Where the part starts in the file.")
+    size = AsciiIntegerField()
     url = serializers.URLField(help_text="A presigned UploadPart URL.")
     etag = serializers.CharField(required=False, help_text="Present when the store holds this part already.")
 
@@ -135,21 +136,21 @@ class AgentOffloadPartSerializer(serializers.Serializer):
 class AgentOffloadItemSerializer(serializers.Serializer):
     """One file a host's agent should upload (for the schema; ``promotion.pushes.pending`` builds it)."""
 
-    id = serializers.IntegerField()
-    job = serializers.IntegerField()
+    id = AsciiIntegerField()
+    job = AsciiIntegerField()
     root = serializers.CharField()
     path = serializers.CharField(help_text="Relative to the root.")
     source = serializers.CharField(help_text="The absolute path of the file: root + '/' + path.")
     target = serializers.CharField(help_text="s3://bucket/key, for messages.")
-    size = serializers.IntegerField()
+    size = AsciiIntegerField()
     sha256 = serializers.CharField(allow_null=True, help_text="Recorded before the offload, when known.")
     method = serializers.ChoiceField(choices=["put", "multipart"])
-    expires_in = serializers.IntegerField(help_text="Seconds the URLs stay valid from now.")
+    expires_in = AsciiIntegerField(help_text="Seconds the URLs stay valid from now.")
     url = serializers.URLField(required=False, help_text="put: a presigned PUT URL.")
     headers = serializers.DictField(
         child=serializers.CharField(), required=False, help_text="put: headers signed into the URL; send them all."
     )
-    part_size = serializers.IntegerField(required=False)
+    part_size = AsciiIntegerField(required=False)
     parts = AgentOffloadPartSerializer(many=True, required=False)
     sign = serializers.CharField(
         required=False, help_text="'sha256' (asked with defer=sha256): measure the file, then have it signed."
@@ -157,7 +158,7 @@ class AgentOffloadItemSerializer(serializers.Serializer):
 
 
 class AgentOffloadClaimSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
+    id = AsciiIntegerField()
     sha256 = serializers.CharField(help_text="What the agent measured reading the file: 64 lowercase hex digits.")
 
 
@@ -172,16 +173,16 @@ class AgentOffloadListSerializer(serializers.Serializer):
 
 
 class AgentOffloadPartEtagSerializer(serializers.Serializer):
-    n = serializers.IntegerField()
+    n = AsciiIntegerField()
     etag = serializers.CharField()
 
 
 class AgentOffloadResultSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
+    id = AsciiIntegerField()
     result = serializers.ChoiceField(choices=["uploaded", "skipped", "failed"])
     detail = serializers.CharField(required=False, allow_blank=True)
     exists = serializers.BooleanField(required=False, help_text="skipped because an object is at the target key.")
-    size = serializers.IntegerField(required=False, min_value=0, help_text="Bytes the agent read.")
+    size = AsciiIntegerField(required=False, min_value=0, help_text="Bytes the agent read.")
     sha256 = serializers.CharField(required=False, allow_null=True, help_text="What the agent measured.")
     md5 = serializers.CharField(required=False, allow_null=True, help_text="What the agent measured.")
     parts = AgentOffloadPartEtagSerializer(many=True, required=False, help_text="multipart: every part's ETag.")

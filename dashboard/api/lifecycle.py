@@ -22,6 +22,7 @@ from audit.choices import EventSource
 from catalog.choices import RunStatusSource
 from catalog.lifecycle import MAX_STATUS_REASON, run_status_set
 from catalog.models import Run
+from ckptfleet.api_fields import FleetModelSerializer
 from ckptfleet.errors import DomainError
 from ckptfleet.params import parse_id
 from dashboard import api_examples
@@ -40,7 +41,7 @@ class RunStatusByNameSerializer(RunStatusSerializer):
     run = serializers.CharField(help_text="The run's name within its team.")
 
 
-class RunStatusResultSerializer(serializers.ModelSerializer):
+class RunStatusResultSerializer(FleetModelSerializer):
     team = serializers.CharField(source="team.name")
     changed = serializers.BooleanField(help_text="False when the run already had this status: nothing was written.")
 

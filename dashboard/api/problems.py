@@ -8,6 +8,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ckptfleet.api_fields import AsciiDecimalField, AsciiIntegerField
 from ckptfleet.params import whole_number
 from dashboard import problems
 
@@ -16,18 +17,18 @@ _PROBLEM_FIELDS = {
     "subject": serializers.ChoiceField(choices=["copy", "checkpoint", "orphans"]),
     "subject_label": serializers.CharField(),
     "subject_url": serializers.URLField(),
-    "checkpoint": serializers.IntegerField(allow_null=True),
-    "copy": serializers.IntegerField(allow_null=True),
-    "run": serializers.IntegerField(allow_null=True),
+    "checkpoint": AsciiIntegerField(allow_null=True),
+    "copy": AsciiIntegerField(allow_null=True),
+    "run": AsciiIntegerField(allow_null=True),
     "run_label": serializers.CharField(),
     "team": serializers.CharField(),
-    "location": serializers.IntegerField(allow_null=True),
+    "location": AsciiIntegerField(allow_null=True),
     "location_name": serializers.CharField(),
     "reasons": serializers.ListField(child=serializers.CharField()),
     "since": serializers.DateTimeField(allow_null=True),
-    "age_days": serializers.IntegerField(allow_null=True),
-    "bytes": serializers.IntegerField(),
-    "cost_per_month": serializers.DecimalField(max_digits=24, decimal_places=4, allow_null=True),
+    "age_days": AsciiIntegerField(allow_null=True),
+    "bytes": AsciiIntegerField(),
+    "cost_per_month": AsciiDecimalField(max_digits=24, decimal_places=4, allow_null=True),
     "action": serializers.CharField(),
     "action_url": serializers.URLField(),
 }
@@ -77,10 +78,10 @@ class ProblemListView(APIView):
         responses=inline_serializer(
             "ProblemPage",
             {
-                "count": serializers.IntegerField(),
-                "bytes": serializers.IntegerField(),
-                "page": serializers.IntegerField(),
-                "pages": serializers.IntegerField(),
+                "count": AsciiIntegerField(),
+                "bytes": AsciiIntegerField(),
+                "page": AsciiIntegerField(),
+                "pages": AsciiIntegerField(),
                 "currency": serializers.CharField(),
                 "totals": serializers.ListField(child=serializers.DictField()),
                 "results": inline_serializer("Problem", _PROBLEM_FIELDS, many=True),

@@ -34,6 +34,7 @@ from catalog.recovery_point import (
     run_rpo_set,
     team_rpo_set,
 )
+from ckptfleet.api_fields import AsciiFloatField, AsciiIntegerField
 from dashboard import api_examples
 
 
@@ -68,23 +69,23 @@ def point_dict(p: RecoveryPoint) -> dict:
 POINT = inline_serializer(
     "RecoveryPoint",
     {
-        "run": serializers.IntegerField(),
+        "run": AsciiIntegerField(),
         "team": serializers.CharField(),
         "name": serializers.CharField(),
         "status": serializers.CharField(),
         "active": serializers.BooleanField(),
-        "checkpoint": serializers.IntegerField(allow_null=True, help_text="the newest restorable checkpoint"),
+        "checkpoint": AsciiIntegerField(allow_null=True, help_text="the newest restorable checkpoint"),
         "label": serializers.CharField(allow_null=True),
         "verified": serializers.BooleanField(),
         "saved_at": serializers.DateTimeField(allow_null=True),
-        "recovery_point_hours": serializers.FloatField(help_text="hours since the restorable checkpoint was saved"),
-        "highest_step": serializers.IntegerField(allow_null=True),
-        "lost_steps": serializers.IntegerField(allow_null=True),
-        "lost_hours": serializers.FloatField(help_text="wall hours of training a restore now would lose"),
-        "gpus": serializers.IntegerField(allow_null=True),
+        "recovery_point_hours": AsciiFloatField(help_text="hours since the restorable checkpoint was saved"),
+        "highest_step": AsciiIntegerField(allow_null=True),
+        "lost_steps": AsciiIntegerField(allow_null=True),
+        "lost_hours": AsciiFloatField(help_text="wall hours of training a restore now would lose"),
+        "gpus": AsciiIntegerField(allow_null=True),
         "gpus_source": serializers.CharField(allow_null=True, help_text="sidecar, world size or operator"),
-        "lost_gpu_hours": serializers.FloatField(allow_null=True),
-        "objective_hours": serializers.FloatField(),
+        "lost_gpu_hours": AsciiFloatField(allow_null=True),
+        "objective_hours": AsciiFloatField(),
         "objective_source": serializers.CharField(help_text="run, team or default"),
         "over_objective": serializers.BooleanField(),
     },
@@ -132,7 +133,7 @@ class RunGpusView(APIView):
     @extend_schema(
         summary="Set the GPU count of a run (operator)",
         request=inline_serializer(
-            "RunGpus", {"gpus": serializers.IntegerField(allow_null=True), "reason": serializers.CharField()}
+            "RunGpus", {"gpus": AsciiIntegerField(allow_null=True), "reason": serializers.CharField()}
         ),
         responses={200: POINT, **_SET_RESPONSES},
         examples=api_examples.RUN_GPUS,
@@ -155,7 +156,7 @@ class RunRpoView(APIView):
     @extend_schema(
         summary="Set a run's own recovery point objective (operator)",
         request=inline_serializer(
-            "RunRpo", {"hours": serializers.FloatField(allow_null=True), "reason": serializers.CharField()}
+            "RunRpo", {"hours": AsciiFloatField(allow_null=True), "reason": serializers.CharField()}
         ),
         responses={200: POINT, **_SET_RESPONSES},
         examples=api_examples.RUN_RPO,
@@ -178,15 +179,15 @@ class TeamRpoView(APIView):
     @extend_schema(
         summary="Set a team's default recovery point objective (operator)",
         request=inline_serializer(
-            "TeamRpo", {"hours": serializers.FloatField(allow_null=True), "reason": serializers.CharField()}
+            "TeamRpo", {"hours": AsciiFloatField(allow_null=True), "reason": serializers.CharField()}
         ),
         responses={
             200: inline_serializer(
                 "TeamRpoResult",
                 {
-                    "team": serializers.IntegerField(),
+                    "team": AsciiIntegerField(),
                     "name": serializers.CharField(),
-                    "rpo_hours": serializers.FloatField(),
+                    "rpo_hours": AsciiFloatField(),
                 },
             ),
             **_SET_RESPONSES,
@@ -238,7 +239,7 @@ def lineage_dict(run: Run, user) -> dict:
 LINEAGE = inline_serializer(
     "Lineage",
     {
-        "run": serializers.IntegerField(),
+        "run": AsciiIntegerField(),
         "parent_source": serializers.CharField(allow_null=True, help_text="sidecar or operator"),
         "parent_ref": serializers.CharField(allow_null=True, help_text="team/run@step as said"),
         "parent_hidden": serializers.BooleanField(),
@@ -261,7 +262,7 @@ class RunParentView(APIView):
     @extend_schema(
         summary="Name the checkpoint a run was initialised or fine-tuned from (operator)",
         request=inline_serializer(
-            "RunParent", {"checkpoint": serializers.IntegerField(allow_null=True), "reason": serializers.CharField()}
+            "RunParent", {"checkpoint": AsciiIntegerField(allow_null=True), "reason": serializers.CharField()}
         ),
         responses={200: LINEAGE, **_SET_RESPONSES},
         examples=api_examples.RUN_PARENT,

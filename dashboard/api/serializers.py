@@ -6,14 +6,15 @@ from rest_framework import serializers
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from catalog.selectors import OrphanKind
 from catalog.verification import failure_domain, summarize
+from ckptfleet.api_fields import AsciiIntegerField, FleetModelSerializer
 from fleet.choices import Tier
 
 
 class TierShareSerializer(serializers.Serializer):
     tier = serializers.CharField()
     storage_class = serializers.CharField(help_text="Empty: the tier's default (a host's drives, a mount).")
-    bytes = serializers.IntegerField()
-    files = serializers.IntegerField()
+    bytes = AsciiIntegerField()
+    files = AsciiIntegerField()
 
 
 def copy_tiers(copy: CheckpointCopy) -> list[dict]:
@@ -34,7 +35,7 @@ def copy_tiers(copy: CheckpointCopy) -> list[dict]:
     return rows
 
 
-class CopySerializer(serializers.ModelSerializer):
+class CopySerializer(FleetModelSerializer):
     location = serializers.CharField(source="location.name")
     location_tier = serializers.CharField(
         source="location.tier", help_text="The location's tier: where a host's files or unmapped classes sit."
@@ -101,7 +102,7 @@ class CopySerializer(serializers.ModelSerializer):
         }
 
 
-class CheckpointSerializer(serializers.ModelSerializer):
+class CheckpointSerializer(FleetModelSerializer):
     run = serializers.CharField(source="run.name")
     team = serializers.CharField(source="run.team.name")
     copies = CopySerializer(source="present", many=True, read_only=True)
@@ -124,7 +125,7 @@ class CheckpointSerializer(serializers.ModelSerializer):
             "copies",
         ]
 
-    @extend_schema_field(serializers.IntegerField())
+    @extend_schema_field(AsciiIntegerField())
     def get_verified_copies(self, checkpoint: Checkpoint) -> int:
         return summarize(checkpoint.present).verified
 
@@ -133,13 +134,13 @@ class CheckpointSerializer(serializers.ModelSerializer):
         return list(summarize(checkpoint.present).domains)
 
 
-class RunSerializer(serializers.ModelSerializer):
+class RunSerializer(FleetModelSerializer):
     team = serializers.CharField(source="team.name")
-    checkpoint_count = serializers.IntegerField(read_only=True)
-    copy_count = serializers.IntegerField(read_only=True)
-    bytes = serializers.IntegerField(read_only=True, default=0)
-    newest_step = serializers.IntegerField(read_only=True, allow_null=True)
-    bad_copies = serializers.IntegerField(read_only=True)
+    checkpoint_count = AsciiIntegerField(read_only=True)
+    copy_count = AsciiIntegerField(read_only=True)
+    bytes = AsciiIntegerField(read_only=True, default=0)
+    newest_step = AsciiIntegerField(read_only=True, allow_null=True)
+    bad_copies = AsciiIntegerField(read_only=True)
 
     class Meta:
         model = Run
@@ -165,14 +166,14 @@ class OrphanGroupSerializer(serializers.Serializer):
     """Orphans of one kind at one location below one run directory."""
 
     kind = serializers.ChoiceField(choices=OrphanKind.choices)
-    location_id = serializers.IntegerField()
+    location_id = AsciiIntegerField()
     location = serializers.CharField(source="location_name")
     prefix = serializers.CharField(help_text="The run directory below the location root; empty: the root.")
-    run_id = serializers.IntegerField(allow_null=True)
+    run_id = AsciiIntegerField(allow_null=True)
     run = serializers.CharField(source="run_label", help_text="team/run, for copies of a known run.")
-    items = serializers.IntegerField(help_text="Files, copies or uploads, as the kind says.")
-    files = serializers.IntegerField(help_text="Files (parts, for multipart uploads).")
-    bytes = serializers.IntegerField(allow_null=True, help_text="Null when unknown.")
+    items = AsciiIntegerField(help_text="Files, copies or uploads, as the kind says.")
+    files = AsciiIntegerField(help_text="Files (parts, for multipart uploads).")
+    bytes = AsciiIntegerField(allow_null=True, help_text="Null when unknown.")
     oldest = serializers.DateTimeField(allow_null=True)
     newest = serializers.DateTimeField(allow_null=True)
 
@@ -183,8 +184,8 @@ class OrphanGroupSerializer(serializers.Serializer):
 class PlacedCopySerializer(serializers.Serializer):
     """One present copy: where it is, its state and verification, and the tiers its bytes sit in."""
 
-    id = serializers.IntegerField(source="copy.pk")
-    location_id = serializers.IntegerField(source="copy.location_id")
+    id = AsciiIntegerField(source="copy.pk")
+    location_id = AsciiIntegerField(source="copy.location_id")
     location = serializers.CharField(source="location.name")
     location_tier = serializers.CharField(source="location.tier")
     host = serializers.CharField(source="host_name", help_text="Empty: a location of no host (a bucket).")
@@ -194,13 +195,13 @@ class PlacedCopySerializer(serializers.Serializer):
     state = serializers.CharField(source="copy.state")
     verification = serializers.CharField(source="copy.verification")
     temporary = serializers.BooleanField(source="copy.temporary")
-    bytes = serializers.IntegerField(source="copy.bytes")
-    files = serializers.IntegerField(source="copy.file_count")
+    bytes = AsciiIntegerField(source="copy.bytes")
+    files = AsciiIntegerField(source="copy.file_count")
     tiers = TierShareSerializer(many=True, help_text="Bytes per tier and storage class (from the rollups).")
 
 
 class PlacementColumnSerializer(serializers.Serializer):
-    location_id = serializers.IntegerField(source="location.pk")
+    location_id = AsciiIntegerField(source="location.pk")
     location = serializers.CharField(source="location.name")
     kind = serializers.CharField(source="location.kind")
     tier = serializers.CharField(source="location.tier")
@@ -215,8 +216,8 @@ class PlacementColumnSerializer(serializers.Serializer):
 
 
 class PlacementRowSerializer(serializers.Serializer):
-    checkpoint_id = serializers.IntegerField(source="checkpoint.pk")
-    step = serializers.IntegerField(source="checkpoint.step", allow_null=True)
+    checkpoint_id = AsciiIntegerField(source="checkpoint.pk")
+    step = AsciiIntegerField(source="checkpoint.step", allow_null=True)
     tag = serializers.CharField(source="checkpoint.tag")
     importance = serializers.CharField(source="checkpoint.importance")
     verified_copies = serializers.SerializerMethodField()
@@ -224,7 +225,7 @@ class PlacementRowSerializer(serializers.Serializer):
     flags = serializers.ListField(child=serializers.CharField())
     copies = PlacedCopySerializer(many=True)
 
-    @extend_schema_field(serializers.IntegerField())
+    @extend_schema_field(AsciiIntegerField())
     def get_verified_copies(self, row) -> int:
         return len(row.verified)
 
@@ -233,7 +234,7 @@ class FlagCountSerializer(serializers.Serializer):
     flag = serializers.CharField()
     label = serializers.CharField()
     help = serializers.CharField()
-    count = serializers.IntegerField()
+    count = AsciiIntegerField()
 
 
 class RunPlacementSerializer(serializers.Serializer):
@@ -246,18 +247,18 @@ class RunPlacementSerializer(serializers.Serializer):
 
 
 class CheckpointPlacementSerializer(serializers.Serializer):
-    checkpoint_id = serializers.IntegerField()
-    verified_copies = serializers.IntegerField()
+    checkpoint_id = AsciiIntegerField()
+    verified_copies = AsciiIntegerField()
     failure_domains = serializers.ListField(child=serializers.CharField())
     flags = FlagCountSerializer(many=True, help_text="The flags this checkpoint raises (count is 1).")
     copies = PlacedCopySerializer(many=True)
 
 
 class FlaggedCheckpointSerializer(serializers.Serializer):
-    id = serializers.IntegerField(source="checkpoint.pk")
-    run_id = serializers.IntegerField(source="checkpoint.run_id")
+    id = AsciiIntegerField(source="checkpoint.pk")
+    run_id = AsciiIntegerField(source="checkpoint.run_id")
     run = serializers.SerializerMethodField()
-    step = serializers.IntegerField(source="checkpoint.step", allow_null=True)
+    step = AsciiIntegerField(source="checkpoint.step", allow_null=True)
     tag = serializers.CharField(source="checkpoint.tag")
     importance = serializers.CharField(source="checkpoint.importance")
     flag = serializers.CharField()

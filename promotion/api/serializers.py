@@ -3,6 +3,7 @@
 from rest_framework import serializers
 
 from catalog.choices import Importance
+from ckptfleet.api_fields import AsciiIntegerField, AsciiPrimaryKeyRelatedField, FleetModelSerializer
 from fleet.models import StorageLocation
 from promotion.choices import RestoreTier
 from promotion.models import PromotionItem, PromotionJob
@@ -10,7 +11,7 @@ from promotion.moves import MOVE_CLASSES
 from promotion.services import MAX_RESTORE_DAYS
 
 
-class PromotionItemSerializer(serializers.ModelSerializer):
+class PromotionItemSerializer(FleetModelSerializer):
     class Meta:
         model = PromotionItem
         fields = [
@@ -29,10 +30,10 @@ class PromotionItemSerializer(serializers.ModelSerializer):
         ]
 
 
-class PromotionJobSerializer(serializers.ModelSerializer):
+class PromotionJobSerializer(FleetModelSerializer):
     source_location = serializers.CharField(source="source_copy.location.name")
     target_location_name = serializers.CharField(source="target_location.name")
-    percent = serializers.IntegerField()
+    percent = AsciiIntegerField()
 
     class Meta:
         model = PromotionJob
@@ -75,11 +76,11 @@ class PromotionJobSerializer(serializers.ModelSerializer):
 class PromotionRequestSerializer(serializers.Serializer):
     """Name a checkpoint (its best complete copy is read) or one copy, and where it should go."""
 
-    checkpoint = serializers.IntegerField(required=False)
-    copy = serializers.IntegerField(required=False)
-    target_location = serializers.PrimaryKeyRelatedField(queryset=StorageLocation.objects.all())
+    checkpoint = AsciiIntegerField(required=False)
+    copy = AsciiIntegerField(required=False)
+    target_location = AsciiPrimaryKeyRelatedField(queryset=StorageLocation.objects.all())
     target_storage_class = serializers.CharField(required=False, allow_blank=True, default="")
-    restore_days = serializers.IntegerField(required=False, default=7, min_value=1, max_value=MAX_RESTORE_DAYS)
+    restore_days = AsciiIntegerField(required=False, default=7, min_value=1, max_value=MAX_RESTORE_DAYS)
     restore_tier = serializers.ChoiceField(choices=RestoreTier.choices, required=False, default=RestoreTier.STANDARD)
     reason = serializers.CharField(required=False, allow_blank=True, default="")
 
@@ -91,15 +92,15 @@ class CancelSerializer(serializers.Serializer):
 class MoveRequestSerializer(serializers.Serializer):
     """Name checkpoints, or a run (all its checkpoints, or those matching the filters), and where they go."""
 
-    checkpoints = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=500)
-    run = serializers.IntegerField(required=False, min_value=1)
-    older_than_days = serializers.IntegerField(required=False, min_value=1, max_value=36500, allow_null=True)
+    checkpoints = serializers.ListField(child=AsciiIntegerField(min_value=1), required=False, max_length=500)
+    run = AsciiIntegerField(required=False, min_value=1)
+    older_than_days = AsciiIntegerField(required=False, min_value=1, max_value=36500, allow_null=True)
     importance = serializers.ListField(
         child=serializers.ChoiceField(choices=Importance.choices), required=False, max_length=10
     )
-    target_location = serializers.PrimaryKeyRelatedField(queryset=StorageLocation.objects.all())
+    target_location = AsciiPrimaryKeyRelatedField(queryset=StorageLocation.objects.all())
     target_storage_class = serializers.ChoiceField(choices=[(c, c) for c in MOVE_CLASSES])
-    source_location = serializers.PrimaryKeyRelatedField(
+    source_location = AsciiPrimaryKeyRelatedField(
         queryset=StorageLocation.objects.all(), required=False, allow_null=True
     )
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)

@@ -16,7 +16,7 @@ import pytest
 import time_machine
 
 from actions import services
-from actions.models import Hold, HoldMode
+from actions.models import Hold, HoldMode, Pin
 from audit.models import AuditEvent
 from catalog.models import ShardFile
 from ckptfleet.errors import DomainError
@@ -93,6 +93,36 @@ def test_an_id_in_digits_that_are_not_ascii_is_a_400_on_the_checkpoints_list(sig
             refused += 1
     assert signed_in.get("/api/v1/checkpoints/?run=3").json()["results"]
     report("ids in digits that are not ASCII on /api/v1/checkpoints/", f"{refused} of {2 * len(NOT_ASCII)} refused")
+
+
+NOT_ASCII_IN_JSON = {"Arabic-Indic 3": "\u0663", "full-width 3": "\uff13", "a boolean": True}
+
+
+def test_an_id_in_digits_that_are_not_ascii_is_a_400_in_a_json_body_and_changes_nothing(signed_in):
+    """On main a pin or hold asked for ``{"checkpoint": "\u0663"}`` or ``{"run": true}``, and REST framework read it as
+    checkpoint 3 or run 1 (``int(str(value))``). Each is a 400 naming the field now, and nothing is pinned or held."""
+    run = RunFactory(pk=1)
+    CheckpointFactory(pk=3, run=run)
+    events = AuditEvent.objects.count()
+    refused = 0
+    for name, value in NOT_ASCII_IN_JSON.items():
+        for path, body in (
+            ("/api/v1/actions/pins/", {"checkpoint": value, "reason": "r"}),
+            ("/api/v1/actions/holds/", {"run": value, "reason": "r"}),
+        ):
+            response = signed_in.post(path, body, content_type="application/json")
+            assert response.status_code == 400, (name, path, response.content)
+            assert set(response.json()["fields"]) == set(body) - {"reason"}, response.json()
+            refused += 1
+    assert not Hold.objects.exists() and not Pin.objects.exists() and AuditEvent.objects.count() == events
+    pinned = signed_in.post(
+        "/api/v1/actions/pins/", {"checkpoint": "3", "reason": "the paper run"}, content_type="application/json"
+    )
+    assert pinned.status_code == 201, pinned.content
+    report(
+        "ids in digits that are not ASCII in a JSON body (pins, holds)",
+        f"{refused} of {2 * len(NOT_ASCII_IN_JSON)} refused",
+    )
 
 
 # --- a compliance hold of seconds ----------------------------------------------------------------------------------
