@@ -40,8 +40,10 @@ PYTEST_ARGS ?=
 # so two workers per pass keep a 2-CPU machine busier (measured: 117% -> 155% CPU, and the two passes side by side
 # 26 -> 21 min, docs/benchmarks.md "The test suite's time"). 0: one process. Each worker has its own test database
 # (pytest-django); every test takes free ports and its own temporary folders (the demo's files, worker queues).
+# --dist worksteal: a worker that runs out of tests takes some of the other's, so that a pass does not end with one
+# worker alone for minutes (measured: one PostgreSQL worker ran its last 9 minutes alone under xdist's default).
 TEST_WORKERS ?= 2
-XDIST_ARGS ?= -n $(TEST_WORKERS)
+XDIST_ARGS ?= -n $(TEST_WORKERS) --dist worksteal
 
 # One pytest run: $(1) is a header, $(2) the environment, $(3) the name of its screenshot folder.
 # A fresh temporary folder holds the run's CKPTFLEET_VAR_DIR (so it stays off the checkout's var/:
@@ -128,16 +130,18 @@ MYPY = env -u DATABASE_URL -u REDIS_URL CKPTFLEET_DEBUG=1 DJANGO_SECRET_KEY=type
 typecheck: venv ## mypy with django-stubs over the services, the selectors and the agent ([tool.mypy] in pyproject.toml)
 	$(MYPY)
 
-test-deps: ## Install Chromium for the browser tests when missing (as root, with APT)
-	@if command -v chromium >/dev/null 2>&1; then \
-		echo "test-deps: $$(chromium --version 2>/dev/null || echo chromium)"; \
+test-deps: ## Install what the browser and compose tests need when missing: Chromium, Debian's docker-compose (as root, with APT)
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium fonts-liberation"; \
+	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
+	if [ -z "$$missing" ]; then \
+		echo "test-deps: $$(chromium --version 2>/dev/null), docker-compose $$(docker-compose version --short 2>/dev/null)"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "test-deps: installing Debian's chromium for the browser tests"; \
-		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-			chromium fonts-liberation; \
+		echo "test-deps: installing Debian's$$missing for the browser and compose tests"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
 	else \
-		echo "WARNING: chromium is missing and cannot be installed here (needs root and apt-get);" \
-			"browser tests will be skipped, or fail under REQUIRE_SERVICES=1" >&2; \
+		echo "WARNING:$$missing missing and cannot be installed here (needs root and apt-get);" \
+			"the browser and compose tests will be skipped, or fail under REQUIRE_SERVICES=1" >&2; \
 	fi
 
 services: ## Start the local PostgreSQL and Redis if they are down

@@ -17,7 +17,6 @@ import io
 import re
 
 import pytest
-from django.core.management import call_command
 from django.urls import URLResolver, get_resolver
 
 from access.roles import Role
@@ -28,7 +27,8 @@ from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from fleet.models import Host, Inventory, StorageLocation
 from promotion.models import PromotionJob
 from retention.models import RetentionPolicy, TieringPolicy
-from tests.conftest import give_roles, restore_default_prices
+from tests.conftest import give_roles
+from tests.helpers.demo_seed import seed_demo
 
 pytestmark = pytest.mark.django_db
 
@@ -104,10 +104,9 @@ def person(signed_in_as, role: str, username: str = ""):
 
 
 @pytest.fixture
-def demo_fleet(settings, tmp_path):
-    settings.VAR_DIR = tmp_path
-    restore_default_prices()
-    call_command("seed_demo", dir=str(tmp_path / "demo"), stdout=io.StringIO())
+def demo_fleet(transactional_db, settings, tmp_path_factory):
+    """The demo fleet, in a database emptied after the test (so that the seed can be copied back: demo_seed.py)."""
+    seed_demo(settings, tmp_path_factory.getbasetemp())
     assert Run.objects.count() > 5 and DeletionJob.objects.exists()
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from django.core.management import call_command
 
 from actions.models import DeletionJob, DeletionState
 from tests.helpers.browser import shot
+from tests.helpers.demo_seed import seed_demo
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -14,12 +16,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_an_operator_previews_and_schedules_a_deletion_and_sees_what_a_hold_protects(
     live_server,
     browser_page,
-    tmp_path,
+    tmp_path_factory,
     settings,
 ):
-    settings.VAR_DIR = tmp_path
-    call_command("seed_demo", dir=str(tmp_path / "demo"))
-    password = (tmp_path / "demo-password").read_text().strip()
+    seed_demo(settings, tmp_path_factory.getbasetemp())
+    password = (Path(settings.VAR_DIR) / "demo-password").read_text().strip()
     page = browser_page
 
     page.goto(f"{live_server.url}/runs/")

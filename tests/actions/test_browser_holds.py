@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
 
 from actions.models import Hold, HoldMode
 from tests.helpers.browser import shot
+from tests.helpers.demo_seed import seed_demo
 from tests.helpers.holds import forget_compliance_holds
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,11 +32,10 @@ def sign_in(page, url: str, username: str, password: str) -> None:
 
 
 def test_an_operator_places_a_compliance_hold_and_its_release_is_refused_to_everyone(
-    live_server, browser_page, tmp_path, settings, compliance_holds_forgotten
+    live_server, browser_page, tmp_path_factory, settings, compliance_holds_forgotten
 ):
-    settings.VAR_DIR = tmp_path
-    call_command("seed_demo", dir=str(tmp_path / "demo"))
-    password = (tmp_path / "demo-password").read_text().strip()
+    seed_demo(settings, tmp_path_factory.getbasetemp())
+    password = (Path(settings.VAR_DIR) / "demo-password").read_text().strip()
     page = browser_page
     sign_in(page, live_server.url, "demo-operator", password)
     page.get_by_role("link", name="gpt-megatron").click()

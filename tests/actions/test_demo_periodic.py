@@ -16,21 +16,18 @@ from actions.models import DeletionJob, DeletionState
 from audit.actor import Actor
 from audit.choices import EventSource
 from catalog.models import CheckpointCopy
-from tests.conftest import restore_default_prices
 from tests.helpers.browser import checkpoint_of
 from tests.helpers.deletion import make_due
+from tests.helpers.demo_seed import seed_demo
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
 
 @pytest.fixture
-def demo(live_server, settings, tmp_path):
-    settings.VAR_DIR = tmp_path
+def demo(live_server, settings, tmp_path_factory):
     settings.DEBUG = True
     settings.DELETION_GRACE_MINUTES = 3
-    restore_default_prices()
-    call_command("seed_demo", dir=str(tmp_path / "demo"), stdout=io.StringIO())
-    return tmp_path / "demo"
+    return seed_demo(settings, tmp_path_factory.getbasetemp(), variant="grace of 3 minutes")
 
 
 def test_a_host_deletion_runs_to_the_end_by_the_periodic_work_and_the_demo_agents(demo, live_server, django_user_model):

@@ -5,14 +5,13 @@
 
 from __future__ import annotations
 
-import io
+from pathlib import Path
 
 import pytest
-from django.core.management import call_command
 
 from tests.browser.visitor import Visitor, artefact_dir, launch_chromium
-from tests.conftest import restore_default_prices
 from tests.helpers.browser import Demo
+from tests.helpers.demo_seed import seed_demo
 
 
 @pytest.fixture(scope="module")
@@ -25,12 +24,11 @@ def chromium():
 
 
 @pytest.fixture
-def demo(live_server, settings, tmp_path) -> Demo:
-    settings.VAR_DIR = tmp_path
-    restore_default_prices()
-    call_command("seed_demo", dir=str(tmp_path / "demo"), stdout=io.StringIO())
-    password = (tmp_path / "demo-password").read_text().strip()
-    return Demo(url=live_server.url, password=password, trees=tmp_path / "demo")
+def demo(live_server, settings, tmp_path_factory) -> Demo:
+    """The demo fleet on the live server (seeded once per worker, tests/helpers/demo_seed.py)."""
+    trees = seed_demo(settings, tmp_path_factory.getbasetemp())
+    password = (Path(settings.VAR_DIR) / "demo-password").read_text().strip()
+    return Demo(url=live_server.url, password=password, trees=trees)
 
 
 @pytest.fixture

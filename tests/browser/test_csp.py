@@ -7,11 +7,10 @@ Playwright adds before the page's (which the policy does not govern)."""
 
 from __future__ import annotations
 
-import io
-
-from django.core.management import call_command
+from pathlib import Path
 
 from tests.conftest import in_the_sqlite_pass_only
+from tests.helpers.demo_seed import seed_demo
 
 pytestmark = in_the_sqlite_pass_only("the CSP checks")
 
@@ -41,11 +40,11 @@ PAGES = [
 ]
 
 
-def test_the_main_pages_work_under_the_policy_and_log_no_violation(live_server, browser_page, tmp_path, settings):
-    settings.VAR_DIR = tmp_path
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    call_command("seed_demo", dir=str(tmp_path / "demo"), stdout=io.StringIO())
-    password = (tmp_path / "demo-password").read_text().strip()
+def test_the_main_pages_work_under_the_policy_and_log_no_violation(
+    live_server, browser_page, tmp_path_factory, settings
+):
+    seed_demo(settings, tmp_path_factory.getbasetemp())
+    password = (Path(settings.VAR_DIR) / "demo-password").read_text().strip()
     page = browser_page
     console: list[str] = []
     page.on("console", lambda msg: console.append(msg.text) if "Content Security Policy" in msg.text else None)

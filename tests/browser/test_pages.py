@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from django.core.management import call_command
+from pathlib import Path
 
 from tests.helpers.browser import shot
+from tests.helpers.demo_seed import seed_demo
 
 
-def test_a_person_signs_in_and_follows_a_broken_checkpoint(live_server, browser_page, tmp_path, settings):
-    settings.VAR_DIR = tmp_path
-    call_command("seed_demo", dir=str(tmp_path / "demo"))
-    password = (tmp_path / "demo-password").read_text().strip()
+def test_a_person_signs_in_and_follows_a_broken_checkpoint(live_server, browser_page, tmp_path_factory, settings):
+    seed_demo(settings, tmp_path_factory.getbasetemp())
+    password = (Path(settings.VAR_DIR) / "demo-password").read_text().strip()
     page = browser_page
 
     page.goto(f"{live_server.url}/runs/")
