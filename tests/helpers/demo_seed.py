@@ -128,7 +128,10 @@ def _take_database(snapshot: _Snapshot) -> None:
                 cursor.execute(f'CREATE TABLE {snapshot.schema}."{table}" AS TABLE public."{table}"')
                 snapshot.tables.append(table)
         cursor.execute(
-            "SELECT schemaname || '.' || sequencename, last_value FROM pg_sequences WHERE schemaname = 'public'"
+            # Not the migrations' own: a test that migrates backwards and forwards between two seeds writes rows
+            # there that the copy does not hold, and setting its sequence back made their ids collide.
+            "SELECT schemaname || '.' || sequencename, last_value FROM pg_sequences "
+            "WHERE schemaname = 'public' AND sequencename <> 'django_migrations_id_seq'"
         )
         snapshot.sequences = list(cursor.fetchall())
 
