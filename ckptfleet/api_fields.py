@@ -30,31 +30,34 @@ def _ascii_or_number(data: object, pattern: re.Pattern[str]) -> bool:
     return isinstance(data, str) and pattern.fullmatch(data) is not None
 
 
-class AsciiIntegerField(serializers.IntegerField):
+class _AsciiOnly:
+    """Refuses with the field's own "invalid" what is neither a JSON number nor ``ascii_pattern``, before REST
+    framework's field reads it."""
+
+    ascii_pattern: re.Pattern[str]
+
+    def to_internal_value(self, data):
+        if not _ascii_or_number(data, self.ascii_pattern):
+            self.fail("invalid")  # type: ignore[attr-defined]
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class AsciiIntegerField(_AsciiOnly, serializers.IntegerField):
     """``serializers.IntegerField`` that takes a JSON number or a string of ASCII digits, never ``true`` or ``"٣"``."""
 
-    def to_internal_value(self, data):
-        if not _ascii_or_number(data, _INTEGER):
-            self.fail("invalid")
-        return super().to_internal_value(data)
+    ascii_pattern = _INTEGER
 
 
-class AsciiDecimalField(serializers.DecimalField):
+class AsciiDecimalField(_AsciiOnly, serializers.DecimalField):
     """``serializers.DecimalField`` with ASCII digits only (``Decimal("٣")`` is 3)."""
 
-    def to_internal_value(self, data):
-        if not _ascii_or_number(data, _DECIMAL):
-            self.fail("invalid")
-        return super().to_internal_value(data)
+    ascii_pattern = _DECIMAL
 
 
-class AsciiFloatField(serializers.FloatField):
+class AsciiFloatField(_AsciiOnly, serializers.FloatField):
     """``serializers.FloatField`` with ASCII digits only (``float("٣")`` is 3.0)."""
 
-    def to_internal_value(self, data):
-        if not _ascii_or_number(data, _DECIMAL):
-            self.fail("invalid")
-        return super().to_internal_value(data)
+    ascii_pattern = _DECIMAL
 
 
 class AsciiPrimaryKeyRelatedField(serializers.PrimaryKeyRelatedField):
