@@ -1056,8 +1056,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
     tmp = Path(tempfile.mkdtemp(prefix="ckptfleet-bench-"))
+    AUDIT_KEY = ("CKPTFLEET_AUDIT_KEY", "CKPTFLEET_AUDIT_KEY_FILE")
     env = {
-        **{k: v for k, v in os.environ.items() if k not in ("DJANGO_SECRET_KEY", "DJANGO_SECRET_KEY_FILE")},
+        **{k: v for k, v in os.environ.items() if k not in ("DJANGO_SECRET_KEY", "DJANGO_SECRET_KEY_FILE", *AUDIT_KEY)},
         "DATABASE_URL": PG_BENCH,
         "REDIS_URL": REDIS_URL,
         "CKPTFLEET_DEBUG": "1",
@@ -1070,7 +1071,13 @@ def main(argv: list[str] | None = None) -> int:
         import secrets
 
         # gunicorn answers the agent over plain HTTP on 127.0.0.1: no redirect to HTTPS.
-        env.update(CKPTFLEET_DEBUG="0", CKPTFLEET_PLAIN_HTTP="1", DJANGO_SECRET_KEY=secrets.token_urlsafe(50))
+        # Production settings need the audit chain's key too (since session 9): a throw-away one, as the secret key.
+        env.update(
+            CKPTFLEET_DEBUG="0",
+            CKPTFLEET_PLAIN_HTTP="1",
+            DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+            CKPTFLEET_AUDIT_KEY=secrets.token_urlsafe(50),
+        )
     (tmp / "var").mkdir()
     (tmp / "media").mkdir()
     services = Services(env, tmp, args.web_workers)

@@ -927,8 +927,13 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="ckptfleet-scanbench-"))
     nowhere = tmp / "no-aws-config"
+    KEYS = ("DJANGO_SECRET_KEY", "DJANGO_SECRET_KEY_FILE")
     env = {
-        **{k: v for k, v in os.environ.items() if k not in ("DJANGO_SECRET_KEY", "DJANGO_SECRET_KEY_FILE", *AWS_UNSET)},
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if k not in (*KEYS, "CKPTFLEET_AUDIT_KEY", "CKPTFLEET_AUDIT_KEY_FILE") and k not in AWS_UNSET
+        },
         **AWS_ENV,
         "AWS_CONFIG_FILE": str(nowhere),
         "AWS_SHARED_CREDENTIALS_FILE": str(nowhere),
@@ -943,6 +948,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not args.debug:
         env["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(50)
+        env["CKPTFLEET_AUDIT_KEY"] = secrets.token_urlsafe(50)  # production settings need the audit chain's key too
     (tmp / "var").mkdir()
     (tmp / "media").mkdir()
 
