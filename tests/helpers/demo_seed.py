@@ -28,7 +28,6 @@ import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import IO
 
 from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
@@ -43,7 +42,6 @@ class _Snapshot:
     seeded_at: datetime
     home: Path
     pristine: Path
-    output: str
     schema: str  # PostgreSQL: the schema that holds the copy
     sqlite: sqlite3.Connection | None = None
     tables: list[str] = field(default_factory=list)  # PostgreSQL: the tables with rows, copied into ``schema``
@@ -54,7 +52,7 @@ _SNAPSHOTS: dict[tuple[str, str, str], _Snapshot] = {}
 _NUMBERS = itertools.count()  # each copy's own schema and folder
 
 
-def seed_demo(settings, basetemp: Path, *, stdout: IO[str] | None = None, variant: str = "") -> Path:
+def seed_demo(settings, basetemp: Path, *, variant: str = "") -> Path:
     """Seed the demo (or put back this worker's seed), with ``settings.VAR_DIR`` the demo's folder; its trees' path.
 
     ``basetemp`` is pytest's base temporary folder of this worker (``tmp_path_factory.getbasetemp()``). A test that
@@ -67,10 +65,8 @@ def seed_demo(settings, basetemp: Path, *, stdout: IO[str] | None = None, varian
     transactional = not connection.in_atomic_block
     snapshot = _SNAPSHOTS.get(key)
     if transactional and snapshot is not None and _still_fresh(snapshot.seeded_at):
-        _restore_files(snapshot)
+        _copy_tree(snapshot.pristine, snapshot.home)
         _restore_database(snapshot)
-        if stdout is not None:
-            stdout.write(snapshot.output)
         return home / "demo"
 
     from tests.conftest import restore_default_prices
@@ -79,14 +75,13 @@ def seed_demo(settings, basetemp: Path, *, stdout: IO[str] | None = None, varian
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
     restore_default_prices()
-    output = io.StringIO()
-    call_command("seed_demo", dir=str(home / "demo"), stdout=output)
-    if stdout is not None:
-        stdout.write(output.getvalue())
+    call_command("seed_demo", dir=str(home / "demo"), stdout=io.StringIO())
     if transactional:
+        if snapshot is not None:  # a stale copy: its folder and schema go, the new seed's take their place
+            _forget(snapshot)
         number = next(_NUMBERS)
         pristine = basetemp / f"seeded-demo-{connection.vendor}-{number}.pristine"
-        snapshot = _Snapshot(seeded_at, home, pristine, output.getvalue(), schema=f"demo_snapshot_{number}")
+        snapshot = _Snapshot(seeded_at, home, pristine, schema=f"demo_snapshot_{number}")
         _copy_tree(home, snapshot.pristine)
         _take_database(snapshot)
         _SNAPSHOTS[key] = snapshot
@@ -102,8 +97,13 @@ def _still_fresh(seeded_at: datetime) -> bool:
     )
 
 
-def _restore_files(snapshot: _Snapshot) -> None:
-    _copy_tree(snapshot.pristine, snapshot.home)
+def _forget(snapshot: _Snapshot) -> None:
+    shutil.rmtree(snapshot.pristine, ignore_errors=True)
+    if snapshot.sqlite is not None:
+        snapshot.sqlite.close()
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP SCHEMA IF EXISTS {snapshot.schema} CASCADE")
 
 
 def _copy_tree(source: Path, target: Path) -> None:
