@@ -181,11 +181,45 @@ SQLITE_PASS_ONLY = frozenset(
 USES_DATABASE = {"db", "transactional_db", "live_server", "django_db_reset_sequences", "django_db_serialized_rollback"}
 
 
+# A test that drives Chromium checks what a browser does with the pages (their scripts, forms, layout and the journey
+# through them); the server's side of every page and action is checked on both databases by the tests without a
+# browser (the test client, the services). So `make test` runs each browser test in one pass: the whole pages of
+# tests/browser/ in the SQLite pass (the demo's database, as a newcomer first sees them), the browser tests of each
+# app's actions in the PostgreSQL pass (production's database, where the row locks and triggers are real).
+# BROWSER_BOTH_PASSES=1 runs them in both.
+BROWSER_FIXTURES = frozenset({"chromium", "browser_page", "person"})
+BROWSER_BOTH_PASSES = os.environ.get("BROWSER_BOTH_PASSES") == "1"
+
+
+def browser_pass_of(nodeid: str) -> str:
+    """The pass (``"sqlite"`` or ``"postgresql"``) that runs the browser test ``nodeid``."""
+    return "sqlite" if nodeid.startswith("tests/browser/") else "postgresql"
+
+
+def other_browser_pass(nodeid: str) -> str:
+    """Why the browser test ``nodeid`` does not run in this pass, or "" when it does."""
+    runs_in = browser_pass_of(nodeid)
+    if BROWSER_BOTH_PASSES or runs_in == connection.vendor:
+        return ""
+    name = "SQLite" if runs_in == "sqlite" else "PostgreSQL"
+    return f"a browser test: the {name} pass runs it (tests/conftest.py browser_pass_of)"
+
+
+def skip_unless_this_browser_pass(nodeid: str) -> None:
+    """Skip a browser test here when the other pass runs it (where a test starts a browser of its own accord)."""
+    if why := other_browser_pass(nodeid):
+        pytest.skip(why)
+
+
 def pytest_collection_modifyitems(config, items):
-    if not is_postgres():
-        return
+    postgres = is_postgres()
     once = pytest.mark.skip(reason="touches no database: the SQLite pass runs it (tests/conftest.py SQLITE_PASS_ONLY)")
     for item in items:
+        if BROWSER_FIXTURES & set(item.fixturenames) and (why := other_browser_pass(item.nodeid)):
+            item.add_marker(pytest.mark.skip(reason=why))
+            continue
+        if not postgres:
+            continue
         uses_database = item.get_closest_marker("django_db") is not None or bool(USES_DATABASE & set(item.fixturenames))
         if item.nodeid.split("::")[0] in SQLITE_PASS_ONLY and not uses_database:
             item.add_marker(once)
@@ -448,7 +482,7 @@ def _default_price_book(request):
 
 
 @pytest.fixture
-def browser_page():
+def browser_page(request):
     """A Chromium page (Debian's, driven by Playwright) of its own browser; ``page.console_errors`` collects errors.
 
     Skips without Chromium or Playwright, or fails under REQUIRE_SERVICES=1.
@@ -456,6 +490,7 @@ def browser_page():
     # Here, not at the top: tests.browser.visitor imports need_service from this module.
     from tests.browser.visitor import launch_chromium
 
+    skip_unless_this_browser_pass(request.node.nodeid)
     playwright, browser = launch_chromium()
     try:
         context = browser.new_context(viewport={"width": 1280, "height": 900})

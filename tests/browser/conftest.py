@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 
 from tests.browser.visitor import Visitor, artefact_dir, launch_chromium
+from tests.conftest import skip_unless_this_browser_pass
 from tests.helpers.browser import Demo
 from tests.helpers.demo_seed import seed_demo
 
 
 @pytest.fixture(scope="module")
-def chromium():
+def chromium(request):
     """One Chromium for the whole module; each person gets a fresh context of it."""
+    skip_unless_this_browser_pass(request.node.nodeid)
     playwright, browser = launch_chromium()
     yield browser
     browser.close()

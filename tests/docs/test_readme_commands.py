@@ -73,12 +73,12 @@ def _script(lines: list[str], port: int) -> str:
     out = ["set +e"]
     for n, line in enumerate(lines):
         line = line.replace(README_SERVER, f"http://127.0.0.1:{port}")
-        out.append(f"printf '\\n{_MARK} {n} start\\n'")
+        out.append(f"printf '\\n{_MARK} {n} start %s\\n' \"$EPOCHREALTIME\"")
         if line.startswith("export "):
             out.append(line)
         else:
             out.append(f"timeout {PER_COMMAND_SECONDS} bash -c {_quote(line)} </dev/null 2>&1")
-        out.append(f"printf '\\n{_MARK} {n} rc=%s\\n' $?")
+        out.append(f"printf '\\n{_MARK} {n} rc=%s %s\\n' $? \"$EPOCHREALTIME\"")
     return "\n".join(out) + "\n"
 
 
@@ -89,7 +89,7 @@ def _quote(text: str) -> str:
 def _outputs(log: str, count: int) -> dict[int, tuple[str, str]]:
     found: dict[int, tuple[str, str]] = {}
     for n in range(count):
-        match = re.search(rf"{_MARK} {n} start\n(.*?)\n{_MARK} {n} rc=(\d+)", log, re.S)
+        match = re.search(rf"{_MARK} {n} start [\d.]+\n(.*?)\n{_MARK} {n} rc=(\d+) ", log, re.S)
         found[n] = (match.group(1), match.group(2)) if match else ("(did not run)", "?")
     return found
 
