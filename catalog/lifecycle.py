@@ -22,7 +22,6 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Max, Q
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from access.roles import Role, require_role

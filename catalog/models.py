@@ -125,7 +125,8 @@ class Checkpoint(models.Model):
     # When it was saved, by the best evidence seen so far (``catalog.ages``): every age the product uses ("older
     # than N days", "last saved", "saved at") counts from it, and from ``first_seen_at`` only when it is unknown.
     saved_at = models.DateTimeField(null=True, blank=True)
-    saved_source = models.CharField(max_length=16, choices=SavedSource.choices, null=True, blank=True)
+    # NULL, not "": added in place on SQLite, whose table rebuild the ownership triggers would break (SavedSource).
+    saved_source = models.CharField(max_length=16, choices=SavedSource.choices, null=True, blank=True)  # noqa: DJ001
 
     class Meta:
         ordering = ["run", models.F("step").desc(nulls_last=True)]

@@ -77,7 +77,8 @@ def move_candidates(
     importance: list[str] | None = None,
 ) -> list[Checkpoint]:
     """The checkpoints a move names: ids, or a run's checkpoints filtered by age (days since it was saved,
-    ``catalog.ages``) and importance; only runs ``user`` may see. Raises DomainError when nothing is named or too much is."""
+    ``catalog.ages``) and importance; only runs ``user`` may see. Raises DomainError when nothing is named or too
+    much is."""
     if not checkpoint_ids and run_id is None:
         raise DomainError("name checkpoints or a run to move", code="nothing_to_move")
     found = Checkpoint.objects.select_related("run__team")

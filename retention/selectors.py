@@ -274,8 +274,7 @@ def locked_name(policy: RetentionPolicy) -> str:
 def locked_policies(runs: list[Run]) -> dict[int, list[tuple[str, KeepRules]]]:
     """{run id: the locked retention policies that cover it, as (name, rules)} (``locked_policy_rows``)."""
     return {
-        run_id: [(locked_name(p), p.rules) for p in policies]
-        for run_id, policies in locked_policy_rows(runs).items()
+        run_id: [(locked_name(p), p.rules) for p in policies] for run_id, policies in locked_policy_rows(runs).items()
     }
 
 

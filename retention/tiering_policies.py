@@ -455,11 +455,7 @@ def select(policy: TieringPolicy, *, now: datetime | None = None) -> Selection:
         ]
         if not reason and not sources:
             continue  # nothing of it where the policy looks: not a candidate, not worth a line
-        if (
-            not reason
-            and policy.min_age_hours
-            and all(_copy_age_origin(c, checkpoint) > age_cutoff for c in sources)
-        ):
+        if not reason and policy.min_age_hours and all(_copy_age_origin(c, checkpoint) > age_cutoff for c in sources):
             reason = f"younger than {policy.min_age_hours} h"
         if reason:
             if sources or reason.startswith("held"):

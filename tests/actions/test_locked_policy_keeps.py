@@ -203,7 +203,12 @@ def test_cleaning_up_a_deleted_runs_copies_that_a_locked_policy_keeps_takes_its_
     assert sorted(preview.kept_by) == sorted(str(checkpoint(s)) for s in (100, 200))
     assert preview.approvals_required == 2
     job = orphans.schedule_cleanup(
-        kind="deleted_run", location=bucket.location, prefix=prefix, run=run, reason="gone", actor=people.act(people.olga)
+        kind="deleted_run",
+        location=bucket.location,
+        prefix=prefix,
+        run=run,
+        reason="gone",
+        actor=people.act(people.olga),
     )
     assert job.state == DeletionState.AWAITING_APPROVAL and job.approvals_required == 2
     assert DeletionItem.objects.filter(job=job, state=ItemState.PENDING).exists()

@@ -172,7 +172,11 @@ def test_the_migration_fills_saved_at_in_from_the_stored_copies():
         (unknown, host, None),
     ):
         Copy.objects.create(
-            checkpoint=ckpt, location_id=location.pk, path=f"r/{ckpt.step}", format="pytorch_dcp", state="complete",
+            checkpoint=ckpt,
+            location_id=location.pk,
+            path=f"r/{ckpt.step}",
+            format="pytorch_dcp",
+            state="complete",
             newest_mtime=when,
         )
 
