@@ -48,7 +48,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from actions import orphans, promises, trash
+from actions import keepers, orphans, promises, trash
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemKind, ItemState
 from actions.protection import OPEN_DELETION_STATES
 from actions.services import audit_job_event, lock_checkpoint
@@ -137,7 +137,9 @@ def blocker(job: DeletionJob) -> str:
     Call it with the checkpoint and the job locked. The rules are those ``schedule_deletion`` applied when the job
     was made (``actions.promises``), read again now: a hold or a pin placed since wins; a copy goes only while
     another verified copy that is not itself being deleted remains; a disputed copy is never deleted alone; a
-    policy never deletes the run's newest restorable checkpoint, nor a checkpoint with a disputed copy.
+    policy never deletes the run's newest restorable checkpoint, nor a checkpoint with a disputed copy; what a locked
+    retention policy keeps goes only with its quorum's approvals, even when it was locked after scheduling
+    (``actions.keepers``).
     """
     if job.is_orphans:
         return ""  # no checkpoint to protect as a whole: every item is asked again (``orphans.recheck``)
@@ -149,11 +151,12 @@ def blocker(job: DeletionJob) -> str:
         or promises.disputed_copy(copy)
         or promises.files_protected_elsewhere(job)
     )
+    survivors: list[CheckpointCopy] = []
     if refusal is None and copy is not None:
         others_going = DeletionJob.objects.filter(
             checkpoint=checkpoint, state__in=OPEN_DELETION_STATES, copy__isnull=False
         ).exclude(pk=job.pk)
-        survivors = (
+        survivors = list(
             CheckpointCopy.objects.filter(checkpoint=checkpoint, gone_at__isnull=True)
             .exclude(pk=job.copy_id)
             .exclude(pk__in=others_going.values("copy_id"))
@@ -165,7 +168,15 @@ def blocker(job: DeletionJob) -> str:
             or promises.disputed_for_policy(checkpoint, job.origin)
             or promises.unidentified_for_policy(checkpoint, job.origin)
         )
-    return f"{refusal.message} [{refusal.code}]" if refusal is not None else ""
+    if refusal is not None:
+        return f"{refusal.message} [{refusal.code}]"
+    if not survivors:
+        # A policy locked since scheduling wins, as a hold does: what it keeps goes only with its quorum.
+        found = keepers.keepers([checkpoint.pk]).get(checkpoint.pk, [])
+        short = keepers.short_of_quorum(str(checkpoint), found, job.approvals_given)
+        if short:
+            return f"{short} [kept_by_locked_policy]"
+    return ""
 
 
 def lock(job_id: int) -> DeletionJob | None:

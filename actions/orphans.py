@@ -31,6 +31,8 @@ from django.utils import timezone
 
 from access.roles import Role
 from access.scoping import scoped_team_names
+from actions import keepers
+from actions.keepers import Keeper
 from actions.models import DeletionItem, DeletionJob, DeletionScope, DeletionState, ItemKind, ItemState
 from actions.protection import OPEN_DELETION_STATES, active_holds
 from actions.services import (
@@ -82,6 +84,10 @@ class OrphanCleanup:
     blast_reasons: list[str] = field(default_factory=list)
     grace_days: int = 7
     left_out_copy_ids: set[int] = field(default_factory=set)
+    # The checkpoints this clean-up leaves with no present copy that a locked retention policy keeps
+    # (``actions.keepers``), and the approvals that adds: deleting what a locked policy keeps takes its quorum.
+    kept_by: dict[str, list[Keeper]] = field(default_factory=dict)
+    kept_approvals: int = 0
 
     @property
     def items(self) -> int:
@@ -97,7 +103,7 @@ class OrphanCleanup:
 
     @property
     def approvals_required(self) -> int:
-        return 2 if self.blast_reasons else 1 if self.approval_reasons else 0
+        return max(2 if self.blast_reasons else 1 if self.approval_reasons else 0, self.kept_approvals)
 
     @property
     def kind_label(self) -> str:
@@ -262,8 +268,31 @@ def _assess(
         kept = f" ({len(result.left_out)} held or pinned checkpoints are kept)" if result.left_out else ""
         result.refusal = f"this group has no present orphans at {location}, so there is nothing to clean up{kept}"
     if result.refusal is None:
+        going = set(files.exclude(copy__isnull=True).values_list("copy_id", flat=True).distinct())
+        result.kept_by = {str(c): found for c, found in kept_taken(going).items()}
         _approval_reasons(result)
     return result, files, uploads
+
+
+def kept_taken(going: set[int]) -> dict[Checkpoint, list[Keeper]]:
+    """{checkpoint: the locked policies that keep it} for the checkpoints whose every present copy the copies
+    ``going`` (with the open deletions of single copies) would take: left-overs of an interrupted save or copies of
+    a deleted run can be all that is left of a checkpoint a locked policy keeps."""
+    if not going:
+        return {}
+    checkpoint_ids = set(CheckpointCopy.objects.filter(pk__in=going).values_list("checkpoint_id", flat=True))
+    kept = keepers.keepers(checkpoint_ids)
+    if not kept:
+        return {}
+    taken_elsewhere = DeletionJob.objects.filter(state__in=OPEN_DELETION_STATES, copy__isnull=False)
+    staying = set(
+        CheckpointCopy.objects.filter(checkpoint_id__in=list(kept), gone_at__isnull=True)
+        .exclude(pk__in=going)
+        .exclude(pk__in=taken_elsewhere.values("copy_id"))
+        .values_list("checkpoint_id", flat=True)
+    )
+    taken = Checkpoint.objects.filter(pk__in=[pk for pk in kept if pk not in staying]).select_related("run__team")
+    return {c: kept[c.pk] for c in taken.order_by("pk")}
 
 
 def _approval_reasons(result: OrphanCleanup) -> None:
@@ -277,6 +306,10 @@ def _approval_reasons(result: OrphanCleanup) -> None:
         )
     if result.kind == OrphanKind.DELETED_RUN:
         result.approval_reasons.append(f"it deletes copies of checkpoints of run {result.run}, marked deleted")
+    for what, found in result.kept_by.items():
+        result.approval_reasons.append(keepers.approval_reason(what, found))
+    if result.kept_by:
+        result.kept_approvals = keepers.quorum_approvals()
     result.blast_reasons = blast_radius(result.bytes, result.items, None)
     if result.blast_reasons:
         result.approval_reasons.append(
@@ -450,6 +483,15 @@ def recheck(job: DeletionJob, items: list[DeletionItem]) -> dict[int, str]:
         ).select_related("run__team")
     }
     protection = {pk: _protection(c) for pk, c in checkpoints.items()}
+    # A policy locked since scheduling wins, as a hold does: what it keeps goes only with its quorum's approvals.
+    job_copies = set(DeletionItem.objects.filter(job=job).exclude(copy__isnull=True).values_list("copy_id", flat=True))
+    if job.approvals_given < keepers.quorum_approvals():
+        for checkpoint, found in kept_taken(job_copies).items():
+            if checkpoint.pk in checkpoints and not protection.get(checkpoint.pk):
+                protection[checkpoint.pk] = (
+                    f"kept by the locked {keepers.names(found)}, and this clean-up has {job.approvals_given} of the "
+                    f"{keepers.quorum_approvals()} approvals deleting what a locked policy keeps needs"
+                )
     for item in items:
         if item.kind != ItemKind.FILE:
             continue

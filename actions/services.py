@@ -38,7 +38,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from access.refusals import Refusal as AccessRefusal
 from access.refusals import note_refusal
 from access.roles import Role, has_role, require_role
-from actions import promises
+from actions import keepers, promises
 from actions.models import (
     DeletionItem,
     DeletionJob,
@@ -641,6 +641,10 @@ class DeletionPreview:
     # the trash: the deletion leaves them in place (actions.trash). One line per such copy, said before scheduling.
     archived_stay: list[str] = field(default_factory=list)
     archived_stay_bytes: int = 0  # what of ``bytes`` those objects hold: not freed
+    # The locked retention policies whose rules keep the checkpoint (``actions.keepers``), and how many approvals the
+    # deletion needs for them: the quorum's when it leaves no present copy of the checkpoint, else 0 (it stays kept).
+    kept_by: list[keepers.Keeper] = field(default_factory=list)
+    kept_approvals: int = 0
 
     @property
     def allowed(self) -> bool:
@@ -661,7 +665,7 @@ class DeletionPreview:
 
     @property
     def approvals_required(self) -> int:
-        return 2 if self.blast_reasons else 1 if self.approval_reasons else 0
+        return max(2 if self.blast_reasons else 1 if self.approval_reasons else 0, self.kept_approvals)
 
     @property
     def whole(self) -> bool:
@@ -846,6 +850,7 @@ def _assess(
         or promises.last_verified_copy(checkpoint, copy, surviving)
         or promises.newest_restorable_for_policy(checkpoint, origin, before)
     )
+    preview.kept_by = keepers.keepers([checkpoint.pk]).get(checkpoint.pk, [])
     if refusal is not None:
         preview.refusal, preview.refusal_code, preview.promise = refusal.message, refusal.code, refusal.promise
         return preview
@@ -904,7 +909,8 @@ def _approval_reasons(
     actor: Actor | None = None,
     together: Together | None = None,
 ) -> None:
-    """Why a second person must approve (two-person rule): size, importance, a policy's proposal, the newest."""
+    """Why a second person must approve (two-person rule): size, importance, a policy's proposal, the newest, a
+    locked policy that keeps what it takes (its quorum)."""
     threshold = settings.DELETION_APPROVAL_BYTES
     reasons = preview.approval_reasons
     if preview.bytes > threshold:
@@ -916,6 +922,10 @@ def _approval_reasons(
     is_newest = newest_before is not None and newest_before.pk == checkpoint.pk
     if is_newest and (copy is None or newest_after is None or newest_after.pk != checkpoint.pk):
         reasons.append("it removes the newest restorable checkpoint of the run")
+    if preview.kept_by and not preview.surviving_copies:
+        # Issue 27: a locked policy protects what it keeps, not only its own settings.
+        reasons.append(keepers.approval_reason(str(checkpoint), preview.kept_by))
+        preview.kept_approvals = keepers.quorum_approvals()
     preview.blast_reasons = blast_radius(
         preview.bytes, preview.files, checkpoint.run_id, actor=actor, together=together
     )
@@ -1221,6 +1231,7 @@ def schedule_deletion(
                 "approval_reasons": job.approval_reasons,
                 "origin": origin,
                 **({"child_runs": [str(r) for r in children]} if children else {}),
+                **({"kept_by": [k.as_dict() for k in assessed.kept_by]} if assessed.kept_approvals else {}),
             },
             request_id=request_id,
         )
@@ -1348,8 +1359,8 @@ def approve(*, job: DeletionJob, actor: Actor, request_id: str = "") -> Deletion
         second = current.approvals_required >= 2 and current.approved_at is not None
         if second and _same_person(actor, current.approved_by_id, current.approved_label):
             raise PermissionRefused(
-                f"{actor.label} approved deletion {current.pk} already; its blast radius needs a second, different "
-                "approver"
+                f"{actor.label} approved deletion {current.pk} already; it needs a second, different approver "
+                f"({'; '.join(current.approval_reasons)})"
             )
         checkpoint = current.checkpoint
         if checkpoint is not None and active_holds(checkpoint).exists():

@@ -256,7 +256,7 @@ def schedule(request, pk: int):
                 messages.warning(
                     request,
                     f"Deletion {job.pk} scheduled: {count(job.items_total, 'item')}, {bytes_iec(job.bytes_total)}. "
-                    f"It needs another person's approval and runs no sooner than {when}.",
+                    f"It needs {_approvals_text(job.approvals_required)} and runs no sooner than {when}.",
                 )
             else:
                 messages.success(
@@ -282,6 +282,10 @@ def schedule(request, pk: int):
             "can_act": has_role(request.user, Role.OPERATOR),
         },
     )
+
+
+def _approvals_text(n: int) -> str:
+    return "another person's approval" if n <= 1 else f"the approvals of {n} people other than you"
 
 
 @login_required

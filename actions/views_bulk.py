@@ -591,6 +591,9 @@ class BulkPreviewItem(serializers.Serializer):
     monthly_cost = serializers.CharField(allow_null=True, help_text="Deletions: money saved per month.")
     needs_approval = serializers.BooleanField()
     approval_reasons = serializers.ListField(child=serializers.CharField())
+    kept_by = serializers.ListField(
+        child=serializers.DictField(), help_text="Deletions: the locked retention policies that keep the checkpoint."
+    )
     notes = serializers.ListField(child=serializers.CharField())
     newest_restorable_after = AsciiIntegerField(allow_null=True)
     sample = serializers.ListField(child=serializers.DictField(), help_text="Deletions: the first items.")
@@ -671,6 +674,7 @@ def preview_data(result: Preview) -> dict:
                 "monthly_cost": _money(p.monthly_cost) if p is not None else None,
                 "needs_approval": bool(p and p.needs_approval),
                 "approval_reasons": list(p.approval_reasons) if p is not None else [],
+                "kept_by": [k.as_dict() for k in p.kept_by] if p is not None else [],
                 "notes": i.notes,
                 "newest_restorable_after": p.newest_after.pk if p is not None and p.newest_after else None,
                 "sample": p.sample if p is not None else [],

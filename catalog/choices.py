@@ -64,3 +64,13 @@ class RunStatusSource(models.TextChoices):
 
 # Said by the job or a person: inference never overrides these (catalog.lifecycle).
 EXPLICIT_SOURCES = (RunStatusSource.SIDECAR, RunStatusSource.API, RunStatusSource.OPERATOR)
+
+
+class SavedSource(models.TextChoices):
+    """Where a checkpoint's saved time comes from (``catalog.ages``), best first. None (NULL): nothing says when it
+    was saved, so its age counts from when the catalog first saw it. (NULL rather than a blank default so that the
+    column is added in place on SQLite, whose table rebuild the ownership triggers on checkpoints would break.)"""
+
+    SIDECAR = "sidecar", "the sidecar's saved_at"
+    MTIME = "mtime", "the files' modification time"
+    LAST_MODIFIED = "last_modified", "the objects' LastModified"

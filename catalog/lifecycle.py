@@ -22,7 +22,6 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Max, Q
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from access.roles import Role, require_role
@@ -30,6 +29,7 @@ from audit.actor import Actor
 from audit.choices import ActorKind
 from audit.services import audit
 from catalog import hooks
+from catalog.ages import saved_or_seen
 from catalog.choices import ENDED_STATUSES, EXPLICIT_SOURCES, RunStatus, RunStatusSource
 from catalog.models import CheckpointCopy, Run
 from ckptfleet.errors import DomainError, PermissionRefused
@@ -41,10 +41,11 @@ INFER_CHUNK = 500
 
 
 def last_saved():
-    """When a run last saved a checkpoint, as an annotation on runs: its checkpoints' newest file time (the save
-    itself, as the host or the store recorded it), else when the catalog first saw them. First-seen alone would
-    make every run look freshly saved on a new install, or after a location is added."""
-    return Max(Coalesce("checkpoints__copies__newest_mtime", "checkpoints__first_seen_at"))
+    """When a run last saved a checkpoint, as an annotation on runs: its newest checkpoint's saved time
+    (``catalog.ages``: the sidecar's, else the files' own time as the host or the store recorded it), else when
+    the catalog first saw it. First-seen alone would make every run look freshly saved on a new install, or after
+    a location is added; a copy's own file time would count a later upload as a save."""
+    return Max(saved_or_seen("checkpoints__"))
 
 
 @dataclass(frozen=True)

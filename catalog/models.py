@@ -6,7 +6,15 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from catalog.choices import CopyState, Importance, RunStatus, RunStatusSource, Verification, VerificationBasis
+from catalog.choices import (
+    CopyState,
+    Importance,
+    RunStatus,
+    RunStatusSource,
+    SavedSource,
+    Verification,
+    VerificationBasis,
+)
 
 
 class Team(models.Model):
@@ -114,6 +122,11 @@ class Checkpoint(models.Model):
     tag = models.CharField(max_length=200, blank=True, help_text="The name of a checkpoint that has no step.")
     importance = models.CharField(max_length=12, choices=Importance.choices, default=Importance.ROUTINE)
     first_seen_at = models.DateTimeField(auto_now_add=True)
+    # When it was saved, by the best evidence seen so far (``catalog.ages``): every age the product uses ("older
+    # than N days", "last saved", "saved at") counts from it, and from ``first_seen_at`` only when it is unknown.
+    saved_at = models.DateTimeField(null=True, blank=True)
+    # NULL, not "": added in place on SQLite, whose table rebuild the ownership triggers would break (SavedSource).
+    saved_source = models.CharField(max_length=16, choices=SavedSource.choices, null=True, blank=True)  # noqa: DJ001
 
     class Meta:
         ordering = ["run", models.F("step").desc(nulls_last=True)]
@@ -143,6 +156,11 @@ class Checkpoint(models.Model):
     @property
     def label(self) -> str:
         return f"step {self.step}" if self.step is not None else self.tag
+
+    @property
+    def saved_or_seen(self):
+        """When it was saved, or failing any evidence when it was first seen (``catalog.ages``)."""
+        return self.saved_at or self.first_seen_at
 
 
 class CheckpointCopy(models.Model):

@@ -36,6 +36,7 @@ from access.roles import Role, require_role
 from audit.actor import Actor
 from audit.choices import ActorKind
 from audit.services import audit
+from catalog.ages import saved_or_seen
 from catalog.choices import ENDED_STATUSES, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run, Team
 from catalog.recovery import newest_restorable, restorable_copies
@@ -158,7 +159,7 @@ def _run_stats(run: Run, *, need_first: bool) -> dict:
     checkpoints took ~9 ms."""
     checkpoints = Checkpoint.objects.filter(run=run)
     highest = checkpoints.filter(step__isnull=False).order_by("-step").values_list("step", flat=True).first()
-    first = checkpoints.aggregate(t=Min("first_seen_at"))["t"] if need_first else None
+    first = checkpoints.aggregate(t=Min(saved_or_seen()))["t"] if need_first else None
     last = None
     if run.status in ENDED_STATUSES:
         last = CheckpointCopy.objects.filter(checkpoint__run=run).aggregate(t=Max("newest_mtime"))["t"]
@@ -196,7 +197,7 @@ def _point(
     highest = stats["highest"]
     active = run.status not in ENDED_STATUSES
     if checkpoint is not None:
-        saved_at = saved_at or checkpoint.first_seen_at
+        saved_at = checkpoint.saved_at or saved_at or checkpoint.first_seen_at  # catalog.ages
         start = saved_at
         lost_steps = (highest - checkpoint.step) if highest is not None and checkpoint.step is not None else None
     else:
@@ -254,7 +255,7 @@ def recovery_points_of(runs, *, now: datetime | None = None, only_over: bool = F
         row["run_id"]: row
         for row in Checkpoint.objects.filter(run__in=[r.pk for r in runs])
         .values("run_id")
-        .annotate(highest=Max("step"), first=Min("first_seen_at"), last=Max("copies__newest_mtime"))
+        .annotate(highest=Max("step"), first=Min(saved_or_seen()), last=Max("copies__newest_mtime"))
         .order_by()
     }
     chosen = {r.pk: r.verified_id or r.restorable_id for r in runs}
@@ -517,7 +518,8 @@ def resume_cost(point: RecoveryPoint, checkpoint: Checkpoint, *, now: datetime |
     (its GPUs and highest step): one query for the checkpoint's save time."""
     now = now or timezone.now()
     saved = (
-        CheckpointCopy.objects.filter(checkpoint=checkpoint, newest_mtime__isnull=False).aggregate(
+        checkpoint.saved_at  # catalog.ages: the sidecar's word first
+        or CheckpointCopy.objects.filter(checkpoint=checkpoint, newest_mtime__isnull=False).aggregate(
             t=Min("newest_mtime")
         )["t"]
         or checkpoint.first_seen_at
@@ -542,7 +544,7 @@ def resume_costs(point: RecoveryPoint, checkpoints, *, now: datetime | None = No
     )
     out = {}
     for checkpoint in checkpoints:
-        at = saved.get(checkpoint.pk) or checkpoint.first_seen_at
+        at = checkpoint.saved_at or saved.get(checkpoint.pk) or checkpoint.first_seen_at
         end = now if point.active else max(at, point.last_saved_at or at)
         steps = (
             point.highest_step - checkpoint.step

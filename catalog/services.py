@@ -13,7 +13,8 @@ from django.utils import timezone
 from audit.actor import Actor
 from audit.services import audit
 from catalog import hooks
-from catalog.choices import Importance
+from catalog.ages import better
+from catalog.choices import Importance, SavedSource
 from catalog.formats.base import FileEntry, Found
 from catalog.layout import PathTemplate, group_files, subtree
 from catalog.lifecycle import runs_reactivate, sidecar_statuses_apply
@@ -22,6 +23,7 @@ from catalog.models import Checkpoint, CheckpointCopy, Run, ShardFile, Team
 from catalog.recognition import recognize
 from catalog.recovery_point import sidecar_gpus_apply
 from catalog.verification import FileFacts, carried_over, checkpoints_verify, relative_checksums
+from fleet.choices import LocationKind
 from fleet.models import Inventory, StorageLocation
 
 UNASSIGNED_TEAM = "unassigned"
@@ -214,6 +216,7 @@ class Judge:
         pending: list[tuple[dict[str, CheckpointCopy], list, list, set[str]]] = []
         created_all: list[CheckpointCopy] = []
         statuses: list[tuple[int, Found]] = []  # (run id, a copy whose sidecar says the run's status)
+        saved: dict[int, Checkpoint] = {}  # checkpoints whose saved time this call moved (``catalog.ages``)
         for group, entries, found in prepared:
             by_path = {e.path: e for e in entries}
             existing = self._existing(group)
@@ -229,6 +232,7 @@ class Judge:
                     checkpoint.save(update_fields=["importance"])
                 members = [m for p in f.files if (m := by_path.get(p)) is not None]
                 newest = max([m.mtime for m in members], default=None)
+                self._offer_saved(checkpoint, f, newest, saved)
                 values: dict[str, Any] = {
                     "checkpoint_id": checkpoint.pk,
                     "format": f.format,
@@ -268,6 +272,8 @@ class Judge:
             self.pending_files += len(entries)
         if created_all:
             CheckpointCopy.objects.bulk_create(created_all, batch_size=500)
+        if saved:
+            Checkpoint.objects.bulk_update(list(saved.values()), ["saved_at", "saved_source"], batch_size=500)
         self._lifecycle(statuses)
         out: list[dict[str, int | None]] = []
         for existing, kept, created, seen_paths in pending:
@@ -296,6 +302,21 @@ class Judge:
                 self._touched.update(c.checkpoint_id for c in vanished)
             out.append(targets)
         return out
+
+    def _offer_saved(self, checkpoint: Checkpoint, f: Found, newest: float | None, saved: dict) -> None:
+        """Keep the checkpoint's saved time (``catalog.ages``): its sidecar's ``saved_at``, else the newest file
+        of this copy (mtime on hosts, LastModified in buckets) when earlier than what was known. In memory, so an
+        unchanged push writes nothing; the changed ones are written together (``saved``)."""
+        offers: list[tuple[datetime | None, str]] = []
+        if f.saved_at is not None:
+            offers.append((datetime.fromtimestamp(f.saved_at, UTC), SavedSource.SIDECAR))
+        if newest is not None and newest > 0:  # 0: a file whose time was never set (a tool's placeholder)
+            source = SavedSource.LAST_MODIFIED if self.location.kind == LocationKind.BUCKET else SavedSource.MTIME
+            offers.append((datetime.fromtimestamp(newest, UTC), source))
+        for offer in offers:
+            if better((checkpoint.saved_at, checkpoint.saved_source), offer):
+                checkpoint.saved_at, checkpoint.saved_source = offer
+                saved[checkpoint.pk] = checkpoint
 
     def _protection(self, checkpoint_ids) -> dict[int, str]:
         """{checkpoint id: why it is protected} among ``checkpoint_ids``, asked once per Judge for each."""

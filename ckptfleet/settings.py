@@ -423,6 +423,10 @@ HOST_SILENT_MINUTES = env_int("CKPTFLEET_HOST_SILENT_MINUTES", 120, minimum=1)
 # that waits for a second person's approval stays open before it expires.
 POLICY_LOCK_COOLING_OFF_HOURS = env_int("CKPTFLEET_POLICY_LOCK_COOLING_OFF_HOURS", 72, minimum=1, maximum=24 * 366)
 CHANGE_REQUEST_EXPIRY_DAYS = env_int("CKPTFLEET_CHANGE_REQUEST_EXPIRY_DAYS", 14, minimum=1, maximum=366)
+# A locked policy protects what it keeps (issue 27): deleting a checkpoint it keeps takes this many people, the one
+# who asks and approvers other than them, as loosening a policy takes two (the requester and a second person).
+# At most 3: a deletion records two approvals beside the person who asked (``actions.models.DeletionJob``).
+LOCKED_POLICY_QUORUM = env_int("CKPTFLEET_LOCKED_POLICY_QUORUM", 2, minimum=2, maximum=3)
 S3_SECRETS_DIR = Path(env_str("CKPTFLEET_S3_SECRETS_DIR", str(VAR_DIR / "s3-secrets")))
 # Promotions pulled by a host's agent: how long each presigned GET URL stays valid, from a minute to the
 # seven days SigV4 allows (fleet.s3.PRESIGN_MAX_SECONDS, not imported here: settings load before boto3).

@@ -52,6 +52,7 @@ from django.utils import timezone
 
 from access.scoping import restrict_runs, restrict_teams, scoped_team_names, visible_orphans
 from catalog import selectors
+from catalog.ages import saved_or_seen
 from catalog.choices import ENDED_STATUSES, CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, Team
 from catalog.pointers import PointerState, pointers_for_runs
@@ -629,7 +630,7 @@ def _pointer_source(filters: Filters, user) -> Source:
         runs = runs.filter(team_id=filters.team_id)
     if filters.run_id is not None:
         runs = runs.filter(pk=filters.run_id)
-    runs = runs.annotate(last_seen=Max("checkpoints__first_seen_at")).order_by(
+    runs = runs.annotate(last_seen=Max(saved_or_seen("checkpoints__"))).order_by(
         F("last_seen").desc(nulls_last=True), "-pk"
     )[:POINTER_RUNS]
     runs = list(runs)
@@ -647,7 +648,7 @@ def _pointer_source(filters: Filters, user) -> Source:
     facts = {
         pk: (nbytes, seen)
         for pk, nbytes, seen in CheckpointCopy.objects.filter(pk__in=newest_ids).values_list(
-            "pk", "bytes", "checkpoint__first_seen_at"
+            "pk", "bytes", saved_or_seen("checkpoint__")
         )
     }
     items = []

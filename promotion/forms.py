@@ -37,6 +37,6 @@ class MoveForm(forms.Form):
     source = forms.ModelChoiceField(
         queryset=StorageLocation.objects.all(), required=False, label="From location", help_text="Empty: any."
     )
-    older_than_days = forms.IntegerField(min_value=1, max_value=36500, required=False, label="First seen over (days)")
+    older_than_days = forms.IntegerField(min_value=1, max_value=36500, required=False, label="Saved over (days) ago")
     importance = forms.MultipleChoiceField(choices=Importance.choices, required=False)
     reason = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))

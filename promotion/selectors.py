@@ -8,6 +8,7 @@ from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from access.scoping import restrict_runs
+from catalog.ages import saved_or_seen
 from catalog.models import Checkpoint, CheckpointCopy
 from ckptfleet.errors import DomainError
 from fleet.models import StorageLocation
@@ -75,8 +76,9 @@ def move_candidates(
     older_than_days: int | None = None,
     importance: list[str] | None = None,
 ) -> list[Checkpoint]:
-    """The checkpoints a move names: ids, or a run's checkpoints filtered by age (days since first seen) and
-    importance; only runs ``user`` may see. Raises DomainError when nothing is named or too much is."""
+    """The checkpoints a move names: ids, or a run's checkpoints filtered by age (days since it was saved,
+    ``catalog.ages``) and importance; only runs ``user`` may see. Raises DomainError when nothing is named or too
+    much is."""
     if not checkpoint_ids and run_id is None:
         raise DomainError("name checkpoints or a run to move", code="nothing_to_move")
     found = Checkpoint.objects.select_related("run__team")
@@ -87,7 +89,7 @@ def move_candidates(
     if run_id is not None:
         found = found.filter(run_id=run_id)
     if older_than_days:
-        found = found.filter(first_seen_at__lt=timezone.now() - timedelta(days=older_than_days))
+        found = found.alias(saved=saved_or_seen()).filter(saved__lt=timezone.now() - timedelta(days=older_than_days))
     if importance:
         found = found.filter(importance__in=importance)
     chosen = list(found.order_by("run_id", "-step", "tag")[: MAX_MOVE_CHECKPOINTS + 1])

@@ -243,11 +243,12 @@ def load_facts(run_ids: list[int], *, day: date) -> tuple[dict[int, list[Checkpo
     return facts, restorable
 
 
-def locked_policies(runs: list[Run]) -> dict[int, list[tuple[str, KeepRules]]]:
-    """{run id: the locked retention policies that cover it, as (name, rules)}: its team's and its own, in one query.
+def locked_policy_rows(runs: list[Run]) -> dict[int, list[RetentionPolicy]]:
+    """{run id: the locked retention policies that cover it}: its team's, then its own, in one query.
 
     Locked means locked, in its cooling-off or binding, enabled or not: a lock promises what stays, whichever
-    policy (or the simulator) is applied to the run, until an approver unlocks it (``retention.services``).
+    policy (or the simulator) is applied to the run, until an approver unlocks it (``retention.services``). A
+    deletion of what one keeps needs its quorum (``retention.keeping``).
     """
     if not runs:
         return {}
@@ -256,15 +257,25 @@ def locked_policies(runs: list[Run]) -> dict[int, list[tuple[str, KeepRules]]]:
     locked = RetentionPolicy.objects.filter(locked_at__isnull=False).filter(
         Q(team_id__in=team_ids) | Q(run_id__in=run_ids)
     )
-    by_team: dict[int, list[tuple[str, KeepRules]]] = defaultdict(list)
-    by_run: dict[int, list[tuple[str, KeepRules]]] = defaultdict(list)
+    by_team: dict[int, list[RetentionPolicy]] = defaultdict(list)
+    by_run: dict[int, list[RetentionPolicy]] = defaultdict(list)
     for policy in locked.order_by("pk"):
-        named = (f"policy {policy.name!r} (#{policy.pk})", policy.rules)
         if policy.run_id is not None:
-            by_run[policy.run_id].append(named)
+            by_run[policy.run_id].append(policy)
         elif policy.team_id is not None:
-            by_team[policy.team_id].append(named)
+            by_team[policy.team_id].append(policy)
     return {r.pk: [*by_team.get(r.team_id, []), *by_run.get(r.pk, [])] for r in runs}
+
+
+def locked_name(policy: RetentionPolicy) -> str:
+    return f"policy {policy.name!r} (#{policy.pk})"
+
+
+def locked_policies(runs: list[Run]) -> dict[int, list[tuple[str, KeepRules]]]:
+    """{run id: the locked retention policies that cover it, as (name, rules)} (``locked_policy_rows``)."""
+    return {
+        run_id: [(locked_name(p), p.rules) for p in policies] for run_id, policies in locked_policy_rows(runs).items()
+    }
 
 
 def simulate(

@@ -455,11 +455,7 @@ def select(policy: TieringPolicy, *, now: datetime | None = None) -> Selection:
         ]
         if not reason and not sources:
             continue  # nothing of it where the policy looks: not a candidate, not worth a line
-        if (
-            not reason
-            and policy.min_age_hours
-            and all((c.newest_mtime or c.first_seen_at) > age_cutoff for c in sources)
-        ):
+        if not reason and policy.min_age_hours and all(_copy_age_origin(c, checkpoint) > age_cutoff for c in sources):
             reason = f"younger than {policy.min_age_hours} h"
         if reason:
             if sources or reason.startswith("held"):
@@ -474,7 +470,7 @@ def select(policy: TieringPolicy, *, now: datetime | None = None) -> Selection:
                 selection.skipped.append((checkpoint, "no verified copy in object storage yet: the host copy stays"))
                 continue
             for c in sources:
-                if (c.newest_mtime or c.first_seen_at) <= age_cutoff:
+                if _copy_age_origin(c, checkpoint) <= age_cutoff:
                     selection.selected.append(Selected(checkpoint, copy=c, keeps=keeps))
             continue
         target = policy.target_location
@@ -493,6 +489,12 @@ def select(policy: TieringPolicy, *, now: datetime | None = None) -> Selection:
         checkpoint.present_bytes = max(c.bytes for c in verified)  # type: ignore[attr-defined]
         selection.selected.append(Selected(checkpoint, copy=_hottest(verified, target)))
     return selection
+
+
+def _copy_age_origin(copy, checkpoint):
+    """How old a copy is: its newest file's time (mtime, LastModified), else its checkpoint's saved time, and its
+    first sighting only when neither is known (``catalog.ages``)."""
+    return copy.newest_mtime or checkpoint.saved_at or copy.first_seen_at
 
 
 def _copy_class(copy: CheckpointCopy) -> str:

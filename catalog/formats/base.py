@@ -101,6 +101,9 @@ class Found:
     # {"team"?, "run", "step"}); None when the sidecar says nothing (catalog.recovery_point, catalog.lineage).
     gpus: int | None = None
     parent: dict | None = None
+    # When the job finished the save, as its sidecar says (``saved_at``, seconds since the epoch); None: unknown, and
+    # the files' times stand for it (``catalog.ages``).
+    saved_at: float | None = None
     # Checksums a writer recorded for member files: {relative path below the root: (algo, hexdigest)}.
     reference_checksums: dict[str, tuple[str, str]] = field(default_factory=dict)
 

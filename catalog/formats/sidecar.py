@@ -19,6 +19,7 @@ Schema ``ckptfleet/1`` (a JSON object, UTF-8, at most 1 MiB)::
       "parent": {"team": "llm",             # optional: the checkpoint this run was initialised or fine-tuned
                  "run": "llama-7b-pretrain",#   from; "team" defaults to this run's team; "step" int >= 0
                  "step": 2000},
+      "saved_at": "2026-10-28T12:00:00Z",   # optional ISO 8601 instant with an offset: when the save finished
       "format": "pytorch_dcp",              # optional str: informational only
       "files": [                            # required: every file of the checkpoint except this one
         {"path": "__0_0.distcp",            #   '/'-separated, relative to the sidecar's directory,
@@ -41,6 +42,10 @@ its ``parent`` as the run's parent checkpoint (``catalog.lineage``; an operator'
 ``gpus`` that is not a whole number from 1 to 1,000,000, or a ``parent`` that is not such an object, is
 ignored and the copy's reasons say why.
 
+Saved at: the checkpoint's ages count from it (``catalog.ages``), ahead of the files' mtimes or LastModified, which
+a copy or an upload resets. A time without an offset, or one that is not an ISO 8601 instant, is ignored and the
+copy's reasons say why.
+
 Status: the ingest sets the run's status from the sidecar of its newest step that has one
 (``catalog.lifecycle``, source "sidecar"), unless the status changed after the sidecar was written. An
 unknown ``status``, or a ``status_reason`` that is not text of at most 500 characters, is refused: the
@@ -49,6 +54,7 @@ status is not applied and the copy's reasons say why; the copy itself is judged 
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from catalog.formats.base import CORRUPT, PARTIAL, CheckpointFormat, DirView, Found
@@ -193,6 +199,25 @@ class SidecarFormat(CheckpointFormat):
         target.status_at = sidecar.mtime or None
 
     @staticmethod
+    def _apply_saved_at(target: Found, content: dict[str, Any]) -> None:
+        raw = content.get("saved_at")
+        if raw is None:
+            return
+        when = None
+        if isinstance(raw, str) and len(raw) <= 64:
+            try:
+                when = datetime.fromisoformat(raw.strip())
+            except ValueError:
+                when = None
+        if when is None or when.tzinfo is None:
+            target.reasons.append(
+                f"{SIDECAR}: saved_at {str(raw)[:64]!r} ignored (an ISO 8601 instant with an offset, e.g. "
+                "2026-10-28T12:00:00Z)"
+            )
+            return
+        target.saved_at = when.timestamp()
+
+    @staticmethod
     def _apply_run_facts(target: Found, content: dict[str, Any]) -> None:
         gpus = content.get("gpus")
         if gpus is not None:
@@ -234,6 +259,7 @@ class SidecarFormat(CheckpointFormat):
             target.reasons.append(f"{SIDECAR}: unknown importance {importance!r} ignored")
         SidecarFormat._apply_status(target, content, directory.files[SIDECAR])
         SidecarFormat._apply_run_facts(target, content)
+        SidecarFormat._apply_saved_at(target, content)
         step = content.get("step")
         if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
             if target.step is not None and target.step != step:

@@ -120,6 +120,8 @@ class CheckpointSerializer(FleetModelSerializer):
             "step",
             "importance",
             "first_seen_at",
+            "saved_at",
+            "saved_source",
             "verified_copies",
             "failure_domains",
             "copies",

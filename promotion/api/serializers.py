@@ -94,7 +94,14 @@ class MoveRequestSerializer(serializers.Serializer):
 
     checkpoints = serializers.ListField(child=AsciiIntegerField(min_value=1), required=False, max_length=500)
     run = AsciiIntegerField(required=False, min_value=1)
-    older_than_days = AsciiIntegerField(required=False, min_value=1, max_value=36500, allow_null=True)
+    older_than_days = AsciiIntegerField(
+        required=False,
+        min_value=1,
+        max_value=36500,
+        allow_null=True,
+        help_text="Only checkpoints saved more than N days ago (the sidecar's saved_at, else the files' mtime or the "
+        "objects' LastModified; first seen only when none is known).",
+    )
     importance = serializers.ListField(
         child=serializers.ChoiceField(choices=Importance.choices), required=False, max_length=10
     )

@@ -95,6 +95,10 @@ class MoveLine:
         return {
             "checkpoint": self.checkpoint.pk,
             "checkpoint_label": str(self.checkpoint),
+            # When it was saved and from what (catalog.ages); null: unknown, its age counts from first_seen_at.
+            "saved_at": self.checkpoint.saved_at.isoformat() if self.checkpoint.saved_at else None,
+            "saved_source": self.checkpoint.saved_source or None,
+            "first_seen_at": self.checkpoint.first_seen_at.isoformat(),
             "source_copy": self.source_copy.pk,
             "source_location": self.source_copy.location.name,
             "direction": self.direction,

@@ -33,7 +33,7 @@ def status_events(run: Run) -> list[AuditEvent]:
 def age(run: Run, days: int) -> None:
     """As if the run's checkpoints were saved (their newest files written) and first seen ``days`` ago."""
     when = timezone.now() - timedelta(days=days)
-    Checkpoint.objects.filter(run=run).update(first_seen_at=when)
+    Checkpoint.objects.filter(run=run).update(first_seen_at=when, saved_at=when)  # catalog.ages
     CheckpointCopy.objects.filter(checkpoint__run=run).update(newest_mtime=when)
 
 
