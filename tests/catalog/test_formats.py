@@ -10,7 +10,7 @@ import pytest
 
 from catalog.formats import FORMAT_LABELS, FORMATS
 from catalog.formats.base import COMPLETE, CORRUPT, PARTIAL, CheckpointFormat, DirView, FileEntry, Found
-from catalog.formats.common import step_from_name
+from catalog.formats.common import is_note_inferred, step_from_name
 from catalog.recognition import build_tree, entries_from_agent_lines, recognize
 
 ZIP_OK = {"kind": "torch_file", "container": "zip", "complete": True}
@@ -564,6 +564,12 @@ def megatron_legacy(d: str = "llm/meg/iter_0000200", tp: int = 2, pp: int | None
     return entries
 
 
+def with_sizes(entry: FileEntry, tp: int, pp: int = 1, ep: int = 1) -> FileEntry:
+    """The entry with the parallel sizes the agent reads from a model_optim_rng.pt's pickled args."""
+    sizes = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp, "expert_model_parallel_size": ep}
+    return f(entry.path, entry.size, {**(entry.facts or ZIP_OK), "megatron": sizes}, entry.mtime)
+
+
 def megatron_dist(d: str = "llm/meg/iter_0000300") -> list[FileEntry]:
     return [
         *dcp_dir(d),
@@ -589,6 +595,47 @@ class TestMegatron:
         assert (
             "mp_rank_01_001/model_optim_rng.pt is missing (the tensor x pipeline rank grid is 2 x 2)" in found.reasons
         )
+
+    def test_the_parallel_sizes_the_args_record_make_a_missing_highest_pipeline_rank_partial(self):
+        entries = [with_sizes(e, tp=2, pp=2) for e in megatron_legacy(tp=2, pp=2) if "mp_rank_01_001" not in e.path]
+        found = only(entries)
+        assert found.state == PARTIAL
+        assert (
+            "mp_rank_01_001/model_optim_rng.pt is missing (mp_rank_00_000/model_optim_rng.pt records "
+            "tensor_model_parallel_size 2, pipeline_model_parallel_size 2)"
+        ) in found.reasons
+        assert not any(is_note_inferred(r) for r in found.reasons)
+
+    def test_a_whole_tensor_parallel_rank_missing_at_the_top_is_partial_only_by_the_records(self):
+        d = "llm/meg/iter_0000200"
+        entries = [e for e in megatron_legacy(d, tp=4) if "mp_rank_03" not in e.path]
+        assert only(entries).state == COMPLETE  # three whole ranks: nothing in the names says a fourth is missing
+        found = only([with_sizes(e, tp=4) for e in entries])
+        assert found.state == PARTIAL and has_reason(found, "mp_rank_03/model_optim_rng.pt is missing", "size 4")
+
+    def test_expert_parallel_folders_carry_the_expert_rank_after_the_tensor_rank(self):
+        # get_checkpoint_name: mp_rank_{tp:02d}[_{pp:03d}] + _{ep:03d} when expert_model_parallel_size > 1.
+        d = "llm/moe/iter_0000100"
+        names = ["mp_rank_00_000", "mp_rank_00_001", "mp_rank_01_000", "mp_rank_01_001"]
+        entries = [with_sizes(f(f"{d}/{n}/model_optim_rng.pt", 5000, ZIP_OK), tp=2, ep=2) for n in names]
+        assert only(entries).state == COMPLETE
+        found = only(entries[:-1])
+        assert found.state == PARTIAL
+        assert has_reason(found, "mp_rank_01_001/model_optim_rng.pt is missing", "expert_model_parallel_size 2")
+
+    def test_rank_files_that_record_different_sizes_are_corrupt(self):
+        entries = megatron_legacy(tp=2)
+        entries = [with_sizes(entries[0], tp=2), with_sizes(entries[1], tp=4)]
+        found = only(entries)
+        assert found.state == CORRUPT and has_reason(found, "record different parallel sizes")
+
+    def test_without_the_args_the_grid_is_inferred_and_the_verdict_says_so(self):
+        found = only(megatron_legacy(tp=2))
+        assert found.state == COMPLETE
+        assert [r for r in found.reasons if is_note_inferred(r)] == [
+            "the tensor rank grid (2) is inferred from the files present (no model_optim_rng.pt's args were read): "
+            "a save missing its highest rank would look complete"
+        ]
 
     def test_a_rank_dir_without_its_model_file_is_partial(self):
         d = "llm/meg/iter_0000200"
