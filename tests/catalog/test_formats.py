@@ -135,14 +135,14 @@ class TestDCP:
         entries = [f("b/run/step-5/.metadata", 900)] + [f(f"b/run/step-5/__{r}_0.distcp") for r in (0, 2)]
         found = only(entries)
         assert found.state == PARTIAL
-        assert has_reason(found, ".metadata was not read")
+        assert has_reason(found, ".metadata was not read", "inferred from the files present")
         assert has_reason(found, "no __1_*.distcp")
 
     def test_without_facts_a_gapless_save_is_complete_with_a_note(self):
         entries = [f("b/run/step-5/.metadata", 900)] + [f(f"b/run/step-5/__{r}_0.distcp") for r in (0, 1)]
         found = only(entries)
         assert found.state == COMPLETE
-        assert has_reason(found, "not read")
+        assert has_reason(found, "the number of ranks (2) is inferred from the files present", ".metadata was not read")
 
     def test_per_rank_manifests_without_collectives(self):
         d = "t/r/step-7"
@@ -153,6 +153,9 @@ class TestDCP:
             f(f"{d}/__1_0.distcp", 100),
         ]
         assert only(entries).state == COMPLETE
+        # Each __N.metadata lists its own rank's files only: nothing records how many ranks there were.
+        assert has_reason(only(entries), "the number of ranks (2) is inferred from the files present")
+        assert not any(is_note_inferred(r) for r in only(dcp_dir()).reasons)
         partial = only([e for e in entries if not e.path.endswith("__1_0.distcp")])
         assert "rank file __1_0.distcp is missing (listed in __1.metadata)" in partial.reasons
 
@@ -329,6 +332,16 @@ class TestHFTrainer:
         assert found.state == PARTIAL
         assert has_reason(found, "rng_state_1.pth is missing")
 
+    def test_rng_state_0_alone_is_partial_because_one_process_writes_rng_state_pth(self):
+        d = "nlp/gpt/checkpoint-100"
+        entries = [e for e in trainer_dir(d) if "rng_state" not in e.path]
+        found = only([*entries, f(f"{d}/rng_state_0.pth", 100, ZIP_OK)])
+        assert found.state == PARTIAL and has_reason(found, "rng_state_1.pth is missing", "more than one process")
+        whole = only([*entries, *(f(f"{d}/rng_state_{i}.pth", 100, ZIP_OK) for i in (0, 1))])
+        assert whole.state == COMPLETE
+        assert has_reason(whole, "the number of processes (2) is inferred from the files present")
+        assert not any(is_note_inferred(r) for r in only(trainer_dir(d)).reasons)  # rng_state.pth: one process
+
     def test_no_weights_at_all_is_partial(self):
         d = "nlp/gpt/checkpoint-100"
         entries = [e for e in trainer_dir(d) if "model" not in e.path]
@@ -491,6 +504,9 @@ class TestDeepSpeed:
         ]
         found = by_path(entries)["speech/ds/global_step200"]
         assert found.state == COMPLETE and has_reason(found, "global_step100 beside it has 4")
+        assert has_reason(found, "number of model- and data-parallel ranks is inferred from the files present")
+        recorded = [with_world(e, dp=4) for e in entries]
+        assert not any(is_note_inferred(r) for r in by_path(recorded)["speech/ds/global_step100"].reasons)
 
     def test_the_recorded_world_size_never_hides_a_gap(self):
         # Files of ranks 0..3 but the model states say 2: rank 2's gap still counts.
@@ -718,6 +734,11 @@ class TestOrbax:
     def test_a_finalised_step_is_complete(self):
         found = only(orbax_step())
         assert (found.format, found.step, found.state, len(found.files)) == ("orbax", 500, COMPLETE, 6)
+
+    def test_the_number_of_processes_is_inferred_from_the_folders_and_said_so(self):
+        found = only(orbax_step())
+        assert found.state == COMPLETE
+        assert has_reason(found, "the number of processes of state/ (1) is inferred from the files present")
 
     def test_a_tmp_directory_is_temporary_and_partial(self):
         found = only(orbax_step("vision/vit/600.orbax-checkpoint-tmp-1700000000", committed=False))
