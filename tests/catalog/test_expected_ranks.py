@@ -22,6 +22,7 @@ from catalog.models import Checkpoint, Run
 from catalog.pointers import PointerState, pointers_for_run
 from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
 from fleet import agent
+from fleet.choices import InventoryStatus
 from fleet.services import gzip_lines
 from tests.helpers.ingest import post
 
@@ -139,3 +140,22 @@ def test_without_records_the_grid_is_inferred_said_so_and_a_tracker_behind_a_who
     assert any("rank grid (2) is inferred from the files present" in r for r in copy.reasons), copy.reasons
     [pointer] = pointers_for_run(run)
     assert pointer.state == PointerState.BEHIND and pointer.fix_command.startswith("printf '%s\\n' 400 > ")
+
+
+@pytest.mark.services
+def test_a_bucket_scan_reads_the_args_by_ranged_gets_and_flags_the_tracker_naming_the_partial_save(s3, scan_now):
+    # The server's bucket scanner reads the same facts as the agent (fleet.agent.stream_facts over ranged GETs):
+    # the save without its highest rank is partial there too, and the fix is the command for the bucket.
+    name = s3.bucket()
+    s3.upload_tree(name, "pfs")
+    s3.client.delete_object(Bucket=name, Key="llm/gpt-megatron/iter_0000200/mp_rank_01/model_optim_rng.pt")
+    s3.put(name, f"llm/gpt-megatron/{TRACKER}", b"200")
+    bucket = s3.register(name)
+    assert scan_now(bucket).status == InventoryStatus.APPLIED
+
+    run = Run.objects.get(name="gpt-megatron")
+    copy = Checkpoint.objects.get(run=run, step=200).copies.get()
+    assert copy.state == CopyState.PARTIAL and MISSING in copy.reasons
+    [pointer] = pointers_for_run(run)
+    assert pointer.state == PointerState.BAD_TARGET and pointer.newest.checkpoint.step == 300
+    assert pointer.fix_command == (f"printf '%s\\n' 300 | aws s3 cp - s3://{name}/llm/gpt-megatron/{TRACKER}")
