@@ -28,7 +28,7 @@ from django.db.models import CharField, F, Func, Q, Value, Window
 from django.db.models.functions import Replace, RowNumber
 
 from catalog.choices import CopyState, Verification
-from catalog.formats.common import step_from_name
+from catalog.formats.common import is_note_inferred, step_from_name
 from catalog.models import CheckpointCopy, Run, ShardFile
 from fleet.models import StorageLocation
 
@@ -227,7 +227,7 @@ def _good(copy: PointedCopy) -> bool:
 def _newer_than_pointer_only(copy: PointedCopy, framework: Framework) -> bool:
     """Partial only because it is newer than the pointer file says (every file of it is there): a save cut off
     between the last rank's write and rank 0's pointer update, or a pointer rewound by hand."""
-    reasons = [str(r) for r in (copy.reasons or [])]
+    reasons = [str(r) for r in (copy.reasons or []) if not is_note_inferred(str(r))]
     return (
         copy.state == CopyState.PARTIAL
         and copy.verification in TRUSTED
@@ -238,7 +238,7 @@ def _newer_than_pointer_only(copy: PointedCopy, framework: Framework) -> bool:
 
 def _broken_words(copy: PointedCopy) -> str:
     if copy.state != CopyState.COMPLETE:
-        why = "; ".join(str(r) for r in (copy.reasons or [])[:2])
+        why = "; ".join([str(r) for r in (copy.reasons or []) if not is_note_inferred(str(r))][:2])
         return f"{copy.get_state_display().lower()}{': ' + why if why else ''}"
     return f"its checksums {copy.get_verification_display().lower()}"
 

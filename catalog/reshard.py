@@ -13,8 +13,9 @@ The layout comes from the copy's own files and the facts the agent read from the
   ``dp_world_size`` and ``mp_world_size``, and ``load_checkpoint`` reads exactly that many optimizer files. Another
   count needs DeepSpeed's ``ds_to_universal.py`` (then ``"checkpoint": {"load_universal": true}``), or
   ``zero_to_fp32.py`` for the weights alone, without optimizer state.
-- **Megatron-LM legacy**: one ``mp_rank_XX[_YYY]`` folder per tensor (XX) and pipeline (YYY) rank. Another TP or PP
-  size needs Megatron-LM's ``tools/checkpoint/convert.py`` (``--target-tensor-parallel-size``,
+- **Megatron-LM legacy**: one ``mp_rank_XX[_YYY]`` folder per tensor (XX) and pipeline (YYY) rank, as many as the
+  parallel sizes in the args every ``model_optim_rng.pt`` records say (else as the folders present say). Another
+  TP or PP size needs Megatron-LM's ``tools/checkpoint/convert.py`` (``--target-tensor-parallel-size``,
   ``--target-pipeline-parallel-size``); a distributed optimizer's ``distrib_optim.pt`` is also per data-parallel rank.
 - **A single file** (``torch.save``, Lightning ``.ckpt``) holds whole tensors: any count.
 """
@@ -153,6 +154,18 @@ def _deepspeed(files) -> Layout:
 
 
 def _megatron(files) -> Layout:
+    """The parallel sizes the save's args record (the agent's ``"megatron"`` facts of a model_optim_rng.pt), else the
+    mp_rank_XX_YYY folders present: a save missing its highest rank must not read as a smaller layout."""
+    for path, facts in files:
+        sizes = facts.get("megatron") if isinstance(facts, dict) and path.endswith("model_optim_rng.pt") else None
+        if isinstance(sizes, dict) and sizes.get("tensor_model_parallel_size"):
+            parts = {
+                "tensor parallel": sizes["tensor_model_parallel_size"],
+                "pipeline parallel": sizes.get("pipeline_model_parallel_size") or 1,
+            }
+            if (sizes.get("expert_model_parallel_size") or 1) > 1:
+                parts["expert parallel"] = sizes["expert_model_parallel_size"]
+            return _megatron_layout(parts, "the parallel sizes its args record")
     tp, pp = set(), set()
     for path, _ in files:
         m = _MEGATRON_RANK.search(path)
@@ -161,6 +174,10 @@ def _megatron(files) -> Layout:
             if m.group(2):
                 pp.add(m.group(2))
     parts = {"tensor parallel": len(tp) or 1, "pipeline parallel": len(pp) or 1}
+    return _megatron_layout(parts, "the mp_rank_XX_YYY folders")
+
+
+def _megatron_layout(parts: dict[str, int], source: str) -> Layout:
     return Layout(
         world_size=None,
         parts=parts,
@@ -170,7 +187,7 @@ def _megatron(files) -> Layout:
             "convert it with Megatron-LM's tools/checkpoint/convert.py "
             "(--target-tensor-parallel-size, --target-pipeline-parallel-size)"
         ),
-        source="the mp_rank_XX_YYY folders",
+        source=source,
     )
 
 

@@ -179,6 +179,22 @@ def mark_unfinished(found: Found, parent: DirView | None, name: str) -> None:
         found.files.sort()
 
 
+# The words every verdict uses when a format's number of ranks comes from the rank files present, not from the
+# checkpoint's own records: such a save missing its highest rank cannot be told from a complete smaller save.
+# ``catalog.pointers`` recognises the note by them (a note, not a failure).
+INFERRED = "inferred from the files present"
+
+
+def note_inferred(found: Found, what: str, why: str) -> None:
+    """Say that ``what`` (e.g. "the number of ranks") is inferred from the files present, and ``why`` no record
+    says it; a note on the copy's verdict, which changes nothing of its state."""
+    found.reasons.append(f"{what} is {INFERRED} ({why}): a save missing its highest rank would look complete")
+
+
+def is_note_inferred(reason: str) -> bool:
+    return INFERRED in reason
+
+
 def ranks_list(values: set[int] | list[int]) -> str:
     """'0, 1 and 3' for reasons."""
     items = [str(v) for v in sorted(values)]

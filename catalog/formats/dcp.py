@@ -17,7 +17,9 @@ Judgement, from the agent's ``dcp_metadata`` facts (``{"files": {relative_path: 
   ``catalog.recognition.recognize(write_order_mtimes=False)``.
 
 Without facts (a bucket listing) the rank numbers in the file names are checked for gaps instead, and a
-note says the manifest was not read.
+note says the number of ranks is inferred from the files present (a save missing its highest rank would look
+whole). The same note goes with per-rank manifests: each ``__{rank}.metadata`` "describes only its own writes"
+(torch's FileSystemWriter docstring), so no file records how many ranks there were.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from catalog.formats.common import (
     lookup,
     mark_unfinished,
     new_found,
+    note_inferred,
     plural,
     ranks_list,
     size_words,
@@ -80,6 +83,12 @@ def check_dcp(found: Found, directory: DirView, where: str = "") -> None:
             found.fail(
                 PARTIAL,
                 f"{where}__{rank}.metadata is missing (ranks {ranks_list(ranks)} wrote their own manifests)",
+            )
+        if ranks:
+            note_inferred(
+                found,
+                f"the number of ranks ({max(ranks) + 1:,})",
+                f"each {where}__N.metadata lists only its own rank's files",
             )
     if not manifests:
         if distcp:
@@ -129,8 +138,12 @@ def check_dcp(found: Found, directory: DirView, where: str = "") -> None:
             (found.expected_bytes or 0) + sum(expected.values()) + sum(e.size for e in manifests.values())
         )
     elif unread:
-        found.reasons.append(f"{where}{unread[0]} was not read: completeness judged from file names only")
         ranks = {int(m.group(1)) for n in distcp if (m := _DISTCP.match(n))}
+        note_inferred(
+            found,
+            f"the number of ranks ({max(ranks, default=-1) + 1:,})",
+            f"{where}{unread[0]} was not read, so completeness is judged from file names only",
+        )
         for rank in contiguous_gaps(ranks):
             found.fail(
                 PARTIAL,

@@ -27,7 +27,8 @@ Judgement:
 - a tag newer than the parent's ``latest`` -> partial: without a manifest, ``latest`` is the only sign
   that every rank finished.
 
-Without the counts a missing *highest* data-parallel rank leaves no gap in the numbers. When another tag
+Without the counts a missing *highest* data-parallel rank leaves no gap in the numbers: the verdict notes that the
+counts are inferred from the files present (``common.note_inferred``). When another tag
 in the same ``save_dir`` has more partitions we say so, but only as a note: a job restarted with fewer
 ranks produces the same picture, and calling good checkpoints partial could get them deleted.
 """
@@ -44,6 +45,7 @@ from catalog.formats.common import (
     contiguous_gaps,
     facts_of,
     new_found,
+    note_inferred,
     plural,
     ranks_list,
     step_from_name,
@@ -192,6 +194,12 @@ def check_deepspeed_tag(found: Found, directory: DirView, where: str = "", track
         if name.endswith(".pt"):
             check_torch_file(found, entry, where + name)
 
+    if world is None:
+        note_inferred(
+            found,
+            "the number of model- and data-parallel ranks",
+            f"no {where}*model_states.pt recorded dp_world_size and mp_world_size that was read",
+        )
     if directory.parent is not None and counts and world is None:
         for mp, (n, sibling) in sorted(_most_partitions(directory.parent).items()):
             if n > counts.get(mp, 0):

@@ -14,8 +14,9 @@ Trainer ``checkpoint-N/`` (transformers Trainer._save_checkpoint): config.json, 
 (or ``pytorch_model_fsdp_0/`` DCP, or DeepSpeed ``global_stepN/``), training_args.bin, optimizer.pt,
 scheduler.pt, [scaler.pt], ``rng_state.pth`` or ``rng_state_{i}.pth``, and ``trainer_state.json``
 written last. There is no commit marker, so: ``trainer_state.json`` missing -> partial; its
-``global_step`` differing from N -> corrupt (it belongs to another save); rng states not contiguous ->
-partial; no weights at all -> partial.
+``global_step`` differing from N -> corrupt (it belongs to another save); rng states not contiguous, or
+``rng_state_0.pth`` alone -> partial, and a note says the number of processes is inferred from the files
+present (nothing records it); no weights at all -> partial.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from catalog.formats.common import (
     facts_of,
     json_content,
     new_found,
+    note_inferred,
     ranks_list,
     size_words,
 )
@@ -194,12 +196,7 @@ class HFTrainerFormat(CheckpointFormat):
         if not weights:
             found.fail(PARTIAL, "no model weights (model*.safetensors, pytorch_model*.bin, FSDP or DeepSpeed state)")
 
-        ranks = {int(m.group(1) or 0) for name in files if (m := _RNG.match(name))}
-        for rank in contiguous_gaps(ranks):
-            found.fail(
-                PARTIAL,
-                f"rng_state_{rank}.pth is missing (rng states of processes {ranks_list(ranks)} exist)",
-            )
+        self._check_rng_states(found, files)
 
         for name in ("optimizer.pt", "scheduler.pt", "scaler.pt", "training_args.bin"):
             if name in files:
@@ -210,6 +207,32 @@ class HFTrainerFormat(CheckpointFormat):
         json_content(found, files.get("config.json"), "config.json")
         found.step = step
         return [found]
+
+    @staticmethod
+    def _check_rng_states(found: Found, files: dict) -> None:
+        """One RNG file per process: ``rng_state.pth`` when the world size is 1, else ``rng_state_{process_index}
+        .pth`` from every process (transformers Trainer._save_rng_state), so ``rng_state_0.pth`` alone means a
+        larger world whose other files are missing. Nothing in the folder records the world size itself (it is
+        not a field of TrainingArguments or TrainerState), so beyond that the count is inferred from the files."""
+        ranks = {int(m.group(1)) for name in files if (m := _RNG.match(name)) and m.group(1) is not None}
+        if not ranks:
+            return
+        for rank in contiguous_gaps(ranks):
+            found.fail(
+                PARTIAL,
+                f"rng_state_{rank}.pth is missing (rng states of processes {ranks_list(ranks)} exist)",
+            )
+        if ranks == {0}:
+            found.fail(
+                PARTIAL,
+                "rng_state_1.pth is missing: the Trainer writes rng_state_0.pth only when it runs more than one "
+                "process (one process writes rng_state.pth)",
+            )
+        note_inferred(
+            found,
+            f"the number of processes ({max(ranks) + 1:,})",
+            "the Trainer records it nowhere but in the rng_state_N.pth files",
+        )
 
     @staticmethod
     def _looks_like_trainer(directory: DirView) -> bool:

@@ -4,9 +4,16 @@ Both live under a save dir with the tracker ``latest_checkpointed_iteration.txt`
 which Megatron rewrites after a save is whole.
 
 Legacy (``--ckpt-format torch``): ``iter_{:07d}/mp_rank_{tp:02d}[_{pp:03d}][_{ep:03d}]/model_optim_rng.pt``
-[+ ``distrib_optim.pt``]. No manifest, so: the tensor x pipeline (x expert) grid must be whole, every
-rank dir needs ``model_optim_rng.pt`` (and ``distrib_optim.pt`` if any has it), every file a whole zip,
-and an iteration newer than the tracker is partial (the tracker is the only commit signal).
+[+ ``distrib_optim.pt``], the ``_{pp:03d}`` part only when the pipeline size is above 1 and ``_{ep:03d}`` only
+when the expert size is (megatron/training/checkpointing.py ``get_checkpoint_name``). No manifest, but every
+``model_optim_rng.pt`` holds ``state_dict['args'] = args`` (``generate_state_dict``), the job's argparse.Namespace
+with its ``tensor_model_parallel_size``, ``pipeline_model_parallel_size`` and ``expert_model_parallel_size``, which
+``check_checkpoint_args`` compares on load. The agent reports them as ``"megatron": {...}`` in the torch_file
+facts. So: the tensor x pipeline (x expert) grid those sizes record must be whole (files recording different
+sizes -> corrupt: two saves mixed); without them (a bucket listing) the grid is taken from the highest rank
+folder present, and the verdict says so, since a save missing its highest rank then looks complete. Every rank
+dir needs ``model_optim_rng.pt`` (and ``distrib_optim.pt`` if any has it), every file a whole zip, and an
+iteration newer than the tracker is partial (the tracker is the only commit signal).
 
 Distributed (``torch_dist``, also NeMo's distributed checkpoints): a DCP save (``.metadata`` +
 ``__R_k.distcp``) plus ``metadata.json`` ``{"sharded_backend": "torch_dist"}`` [+ ``common.pt``]
@@ -22,19 +29,24 @@ NeMo writes ``<checkpoint>-unfinished`` beside a checkpoint while saving it: suc
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from catalog.formats.base import CORRUPT, PARTIAL, CheckpointFormat, DirView, Found
 from catalog.formats.common import (
     check_torch_file,
+    facts_of,
     json_content,
     lookup,
     mark_unfinished,
     new_found,
+    note_inferred,
+    plural,
     text_content,
 )
 from catalog.formats.dcp import check_dcp, is_dcp_dir
 
 TRACKER = "latest_checkpointed_iteration.txt"
+MODEL_FILE = "model_optim_rng.pt"
 _ITER = re.compile(r"^iter_(\d{7})$")
 _RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?(?:_(\d{3}))?$")
 
@@ -77,24 +89,11 @@ class MegatronLegacyFormat(CheckpointFormat):
         found = new_found(directory, self.name)
 
         coords = {name: (int(m.group(1)), int(m.group(2) or 0), int(m.group(3) or 0)) for name, m in ranks.items()}
-        has_pp = any(m.group(2) for m in ranks.values())
-        has_ep = any(m.group(3) for m in ranks.values())
-        tps = {c[0] for c in coords.values()}
-        pps = {c[1] for c in coords.values()}
-        eps = {c[2] for c in coords.values()}
-        grid = [(tp, pp, ep) for tp in range(max(tps) + 1) for pp in range(max(pps) + 1) for ep in range(max(eps) + 1)]
-        present = set(coords.values())
-        dims = [(tps, "tensor", True), (pps, "pipeline", has_pp), (eps, "expert", has_ep)]
-        used = [(values, word) for values, word, on in dims if on]
-        shape = (
-            " x ".join(word for _, word in used)
-            + " rank grid is "
-            + " x ".join(str(max(values) + 1) for values, _ in used)
-        )
-        for tp, pp, ep in grid:
-            if (tp, pp, ep) not in present:
-                name = _rank_dir_name(tp, pp if has_pp else None, ep if has_ep else None)
-                found.fail(PARTIAL, f"{name}/model_optim_rng.pt is missing (the {shape})")
+        recorded = recorded_grid(found, directory, sorted(ranks))
+        if recorded is not None:
+            _check_recorded_grid(found, recorded, coords)
+        else:
+            _check_inferred_grid(found, ranks, coords)
 
         with_distrib = {name for name in ranks if "distrib_optim.pt" in directory.dirs[name].files}
         for name in sorted(ranks):
@@ -112,6 +111,99 @@ class MegatronLegacyFormat(CheckpointFormat):
             found.fail(PARTIAL, f"{newer}: Megatron updates the tracker after a save is whole")
         mark_unfinished(found, directory.parent, directory.name)
         return [found]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The tensor x pipeline x expert sizes a legacy save's ``args`` record, and the file that says so."""
+
+    tp: int
+    pp: int
+    ep: int
+    source: str
+
+    def names(self) -> list[str]:
+        """Every rank folder Megatron writes for this grid (``get_checkpoint_name``)."""
+        return [
+            _rank_dir_name(tp, pp if self.pp > 1 else None, ep if self.ep > 1 else None)
+            for tp in range(self.tp)
+            for pp in range(self.pp)
+            for ep in range(self.ep)
+        ]
+
+    def words(self) -> str:
+        sizes = [f"tensor_model_parallel_size {self.tp}", f"pipeline_model_parallel_size {self.pp}"]
+        if self.ep > 1:
+            sizes.append(f"expert_model_parallel_size {self.ep}")
+        return f"{self.source} records " + ", ".join(sizes)
+
+
+def recorded_grid(found: Found, directory: DirView, rank_dirs: list[str]) -> Grid | None:
+    """The grid the rank files' ``args`` record; None when none was read (or they disagree: corrupt)."""
+    seen: dict[tuple[int, int, int], list[str]] = {}
+    for name in rank_dirs:
+        facts = facts_of(directory.dirs[name].files.get(MODEL_FILE), "torch_file")
+        sizes = facts.get("megatron") if facts is not None else None
+        if not isinstance(sizes, dict) or not _size(sizes.get("tensor_model_parallel_size")):
+            continue
+        key = (
+            sizes["tensor_model_parallel_size"],
+            _size(sizes.get("pipeline_model_parallel_size")) or 1,
+            _size(sizes.get("expert_model_parallel_size")) or 1,
+        )
+        seen.setdefault(key, []).append(f"{name}/{MODEL_FILE}")
+    if len(seen) > 1:
+        found.fail(
+            CORRUPT,
+            "the rank files record different parallel sizes (files of two saves mixed?): "
+            + "; ".join(
+                f"{names[0]} tensor {tp} x pipeline {pp} x expert {ep}" for (tp, pp, ep), names in seen.items()
+            ),
+        )
+        return None
+    for (tp, pp, ep), files in seen.items():
+        return Grid(tp=tp, pp=pp, ep=ep, source=files[0])
+    return None
+
+
+def _size(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+def _check_recorded_grid(found: Found, grid: Grid, coords: dict[str, tuple[int, int, int]]) -> None:
+    """Every rank folder the recorded sizes call for must be there, the highest included."""
+    expected = grid.names()
+    for name in expected:
+        if name not in coords:
+            found.fail(PARTIAL, f"{name}/{MODEL_FILE} is missing ({grid.words()})")
+    stray = sorted(set(coords) - set(expected))
+    if stray:
+        # Not loaded: each rank opens only its own folder. Usually left over from a save with other sizes.
+        found.reasons.append(
+            f"{plural(len(stray), 'rank folder')} outside the grid its args record ({stray[0]}"
+            f"{', ...' if len(stray) > 1 else ''}): left over from a save with other parallel sizes?"
+        )
+
+
+def _check_inferred_grid(found: Found, ranks: dict[str, re.Match], coords: dict[str, tuple[int, int, int]]) -> None:
+    """No rank file's args were read: the grid is what the highest rank folders present make it."""
+    has_pp = any(m.group(2) for m in ranks.values())
+    has_ep = any(m.group(3) for m in ranks.values())
+    tps = {c[0] for c in coords.values()}
+    pps = {c[1] for c in coords.values()}
+    eps = {c[2] for c in coords.values()}
+    grid = [(tp, pp, ep) for tp in range(max(tps) + 1) for pp in range(max(pps) + 1) for ep in range(max(eps) + 1)]
+    present = set(coords.values())
+    dims = [(tps, "tensor", True), (pps, "pipeline", has_pp), (eps, "expert", has_ep)]
+    used = [(values, word) for values, word, on in dims if on]
+    shape = (
+        " x ".join(word for _, word in used) + " rank grid is " + " x ".join(str(max(values) + 1) for values, _ in used)
+    )
+    for tp, pp, ep in grid:
+        if (tp, pp, ep) not in present:
+            name = _rank_dir_name(tp, pp if has_pp else None, ep if has_ep else None)
+            found.fail(PARTIAL, f"{name}/{MODEL_FILE} is missing (the {shape})")
+    note_inferred(found, f"the {shape.replace(' rank grid is ', ' rank grid (')})", f"no {MODEL_FILE}'s args were read")
 
 
 def _rank_dir_name(tp: int, pp: int | None, ep: int | None) -> str:

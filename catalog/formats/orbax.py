@@ -10,6 +10,10 @@ without ``commit_timestamp_nsecs`` -> partial; an item it names missing -> parti
 per-process manifests were never merged into ``manifest.ocdbt``, or without ``_METADATA`` -> partial;
 unreadable metadata -> corrupt. Without ``_CHECKPOINT_METADATA`` (older Orbax) the finalised name is all
 there is to go by, and a note says so.
+
+The number of ``ocdbt.process_{i}/`` folders is taken from those present: the step metadata (``item_handlers``,
+``metrics``, the timestamps, ``custom_metadata``) and the item's ``_METADATA`` (its tree) record no process count,
+so the verdict notes that a step missing its highest process's folder would look whole.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import re
 
 from catalog.formats.base import CORRUPT, PARTIAL, CheckpointFormat, DirView, Found
-from catalog.formats.common import contiguous_gaps, json_content, new_found, ranks_list
+from catalog.formats.common import contiguous_gaps, json_content, new_found, note_inferred, ranks_list
 
 _TMP = re.compile(r"^(?P<step>.+?)\.orbax-checkpoint-tmp(?:-\d+)?$")
 _STEP = re.compile(r"^(?:.*_)?(\d+)$")
@@ -87,6 +91,12 @@ class OrbaxFormat(CheckpointFormat):
             found.fail(
                 PARTIAL,
                 f"{name}/ocdbt.process_{rank}/ is missing (processes {ranks_list(processes)} wrote theirs)",
+            )
+        if processes:
+            note_inferred(
+                found,
+                f"the number of processes of {name}/ ({max(processes) + 1:,})",
+                f"{CHECKPOINT_METADATA} and {name}/_METADATA do not record it",
             )
         if processes and "manifest.ocdbt" not in item.files:
             found.fail(PARTIAL, f"{name}/manifest.ocdbt is missing: the per-process manifests were never merged")

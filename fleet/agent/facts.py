@@ -219,10 +219,14 @@ def _torch_file_facts(f: BinaryIO, size: int, *, name: str = "") -> dict[str, An
     head = _read_exact(f, 32)
     if head.startswith(b"PK\x03\x04"):
         facts: dict[str, Any] = {"kind": "torch_file", "container": "zip", "complete": zip_complete(f, size)}
-        if name.endswith("model_states.pt") and facts["complete"]:
-            recorded = _deepspeed_counts(f)
+        if facts["complete"] and name.endswith("model_states.pt"):
+            recorded = _deepspeed_counts(_saved_state(f))
             if recorded:
                 facts["deepspeed"] = recorded
+        elif facts["complete"] and name == MEGATRON_MODEL:
+            recorded = _megatron_sizes(_saved_state(f))
+            if recorded:
+                facts["megatron"] = recorded
         return facts
     if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
         if _LEGACY_TORCH_MAGIC in head:
@@ -279,22 +283,51 @@ def _dcp_metadata_facts(f: BinaryIO, size: int) -> dict[str, Any]:
     return {"kind": "dcp_metadata", "files": _dcp_files(metadata)}
 
 
-def _deepspeed_counts(f: BinaryIO) -> dict[str, int]:
-    """The world sizes a DeepSpeed ``*model_states.pt`` records about its save: ``dp_world_size`` (how many
-    data-parallel ranks wrote an optimizer file per model-parallel rank) and ``mp_world_size``, read from the
-    zip's ``data.pkl`` with inert stubs for every class (nothing of the file runs). {} when it has neither."""
+def _saved_state(f: BinaryIO) -> Any:
+    """The object a torch.save zip holds, read from its ``data.pkl`` with every class an inert stub and every tensor
+    storage a kept persistent id (nothing of the file runs, no tensor is loaded); None when it cannot be read."""
     try:
         archive = zipfile.ZipFile(f)
         member = next((i for i in archive.infolist() if i.filename.endswith("/data.pkl")), None)
         if member is None or member.file_size > DCP_MAX_BYTES:
-            return {}
+            return None
         with archive.open(member) as pkl:
-            state = _InertUnpickler(pkl).load()
+            return _InertUnpickler(pkl).load()
     except (zipfile.BadZipFile, pickle.UnpicklingError, EOFError, ValueError, KeyError, TypeError, OSError):
-        return {}
+        return None
+
+
+def _deepspeed_counts(state: Any) -> dict[str, int]:
+    """The world sizes a DeepSpeed ``*model_states.pt`` records about its save: ``dp_world_size`` (how many
+    data-parallel ranks wrote an optimizer file per model-parallel rank) and ``mp_world_size``. {} when it has
+    neither."""
     if not isinstance(state, dict):
         return {}
     return {key: state[key] for key in ("dp_world_size", "mp_world_size") if _is_count(state.get(key))}
+
+
+# Megatron-LM's legacy checkpoints: every model-parallel rank writes ``mp_rank_*/model_optim_rng.pt`` holding
+# ``state_dict['args'] = args``, the argparse.Namespace of the job (megatron/training/checkpointing.py
+# ``generate_state_dict``), whose parallel sizes say how many rank folders the save has (``get_checkpoint_name``).
+MEGATRON_MODEL = "model_optim_rng.pt"
+MEGATRON_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size")
+
+
+def _megatron_sizes(state: Any) -> dict[str, int]:
+    """The parallel sizes a Megatron ``model_optim_rng.pt`` records in its ``args``; {} when it records none.
+
+    ``args`` is an argparse.Namespace, unpickled as an inert stub whose attributes are the Namespace's (a plain
+    dict, as some converters write, is read the same way). Checkpoints older than version 3.0 called the tensor
+    size ``model_parallel_size`` (``check_checkpoint_args``)."""
+    args = state.get("args") if isinstance(state, dict) else None
+    attrs = args.__dict__ if isinstance(args, _Stub) else args
+    if not isinstance(attrs, dict):
+        return {}
+    sizes = {key: attrs[key] for key in MEGATRON_SIZES if _is_count(attrs.get(key)) and attrs[key] >= 1}
+    if "tensor_model_parallel_size" not in sizes and _is_count(attrs.get("model_parallel_size")):
+        if attrs["model_parallel_size"] >= 1:
+            sizes["tensor_model_parallel_size"] = attrs["model_parallel_size"]
+    return sizes
 
 
 _READERS: dict[str, Callable[[BinaryIO, int], dict[str, Any]]] = {

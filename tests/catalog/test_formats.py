@@ -10,7 +10,7 @@ import pytest
 
 from catalog.formats import FORMAT_LABELS, FORMATS
 from catalog.formats.base import COMPLETE, CORRUPT, PARTIAL, CheckpointFormat, DirView, FileEntry, Found
-from catalog.formats.common import step_from_name
+from catalog.formats.common import is_note_inferred, step_from_name
 from catalog.recognition import build_tree, entries_from_agent_lines, recognize
 
 ZIP_OK = {"kind": "torch_file", "container": "zip", "complete": True}
@@ -135,14 +135,14 @@ class TestDCP:
         entries = [f("b/run/step-5/.metadata", 900)] + [f(f"b/run/step-5/__{r}_0.distcp") for r in (0, 2)]
         found = only(entries)
         assert found.state == PARTIAL
-        assert has_reason(found, ".metadata was not read")
+        assert has_reason(found, ".metadata was not read", "inferred from the files present")
         assert has_reason(found, "no __1_*.distcp")
 
     def test_without_facts_a_gapless_save_is_complete_with_a_note(self):
         entries = [f("b/run/step-5/.metadata", 900)] + [f(f"b/run/step-5/__{r}_0.distcp") for r in (0, 1)]
         found = only(entries)
         assert found.state == COMPLETE
-        assert has_reason(found, "not read")
+        assert has_reason(found, "the number of ranks (2) is inferred from the files present", ".metadata was not read")
 
     def test_per_rank_manifests_without_collectives(self):
         d = "t/r/step-7"
@@ -153,6 +153,9 @@ class TestDCP:
             f(f"{d}/__1_0.distcp", 100),
         ]
         assert only(entries).state == COMPLETE
+        # Each __N.metadata lists its own rank's files only: nothing records how many ranks there were.
+        assert has_reason(only(entries), "the number of ranks (2) is inferred from the files present")
+        assert not any(is_note_inferred(r) for r in only(dcp_dir()).reasons)
         partial = only([e for e in entries if not e.path.endswith("__1_0.distcp")])
         assert "rank file __1_0.distcp is missing (listed in __1.metadata)" in partial.reasons
 
@@ -329,6 +332,16 @@ class TestHFTrainer:
         assert found.state == PARTIAL
         assert has_reason(found, "rng_state_1.pth is missing")
 
+    def test_rng_state_0_alone_is_partial_because_one_process_writes_rng_state_pth(self):
+        d = "nlp/gpt/checkpoint-100"
+        entries = [e for e in trainer_dir(d) if "rng_state" not in e.path]
+        found = only([*entries, f(f"{d}/rng_state_0.pth", 100, ZIP_OK)])
+        assert found.state == PARTIAL and has_reason(found, "rng_state_1.pth is missing", "more than one process")
+        whole = only([*entries, *(f(f"{d}/rng_state_{i}.pth", 100, ZIP_OK) for i in (0, 1))])
+        assert whole.state == COMPLETE
+        assert has_reason(whole, "the number of processes (2) is inferred from the files present")
+        assert not any(is_note_inferred(r) for r in only(trainer_dir(d)).reasons)  # rng_state.pth: one process
+
     def test_no_weights_at_all_is_partial(self):
         d = "nlp/gpt/checkpoint-100"
         entries = [e for e in trainer_dir(d) if "model" not in e.path]
@@ -491,6 +504,9 @@ class TestDeepSpeed:
         ]
         found = by_path(entries)["speech/ds/global_step200"]
         assert found.state == COMPLETE and has_reason(found, "global_step100 beside it has 4")
+        assert has_reason(found, "number of model- and data-parallel ranks is inferred from the files present")
+        recorded = [with_world(e, dp=4) for e in entries]
+        assert not any(is_note_inferred(r) for r in by_path(recorded)["speech/ds/global_step100"].reasons)
 
     def test_the_recorded_world_size_never_hides_a_gap(self):
         # Files of ranks 0..3 but the model states say 2: rank 2's gap still counts.
@@ -564,6 +580,12 @@ def megatron_legacy(d: str = "llm/meg/iter_0000200", tp: int = 2, pp: int | None
     return entries
 
 
+def with_sizes(entry: FileEntry, tp: int, pp: int = 1, ep: int = 1) -> FileEntry:
+    """The entry with the parallel sizes the agent reads from a model_optim_rng.pt's pickled args."""
+    sizes = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp, "expert_model_parallel_size": ep}
+    return f(entry.path, entry.size, {**(entry.facts or ZIP_OK), "megatron": sizes}, entry.mtime)
+
+
 def megatron_dist(d: str = "llm/meg/iter_0000300") -> list[FileEntry]:
     return [
         *dcp_dir(d),
@@ -589,6 +611,47 @@ class TestMegatron:
         assert (
             "mp_rank_01_001/model_optim_rng.pt is missing (the tensor x pipeline rank grid is 2 x 2)" in found.reasons
         )
+
+    def test_the_parallel_sizes_the_args_record_make_a_missing_highest_pipeline_rank_partial(self):
+        entries = [with_sizes(e, tp=2, pp=2) for e in megatron_legacy(tp=2, pp=2) if "mp_rank_01_001" not in e.path]
+        found = only(entries)
+        assert found.state == PARTIAL
+        assert (
+            "mp_rank_01_001/model_optim_rng.pt is missing (mp_rank_00_000/model_optim_rng.pt records "
+            "tensor_model_parallel_size 2, pipeline_model_parallel_size 2)"
+        ) in found.reasons
+        assert not any(is_note_inferred(r) for r in found.reasons)
+
+    def test_a_whole_tensor_parallel_rank_missing_at_the_top_is_partial_only_by_the_records(self):
+        d = "llm/meg/iter_0000200"
+        entries = [e for e in megatron_legacy(d, tp=4) if "mp_rank_03" not in e.path]
+        assert only(entries).state == COMPLETE  # three whole ranks: nothing in the names says a fourth is missing
+        found = only([with_sizes(e, tp=4) for e in entries])
+        assert found.state == PARTIAL and has_reason(found, "mp_rank_03/model_optim_rng.pt is missing", "size 4")
+
+    def test_expert_parallel_folders_carry_the_expert_rank_after_the_tensor_rank(self):
+        # get_checkpoint_name: mp_rank_{tp:02d}[_{pp:03d}] + _{ep:03d} when expert_model_parallel_size > 1.
+        d = "llm/moe/iter_0000100"
+        names = ["mp_rank_00_000", "mp_rank_00_001", "mp_rank_01_000", "mp_rank_01_001"]
+        entries = [with_sizes(f(f"{d}/{n}/model_optim_rng.pt", 5000, ZIP_OK), tp=2, ep=2) for n in names]
+        assert only(entries).state == COMPLETE
+        found = only(entries[:-1])
+        assert found.state == PARTIAL
+        assert has_reason(found, "mp_rank_01_001/model_optim_rng.pt is missing", "expert_model_parallel_size 2")
+
+    def test_rank_files_that_record_different_sizes_are_corrupt(self):
+        entries = megatron_legacy(tp=2)
+        entries = [with_sizes(entries[0], tp=2), with_sizes(entries[1], tp=4)]
+        found = only(entries)
+        assert found.state == CORRUPT and has_reason(found, "record different parallel sizes")
+
+    def test_without_the_args_the_grid_is_inferred_and_the_verdict_says_so(self):
+        found = only(megatron_legacy(tp=2))
+        assert found.state == COMPLETE
+        assert [r for r in found.reasons if is_note_inferred(r)] == [
+            "the tensor rank grid (2) is inferred from the files present (no model_optim_rng.pt's args were read): "
+            "a save missing its highest rank would look complete"
+        ]
 
     def test_a_rank_dir_without_its_model_file_is_partial(self):
         d = "llm/meg/iter_0000200"
@@ -671,6 +734,11 @@ class TestOrbax:
     def test_a_finalised_step_is_complete(self):
         found = only(orbax_step())
         assert (found.format, found.step, found.state, len(found.files)) == ("orbax", 500, COMPLETE, 6)
+
+    def test_the_number_of_processes_is_inferred_from_the_folders_and_said_so(self):
+        found = only(orbax_step())
+        assert found.state == COMPLETE
+        assert has_reason(found, "the number of processes of state/ (1) is inferred from the files present")
 
     def test_a_tmp_directory_is_temporary_and_partial(self):
         found = only(orbax_step("vision/vit/600.orbax-checkpoint-tmp-1700000000", committed=False))

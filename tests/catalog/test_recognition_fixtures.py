@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from catalog.formats.base import COMPLETE, CORRUPT, PARTIAL, Found
+from catalog.formats.base import COMPLETE, CORRUPT, PARTIAL, FileEntry, Found
+from catalog.formats.common import is_note_inferred
 from catalog.recognition import entries_from_agent_lines, recognize
 from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
 from fleet.agent import scan_root
@@ -68,7 +69,10 @@ class TestCommittedTrees:
         assert [(x.path, x.format, x.step) for x in found] == EXPECTED[root]
         for copy in found:
             assert (copy.state, copy.temporary) == (COMPLETE, False), (copy.path, copy.reasons)
-            assert copy.reasons == [], (copy.path, copy.reasons)
+            notes = [r for r in copy.reasons if is_note_inferred(r)]
+            assert [r for r in copy.reasons if r not in notes] == [], (copy.path, copy.reasons)
+            # Every committed save's number of ranks comes from its own records, but Orbax's, which records none.
+            assert bool(notes) == (copy.format == "orbax"), (copy.path, notes)
 
     def test_only_the_trackers_are_left_unclaimed_and_nothing_is_claimed_twice(self, committed):
         root, found, paths = committed
@@ -257,7 +261,46 @@ class TestDamagedMegatron:
         )
         copy = at(scan(root)[0], "llm/gpt-megatron/iter_0000200")
         assert copy.state == PARTIAL
-        assert "mp_rank_01/model_optim_rng.pt is missing (the tensor rank grid is 3)" in copy.reasons
+        assert (
+            "mp_rank_01/model_optim_rng.pt is missing (mp_rank_00/model_optim_rng.pt records "
+            "tensor_model_parallel_size 2, pipeline_model_parallel_size 1)"
+        ) in copy.reasons
+        assert any("outside the grid its args record (mp_rank_02)" in r for r in copy.reasons), copy.reasons
+
+    def test_a_missing_highest_rank_is_partial_by_the_parallel_sizes_its_args_record(self, tmp_path):
+        # Without mp_rank_01 the save looks like a whole tensor-parallel-1 save, and the tracker names it all the
+        # same: the args Megatron pickles into every model_optim_rng.pt say there were two.
+        root = copy_of(tmp_path, "pfs")
+        shutil.rmtree(root / "llm/gpt-megatron/iter_0000200/mp_rank_01")
+        (root / "llm/gpt-megatron/latest_checkpointed_iteration.txt").write_text("200")
+        copy = at(scan(root)[0], "llm/gpt-megatron/iter_0000200")
+        assert copy.state == PARTIAL
+        assert (
+            "mp_rank_01/model_optim_rng.pt is missing (mp_rank_00/model_optim_rng.pt records "
+            "tensor_model_parallel_size 2, pipeline_model_parallel_size 1)"
+        ) in copy.reasons
+        lines = scan_root(str(root), warn=lambda message: None)
+        rank0 = next(x for x in lines if x["path"].endswith("iter_0000200/mp_rank_00/model_optim_rng.pt"))
+        assert rank0["facts"]["megatron"] == {
+            "tensor_model_parallel_size": 2,
+            "pipeline_model_parallel_size": 1,
+            "expert_model_parallel_size": 1,
+        }
+
+    def test_without_the_args_the_grid_is_inferred_and_the_verdict_says_so(self, tmp_path):
+        # A bucket listing reads no facts: the same damaged save then looks whole, and the verdict says why.
+        root = copy_of(tmp_path, "pfs")
+        shutil.rmtree(root / "llm/gpt-megatron/iter_0000200/mp_rank_01")
+        entries = [
+            FileEntry(path=e.path, size=e.size, mtime=e.mtime)
+            for e in entries_from_agent_lines(list(scan_root(str(root), warn=lambda message: None)))
+        ]
+        copy = at(recognize(entries), "llm/gpt-megatron/iter_0000200")
+        assert copy.state == COMPLETE
+        assert [r for r in copy.reasons if is_note_inferred(r)] == [
+            "the tensor rank grid (1) is inferred from the files present (no model_optim_rng.pt's args were read): "
+            "a save missing its highest rank would look complete"
+        ]
 
     def test_torch_dist_without_metadata_json_is_partial(self, tmp_path):
         root = copy_of(tmp_path, "pfs")

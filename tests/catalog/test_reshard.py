@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from catalog.models import CheckpointCopy, Run
+from catalog.models import CheckpointCopy, Run, ShardFile
 from catalog.reshard import Reshard, layout_of
 from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
 from fleet import agent
@@ -45,9 +45,23 @@ def test_each_format_says_what_it_was_saved_with_and_whether_it_reshards(fleet):
     legacy = layout_of(fleet[("gpt", 200)])
     assert fleet[("gpt", 200)].format == "megatron" and legacy.reshard == Reshard.CONVERSION
     assert legacy.parts == {"tensor parallel": 2, "pipeline parallel": 1} and "convert.py" in legacy.tool
+    assert legacy.source == "the parallel sizes its args record"
     dist = layout_of(fleet[("gpt", 300)])
     assert fleet[("gpt", 300)].format == "megatron_dist" and dist.reshard == Reshard.FREE and dist.world_size == 2
     assert layout_of(fleet[("gpt2", 100)]).reshard == Reshard.FREE
+
+
+def test_a_legacy_megatron_save_missing_its_highest_rank_keeps_the_layout_its_args_record(fleet):
+    # The same save without mp_rank_01 (what the layout of a partial copy is read from): still tensor-parallel 2.
+    copy = fleet[("gpt", 200)]
+    files = [
+        (p, f) for p, f in ShardFile.objects.filter(copy=copy).values_list("path", "facts") if "mp_rank_01" not in p
+    ]
+    layout = layout_of(copy, files=[(p.removeprefix(copy.path + "/"), f) for p, f in files])
+    assert layout.parts == {"tensor parallel": 2, "pipeline parallel": 1}
+    without_args = [(p.removeprefix(copy.path + "/"), None) for p, _ in files]
+    assert layout_of(copy, files=without_args).parts == {"tensor parallel": 1, "pipeline parallel": 1}
+    assert layout_of(copy, files=without_args).source == "the mp_rank_XX_YYY folders"
 
 
 def test_the_recovery_page_answers_for_the_gpus_left_and_refuses_nonsense(fleet, signed_in_as):

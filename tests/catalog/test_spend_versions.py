@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.services, pytest.mark.django_db]
 
 KEY = "vision/resnet-tiny/epoch=0-step=100.ckpt"
 FIRST = tree_files("nvme-a")[KEY]  # 3,639 bytes: a Lightning checkpoint
-SECOND = tree_files("pfs")["llm/gpt-megatron/iter_0000200/mp_rank_00/model_optim_rng.pt"]  # 6,893 bytes
+SECOND = tree_files("pfs")["llm/gpt-megatron/iter_0000200/mp_rank_00/model_optim_rng.pt"]  # 7,277 bytes
 STRAY = b"n" * 5000  # put and deleted the same day: only a non-current version and a delete marker remain
 PRICE = Decimal(30 * 2**20)  # per GiB-month: in a 30-day month a KiB costs 1 USD a day
 APRIL = spend.Period.month(2027, 4)
@@ -99,7 +99,7 @@ def test_spend_counts_both_versions_on_the_days_they_existed_to_the_cent(version
     assert (noncurrent["stored"], noncurrent["files"]) == (stray, 1)  # on the newest day
     by_run = {r["run_id"]: r["spend"] for r in spend.by_run(basis).rows}
     run = Run.objects.get(name="resnet-tiny")
-    assert cents(by_run[run.pk]) == cents(cost(first + second + first + second)) == Decimal("20.57")
+    assert cents(by_run[run.pk]) == cents(cost(first + second + first + second)) == Decimal("21.32")
     assert cents(by_run[None]) == cents(cost(stray + stray)) == Decimal("9.77")  # unattributed
 
 

@@ -1342,6 +1342,45 @@ def test_a_deepspeed_model_states_pickle_runs_nothing_it_names(tmp_path):
     assert facts["deepspeed"] == {"dp_world_size": 4, "mp_world_size": 1}
 
 
+class _Touch:
+    """Pickles as a call of os.system: unpickled for real, it would create ``marker``."""
+
+    def __init__(self, marker) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_megatron_args_give_the_parallel_sizes_and_the_pickle_runs_nothing_it_names(tmp_path):
+    import argparse
+    import pickle
+    import zipfile
+
+    marker = tmp_path / "ran"
+    # As Megatron saves it: state_dict['args'] is the job's argparse.Namespace (torch.save pickles with protocol 2).
+    args = argparse.Namespace(tensor_model_parallel_size=4, pipeline_model_parallel_size=2, num_layers=8)
+    state = {"args": args, "checkpoint_version": 3.0, "iteration": 100, "rng_state": [_Touch(marker)]}
+    path = tmp_path / "iter_0000100" / "mp_rank_00_000" / "model_optim_rng.pt"
+    path.parent.mkdir(parents=True)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("model_optim_rng/data.pkl", pickle.dumps(state, protocol=2))
+    facts = agent.file_facts(str(path))
+    assert not marker.exists()
+    assert facts["megatron"] == {"tensor_model_parallel_size": 4, "pipeline_model_parallel_size": 2}
+    # Version < 3.0 checkpoints called the tensor size model_parallel_size (check_checkpoint_args).
+    old = {"args": argparse.Namespace(model_parallel_size=2), "checkpoint_version": 2.0}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("model_optim_rng/data.pkl", pickle.dumps(old, protocol=2))
+    assert agent.file_facts(str(path))["megatron"] == {"tensor_model_parallel_size": 2}
+    # No args (or none of the sizes): no "megatron" facts, and the server infers the grid from the folders.
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("model_optim_rng/data.pkl", pickle.dumps({"iteration": 1}, protocol=2))
+    assert "megatron" not in agent.file_facts(str(path))
+
+
 def test_the_wire_contract_is_the_agents_and_the_server_imports_it():
     """One definition: the server's path and sha256 rules are the agent's, and its line limit the agent's default."""
     from django.conf import settings
