@@ -284,9 +284,7 @@ def free_source(job_id: int) -> str:
         checkpoint=job.checkpoint, location=job.target_location, gone_at__isnull=True
     ).order_by("pk")
     # The copy at the path the move wrote, then a complete one, should another sit beside it.
-    new_copy = min(
-        present, key=lambda c: (c.path != job.source_copy.path, c.state != CopyState.COMPLETE), default=None
-    )
+    new_copy = min(present, key=lambda c: (c.path != job.source_copy.path, c.state != CopyState.COMPLETE), default=None)
     if new_copy is not None and new_copy.verification == Verification.MISMATCH:
         return _verification_failed(job.pk, f"the catalog found the new copy wrong: {_reasons(new_copy)}")
     if new_copy is None or new_copy.state != CopyState.COMPLETE:

@@ -450,9 +450,7 @@ def test_a_flipped_checksum_makes_the_copies_disagree_and_a_fix_makes_them_agree
         assert (copy.state, copy.verification, copy.reasons) == (CopyState.COMPLETE, Verification.VERIFIED, [])
 
 
-def test_a_host_checksum_taken_before_the_other_copy_was_written_settles_nothing_without_provenance(
-    two_hosts, push
-):
+def test_a_host_checksum_taken_before_the_other_copy_was_written_settles_nothing_without_provenance(two_hosts, push):
     a, b = two_hosts
     source = dcp(100)
     for line in source:
