@@ -56,7 +56,7 @@ def new_copy(checkpoint, bucket) -> CheckpointCopy:
 
 
 def test_a_moved_copy_records_its_source_and_is_judged_against_it_only_because_that_is_recorded(
-    kit, scanned, scan_now, django_capture_on_commit_callbacks
+    kit, scanned, scan_now, client, django_capture_on_commit_callbacks
 ):
     cold = kit.bucket(prefix="fleet/")
     checkpoint = step(100)
@@ -71,6 +71,12 @@ def test_a_moved_copy_records_its_source_and_is_judged_against_it_only_because_t
     # The rescan after the copy found the new copy and, asking the promotions, recorded where it came from.
     assert (copy.made_from_id, copy.made_at, copy.made_by) == (source.pk, job.started_at, f"demotion #{job.pk}")
     assert copy.verification == Verification.VERIFIED
+    client.force_login(kit.viewer)
+    page = client.get(reverse("catalog:checkpoint-detail", args=[checkpoint.pk])).content.decode()
+    assert f"the copy at {scanned.location.name} by demotion #{job.pk}" in page
+    answer = client.get(f"/api/v1/checkpoints/{checkpoint.pk}/").json()
+    made = {c["id"]: (c["made_from"], c["made_by"]) for c in answer["copies"]}
+    assert made == {source.pk: (None, ""), copy.pk: (source.pk, f"demotion #{job.pk}")}
 
     # A shard of the new copy changes at the store; the source's checksum was taken before the move made it.
     damage(kit, cold, RANK1)
