@@ -97,8 +97,8 @@ class CopySerializer(FleetModelSerializer):
         ]
         extra_kwargs = {
             "made_from": {
-                "help_text": "The copy the product wrote this one from (a move, an offload, a promotion), or null: only "
-                "such a record lets the source's earlier checksum judge this copy (verification basis source)."
+                "help_text": "The copy the product wrote this one from (a move, an offload, a promotion), or null: "
+                "only such a record lets the source's earlier checksum judge this copy (verification basis source)."
             },
             "verification": {"help_text": "disputed: copies disagree and nothing independent says which is right."},
             "verification_basis": {

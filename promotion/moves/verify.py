@@ -10,7 +10,7 @@ import hashlib
 import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -83,7 +83,7 @@ def copied(job_id: int) -> str:
     return free_source(job.pk)
 
 
-def verify_deadline(job: PromotionJob) -> Any:
+def verify_deadline(job: PromotionJob) -> datetime:
     """When a verifying move that has not verified ends failed (``settings.MOVE_VERIFY_HOURS``)."""
     since = job.verifying_since or job.verified_at or job.started_at or job.requested_at
     return since + timedelta(hours=settings.MOVE_VERIFY_HOURS)
@@ -276,10 +276,6 @@ def free_source(job_id: int) -> str:
         return job.state
     if job.in_place:
         return _complete(job, FREED_IN_PLACE)
-    holds = list(active_holds(job.checkpoint).only("case_ref"))
-    if holds:  # a hold placed after the request: the copy stands, the source stays (schedule_deletion agrees)
-        cases = ", ".join(sorted({h.case_ref for h in holds}))
-        return _complete(job, f"source kept: held (case {cases})")
     present = CheckpointCopy.objects.filter(
         checkpoint=job.checkpoint, location=job.target_location, gone_at__isnull=True
     ).order_by("pk")
@@ -287,6 +283,10 @@ def free_source(job_id: int) -> str:
     new_copy = min(present, key=lambda c: (c.path != job.source_copy.path, c.state != CopyState.COMPLETE), default=None)
     if new_copy is not None and new_copy.verification == Verification.MISMATCH:
         return _verification_failed(job.pk, f"the catalog found the new copy wrong: {_reasons(new_copy)}")
+    holds = list(active_holds(job.checkpoint).only("case_ref"))
+    if holds:  # a hold placed after the request: the copy stands, the source stays (schedule_deletion agrees)
+        cases = ", ".join(sorted({h.case_ref for h in holds}))
+        return _complete(job, f"source kept: held (case {cases})")
     if new_copy is None or new_copy.state != CopyState.COMPLETE:
         shown = "no scan has shown the new copy in the catalog"
         if new_copy is not None:

@@ -4,8 +4,10 @@ ends its move failed at once, and one that never verifies ends it failed after t
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
+import botocore.retries.standard
 import pytest
 import time_machine
 from django.urls import reverse
@@ -15,11 +17,15 @@ from actions.models import DeletionJob
 from catalog.choices import CopyState, Verification, VerificationBasis
 from catalog.models import CheckpointCopy
 from catalog.verification import checkpoints_verify
+from fleet import s3 as s3lib
 from fleet.choices import InventorySource, InventoryStatus
-from fleet.models import Inventory
-from promotion import moves
+from fleet.models import Bucket, Inventory
+from promotion import moves, runner
 from promotion.choices import JobState
+from promotion.models import PromotionJob
+from promotion.moves import verify as verify_module
 from promotion.tasks import advance_promotions
+from tests.helpers.faults import FaultyEndpoint
 from tests.promotion.conftest import events, step
 
 pytestmark = pytest.mark.services
@@ -177,3 +183,54 @@ def test_a_move_whose_new_copy_never_verifies_ends_failed_after_the_bound_and_th
     answer = client.get(f"/api/v1/promotions/{job.pk}/").json()
     assert (answer["state"], answer["error"]) == ("failed", job.error)
     assert answer["verify_detail"] == "no scan has shown the new copy in the catalog"
+
+
+@pytest.fixture
+def faulty(s3, monkeypatch):
+    """A failing endpoint in front of the test server, three attempts per request and no waiting between them."""
+    monkeypatch.setattr(s3lib, "MAX_ATTEMPTS", 3)
+    monkeypatch.setattr(botocore.retries.standard.ExponentialBackoff, "delay_amount", lambda self, context: 0.0)
+    endpoint = FaultyEndpoint(s3.url)
+    yield endpoint
+    endpoint.close()
+
+
+def test_a_move_whose_new_objects_the_store_never_answers_for_ends_failed_after_the_tries(
+    kit, scanned, faulty, django_capture_on_commit_callbacks, settings, monkeypatch
+):
+    settings.MOVE_VERIFY_ATTEMPTS = 2
+    cold = kit.bucket(prefix="fleet/")
+    with django_capture_on_commit_callbacks(execute=False):
+        (job,) = moves.request_move(
+            checkpoints=[step(100)],
+            target_location=cold.location,
+            target_storage_class="STANDARD_IA",
+            actor=kit.actor,
+            reason="cold",
+        )
+    PromotionJob.objects.filter(pk=job.pk).update(state=JobState.COPYING)
+    # The target bucket is reached through a proxy that, once the objects are copied and their verification
+    # begins, answers every HEAD of the target bucket 503, however often it is asked.
+    Bucket.objects.filter(pk=cold.pk).update(endpoint_url=faulty.url)
+    verifying = threading.Event()
+    faulty.fail(lambda method, path, query: verifying.is_set() and method == "HEAD" and f"/{cold.bucket_name}/" in path)
+    verify_all = verify_module._verify_all
+
+    def begins(job):
+        verifying.set()
+        return verify_all(job)
+
+    monkeypatch.setattr(verify_module, "_verify_all", begins)
+
+    with pytest.raises(s3lib.S3Error):  # the task retries, then beat sends it again
+        runner.copy(job.pk, claim="w1")
+    job.refresh_from_db()
+    assert (job.state, job.verify_attempts) == (JobState.VERIFYING, 1)
+    assert job.verify_detail.startswith("the store did not answer while the new objects were checked: ")
+
+    assert moves.copied(job.pk) == JobState.FAILED
+    job.refresh_from_db()
+    assert job.error.startswith("the new copy did not verify after 2 tries: the store did not answer")
+    assert job.error.endswith("; the source is kept")
+    assert not DeletionJob.objects.exists()
+    assert [e.reason for e in events("move.fail")] == [job.error]
