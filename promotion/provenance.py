@@ -14,19 +14,24 @@ from catalog.hooks import Made
 from promotion.choices import Direction
 from promotion.models import PromotionJob
 
+# Paths asked about per query: a location's first inventory may find thousands of copies at once.
+PATHS_PER_QUERY = 500
+
 
 def copies_written(location: Any, paths: list[str]) -> dict[str, Made]:
     """{path: Made} for the paths of ``location`` that a promotion or move wrote from another copy (the newest job
     that wrote each path wins)."""
-    rows = (
-        PromotionJob.objects.filter(
-            target_location_id=location.pk, in_place=False, started_at__isnull=False, source_copy__path__in=paths
-        )
-        .exclude(source_copy__location_id=location.pk)
-        .order_by("started_at", "pk")
-        .values_list("pk", "direction", "source_copy_id", "source_copy__path", "started_at")
-    )
     out: dict[str, Made] = {}
-    for pk, direction, source_id, path, started_at in rows:
-        out[path] = Made(source_id=source_id, at=started_at, by=f"{Direction(direction).label.lower()} #{pk}")
+    jobs = PromotionJob.objects.filter(target_location_id=location.pk, in_place=False, started_at__isnull=False)
+    if not paths or not jobs.exists():
+        return out
+    for i in range(0, len(paths), PATHS_PER_QUERY):
+        rows = (
+            jobs.filter(source_copy__path__in=paths[i : i + PATHS_PER_QUERY])
+            .exclude(source_copy__location_id=location.pk)
+            .order_by("started_at", "pk")
+            .values_list("pk", "direction", "source_copy_id", "source_copy__path", "started_at")
+        )
+        for pk, direction, source_id, path, started_at in rows:
+            out[path] = Made(source_id=source_id, at=started_at, by=f"{Direction(direction).label.lower()} #{pk}")
     return out
