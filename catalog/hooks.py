@@ -7,6 +7,7 @@ registered function runs in the caller's transaction, in the order registered: "
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +15,16 @@ _copies_restated: list[Callable[[list[int]], Any]] = []
 _location_rejudged: list[Callable[[Any, datetime], Any]] = []
 _run_status_changed: list[Callable[[int, str], Any]] = []
 _protections: list[Callable[[list[int]], dict[int, str]]] = []
+_provenance: list[Callable[[Any, list[str]], dict[str, Made]]] = []
+
+
+@dataclass(frozen=True)
+class Made:
+    """Where the product wrote a copy from: the source copy, when it began writing, and what wrote it."""
+
+    source_id: int
+    at: datetime
+    by: str
 
 
 def on_copies_restated(fn: Callable[[list[int]], Any]) -> Callable[[list[int]], Any]:
@@ -44,6 +55,29 @@ def on_protection_asked(fn: Callable[[list[int]], dict[int, str]]) -> Callable[[
     if fn not in _protections:
         _protections.append(fn)
     return fn
+
+
+def on_provenance_asked(
+    fn: Callable[[Any, list[str]], dict[str, Made]],
+) -> Callable[[Any, list[str]], dict[str, Made]]:
+    """Register ``fn(location, paths) -> {path: Made}``: asked by the ingest when copies appear at these paths of a
+    location, for the ones the product itself wrote there from another copy (moves and promotions live above
+    catalog). Only what is recorded this way is provenance; the order copies were written in is not."""
+    if fn not in _provenance:
+        _provenance.append(fn)
+    return fn
+
+
+def provenance(location: Any, paths: Iterable[str]) -> dict[str, Made]:
+    """{path: Made} for the copies among ``paths`` at ``location`` that the product wrote from another copy."""
+    wanted = sorted(set(paths))
+    out: dict[str, Made] = {}
+    if not wanted:
+        return out
+    for fn in _provenance:
+        for path, made in fn(location, wanted).items():
+            out.setdefault(path, made)
+    return out
 
 
 def protections(checkpoint_ids: Iterable[int]) -> dict[int, str]:

@@ -208,6 +208,21 @@ class CheckpointCopy(models.Model):
         "has been disputed, unverified or mismatched, for the problems list.",
     )
     gone_at = models.DateTimeField(null=True, blank=True)
+    # Provenance: set only where the product itself wrote this copy from another (a move, an offload, a promotion;
+    # ``catalog.hooks.provenance``). Verification holds a copy against its source's earlier checksum only where
+    # this is recorded: an order of writing alone proves nothing about where a copy came from.
+    made_from = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="made_copies",
+        help_text="The copy the product wrote this one from, when it did.",
+    )
+    made_at = models.DateTimeField(null=True, blank=True, help_text="When the product began writing it from made_from.")
+    made_by = models.CharField(
+        max_length=60, blank=True, default="", help_text="What wrote it from made_from, e.g. 'offload #12'."
+    )
 
     class Meta:
         ordering = ["checkpoint", "location"]

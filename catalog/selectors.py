@@ -116,10 +116,11 @@ def checkpoint_with_run(pk: int) -> Checkpoint:
 
 
 def checkpoint_copies(checkpoint: Checkpoint) -> list[CheckpointCopy]:
-    """Every copy of a checkpoint, present ones first, with its location and host."""
+    """Every copy of a checkpoint, present ones first, with its location and host (and, where recorded, the location
+    of the copy it was made from)."""
     return list(
         CheckpointCopy.objects.filter(checkpoint=checkpoint)
-        .select_related("location", "location__host")
+        .select_related("location", "location__host", "made_from__location")
         .order_by(F("gone_at").desc(nulls_first=True), "location__name", "path")
     )
 

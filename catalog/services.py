@@ -215,6 +215,7 @@ class Judge:
         checkpoints = iter(self._checkpoints(every) if every else [])
         pending: list[tuple[dict[str, CheckpointCopy], list, list, set[str]]] = []
         created_all: list[CheckpointCopy] = []
+        reappeared: list[CheckpointCopy] = []
         statuses: list[tuple[int, Found]] = []  # (run id, a copy whose sidecar says the run's status)
         saved: dict[int, Checkpoint] = {}  # checkpoints whose saved time this call moved (``catalog.ages``)
         for group, entries, found in prepared:
@@ -258,6 +259,8 @@ class Judge:
                     created.append((copy, f, members))
                     created_all.append(copy)
                 else:
+                    if copy.gone_at is not None:
+                        reappeared.append(copy)  # written again: by the product, perhaps, from another copy
                     self._touched.add(copy.checkpoint_id)  # the one it belonged to, should the copy move to another
                     values["state"], values["reasons"] = carried_over(copy, f.state, values["reasons"])
                     changed = [k for k, v in values.items() if getattr(copy, k) != v]
@@ -270,6 +273,7 @@ class Judge:
                 seen_paths.add(f.path)
             pending.append((existing, kept, created, seen_paths))
             self.pending_files += len(entries)
+        self._provenance(created_all, reappeared)
         if created_all:
             CheckpointCopy.objects.bulk_create(created_all, batch_size=500)
         if saved:
@@ -317,6 +321,23 @@ class Judge:
             if better((checkpoint.saved_at, checkpoint.saved_source), offer):
                 checkpoint.saved_at, checkpoint.saved_source = offer
                 saved[checkpoint.pk] = checkpoint
+
+    def _provenance(self, created: list[CheckpointCopy], reappeared: list[CheckpointCopy]) -> None:
+        """Record where the product wrote the copies that appeared (``hooks.provenance``): set on new rows before they
+        are inserted, written onto rows that reappear, so that their first verification already knows it."""
+        if not created and not reappeared:
+            return
+        made = hooks.provenance(self.location, [c.path for c in (*created, *reappeared)])
+        if not made:
+            return
+        for copy in created:
+            if (m := made.get(copy.path)) is not None:
+                copy.made_from_id, copy.made_at, copy.made_by = m.source_id, m.at, m.by[:60]
+        for copy in reappeared:
+            m = made.get(copy.path)
+            if m is not None and (copy.made_from_id, copy.made_at) != (m.source_id, m.at):
+                copy.made_from_id, copy.made_at, copy.made_by = m.source_id, m.at, m.by[:60]
+                copy.save(update_fields=["made_from", "made_at", "made_by"])
 
     def _protection(self, checkpoint_ids) -> dict[int, str]:
         """{checkpoint id: why it is protected} among ``checkpoint_ids``, asked once per Judge for each."""

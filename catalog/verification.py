@@ -16,9 +16,11 @@ References, strongest first, for one file of copy C:
    disagreeing with all is a mismatch.
 3. Otherwise the actual checksums of the other copies' files. Only complete, non-temporary copies
    speak as peers (a half-written file accuses nobody). The file is verified when all peers agree with
-   it, or when its checksum is the one most copies have (a strict majority of one value); it is a
-   mismatch otherwise: with two copies that disagree and no manifest nobody can tell which is right,
-   so both are mismatched.
+   it. Where they disagree (``_settle``), in order: the copy it was made from, where the product recorded
+   that (``CheckpointCopy.made_from``: a move, an offload, a promotion) and that copy's checksum was taken
+   before; the format's own checks; a strict majority of three or more copies; otherwise the copies are
+   disputed. When one copy was written after another's checksum was taken says nothing about where it
+   came from, so it decides nothing.
 
 When two copies each agree with their own manifest but differ from each other, they are two
 different saves of one step: both are flagged (verification mismatch, with a reason) but neither is
@@ -234,6 +236,11 @@ class CopyEvidence:
     temporary: bool = False
     manifest: Mapping[str, Sequence[str]] = field(default_factory=dict)
     files: Mapping[str, FileFacts] = field(default_factory=dict)
+    # Recorded provenance (``CheckpointCopy.made_from``): the copy the product wrote this one from, when it began
+    # (seconds since the epoch) and what wrote it. None where nothing recorded it: then no copy is its source.
+    made_from: int | None = None
+    made_at: float | None = None
+    made_by: str = ""
 
     @property
     def speaks(self) -> bool:
@@ -298,6 +305,7 @@ def judge(copies: Sequence[CopyEvidence]) -> dict[int, Verdict]:
     actual = {c.id: _Actual(c.files) for c in copies}
     sizes = {c.id: {rel: f.size for rel, f in c.files.items()} for c in copies}
     settled = _plain_agreement(copies)
+    lineage = _lineage(copies)
     verdicts: dict[int, Verdict] = {}
     for c in copies:
         results: dict[str, _FileResult] = {}
@@ -311,11 +319,32 @@ def judge(copies: Sequence[CopyEvidence]) -> dict[int, Verdict]:
             elif rel in plain:
                 results[rel] = plain[rel]
             else:
-                results[rel] = _judge_file(c, rel, copies, manifests, actual)
+                results[rel] = _judge_file(c, rel, copies, manifests, actual, lineage)
         _judge_sizes(c, copies, results, sizes)
         alone = not any(d.id != c.id and not d.temporary for d in copies)
         verdicts[c.id] = _verdict(c, results, alone=alone)
     return verdicts
+
+
+def _lineage(copies: Sequence[CopyEvidence]) -> dict[int, dict[int, float]]:
+    """{copy id: {ancestor id: when the copy made from that ancestor was made}} by recorded provenance only, among
+    these copies: a copy made from a copy made from S descends from S, as of the first copy made from S."""
+    by_id = {c.id: c for c in copies}
+    out: dict[int, dict[int, float]] = {}
+    for c in copies:
+        ancestors: dict[int, float] = {}
+        child = c
+        while child.made_from is not None and child.made_from in by_id and child.made_from not in ancestors:
+            if child.made_from == c.id:
+                break  # a loop in what was recorded: no copy is its own source
+            ancestors[child.made_from] = child.made_at if child.made_at is not None else _newest_mtime(child)
+            child = by_id[child.made_from]
+        out[c.id] = ancestors
+    return out
+
+
+def _newest_mtime(c: CopyEvidence) -> float:
+    return max((f.mtime for f in c.files.values()), default=0.0)
 
 
 class _Actual(dict):
@@ -403,9 +432,11 @@ def _judge_file(
     copies: Sequence[CopyEvidence],
     manifests: dict[int, dict[str, Checksum | None]],
     actual: dict[int, dict[str, Checksum | None]],
+    lineage: Mapping[int, Mapping[int, float]] | None = None,
 ) -> _FileResult:
     """One file of one copy, against what settles it, strongest first: its own first checksum, a checksum written
-    at save time (a manifest), the first checksum of the copy it was made from, then the other copies."""
+    at save time (a manifest), the first checksum another copy had before this one was written, then the other
+    copies (where the copy it was recorded as made from comes first: ``_settle``)."""
     result = _FileResult()
     facts = c.files[rel]
     my_full = facts.full()
@@ -418,7 +449,7 @@ def _judge_file(
         or _against_sources_first(rel, facts, my_full, others, result)
     ):
         return result
-    _against_peers(c, rel, facts, my_full, others, manifests, actual, result)
+    _against_peers(c, rel, facts, my_full, others, manifests, actual, result, lineage or {})
     return result
 
 
@@ -494,7 +525,9 @@ def _against_sources_first(rel, facts: FileFacts, my_full, others, result: _File
     return False
 
 
-def _against_peers(c, rel, facts: FileFacts, my_full, others, manifests, actual, result: _FileResult) -> None:
+def _against_peers(
+    c, rel, facts: FileFacts, my_full, others, manifests, actual, result: _FileResult, lineage: Mapping
+) -> None:
     """2. The other copies' own checksums, by the strongest algorithm both sides have."""
     peers = [d for d in others if d.speaks and rel in d.files and d.files[rel].has_checksum]
     compared: list[tuple[CopyEvidence, Comparison]] = []
@@ -521,7 +554,7 @@ def _against_peers(c, rel, facts: FileFacts, my_full, others, manifests, actual,
         result.agree.update(f"the copy at {d.where}" for d, _ in agreeing)
         result.basis = VerificationBasis.PEERS
         return
-    _settle(c, rel, facts, agreeing, differing, result)
+    _settle(c, rel, facts, agreeing, differing, result, lineage)
 
 
 def _two_saves(c, rel, algo, digest, others, manifests, actual, result: _FileResult) -> None:
@@ -545,31 +578,37 @@ def _settle(
     agreeing: list[tuple[CopyEvidence, Comparison]],
     differing: list[tuple[CopyEvidence, Comparison]],
     result: _FileResult,
+    lineage: Mapping[int, Mapping[int, float]] | None = None,
 ) -> None:
     """Copies disagree about one file: decide by what is independent of either side, or call it disputed.
 
-    In order (PRODUCT.md, promise 10): the source's checksum taken before the other copy was written (a
-    copy cannot be more right than its source was when it was copied); the format's own checks (every
-    member CRC32 of a torch zip, read by the agent); a strict majority of three or more copies.
+    In order (PRODUCT.md, promise 10): the source's checksum taken before the copy was made, where the product
+    recorded that it made this copy from that one (a copy cannot be more right than its source was when it was
+    copied); the format's own checks (every member CRC32 of a torch zip, read by the agent); a strict majority of
+    three or more copies. That one copy was written after another's checksum was taken proves nothing about where
+    it came from: without recorded provenance no copy is another's source.
     """
     algo = differing[0][1].algo
-    # The source's checksum from before the copy: a checksum of theirs taken before this file was written.
+    lineage = lineage or {}
     mine_taken = facts.taken_at()
+    # Recorded provenance: a copy this one descends from, whose checksum was taken before the copy off it was made.
+    ancestors = lineage.get(c.id, {})
     for d, outcome in differing:
-        theirs = d.files[rel]
-        their_taken = theirs.taken_at()
-        if their_taken is not None and facts.mtime and their_taken < facts.mtime:
+        made = ancestors.get(d.id)
+        their_taken = d.files[rel].taken_at()
+        if made is not None and their_taken is not None and made and their_taken <= made:
+            how = f" by {c.made_by}" if c.made_by and c.made_from == d.id else ""
             result.corrupt = (
-                f"{rel}: {outcome.algo} differs from the copy at {d.where}, whose checksum was taken before this "
-                "copy was written (a copy cannot be more right than its source was)"
+                f"{rel}: {outcome.algo} differs from the copy at {d.where}, which this copy was made from{how}, "
+                "whose checksum was taken before the copy was made (a copy cannot be more right than its source was)"
             )
             result.basis = VerificationBasis.SOURCE
             return
-    # Peers this copy's checksum predates are the copies made from it: they do not accuse it.
+    # Copies recorded as made (directly or not) from this one after its checksum was taken do not accuse it.
     accusers = [
         (d, o)
         for d, o in differing
-        if not (mine_taken is not None and d.files[rel].mtime and mine_taken < d.files[rel].mtime)
+        if not (mine_taken is not None and (made := lineage.get(d.id, {}).get(c.id)) is not None and mine_taken <= made)
     ]
     if not accusers:
         result.miscopied = tuple(sorted(d.where for d, _ in differing))
@@ -754,8 +793,8 @@ def _verdict(c: CopyEvidence, results: dict[str, _FileResult], *, alone: bool) -
     if miscopied:
         wheres = {w for r in miscopied for w in r.miscopied}
         reasons.append(
-            f"{_of(len(miscopied), total, 'differ')} in the copy at {_names(wheres)}, written after this copy's "
-            "checksums were taken: that copy is the wrong one, and nothing else verifies this one"
+            f"{_of(len(miscopied), total, 'differ')} in the copy at {_names(wheres)}, which the product made from this "
+            "copy after its checksums were taken: that copy is the wrong one, and nothing else verifies this one"
         )
     agreed = sum(1 for r in required.values() if r.agree)
     if agreed:
@@ -772,8 +811,9 @@ _BASIS_ORDER = (
     VerificationBasis.PEERS,
 )
 SETTLE_HINT = (
-    "to settle it: a checksum written at save time (a ckptfleet.json sidecar with sha256), a third copy, or "
-    "the agent's --checksums on the copy that was written first, before the other was copied from it"
+    "to settle it: a checksum written at save time (a ckptfleet.json sidecar with sha256), a third copy, or the "
+    "format's own checks (the agent's --checksums reads a torch zip's member CRCs); which copy another was made "
+    "from counts only where the product made it (a move, an offload, a promotion)"
 )
 
 
@@ -1070,6 +1110,9 @@ def _verify_one(
                 temporary=copy.temporary,
                 manifest=copy.reference_checksums or {},
                 files=borrowed[copy.pk] if copy.pk in borrowed else _relative_files(members, copy.path),
+                made_from=copy.made_from_id,
+                made_at=copy.made_at.timestamp() if copy.made_at is not None else None,
+                made_by=copy.made_by,
             )
         )
     verdicts = _same_print_verdicts(copies, evidence, bases, borrowed, prints or {}) or judge(evidence)

@@ -458,6 +458,11 @@ RESTORE_DRILL_MEASURE_DAYS = env_int("CKPTFLEET_RESTORE_DRILL_MEASURE_DAYS", 30,
 # minute, so a shorter lease would only send live jobs twice).
 PROMOTION_POLL_SECONDS = env_int("CKPTFLEET_PROMOTION_POLL_SECONDS", 300, minimum=1)
 PROMOTION_LEASE_SECONDS = env_int("CKPTFLEET_PROMOTION_LEASE_SECONDS", 600, minimum=60)
+# A move's verification is bounded: a move whose new copy has not verified (its objects against the source's
+# checksums, then the catalog's verdict on the new copy) MOVE_VERIFY_HOURS after it began verifying, or after
+# MOVE_VERIFY_ATTEMPTS tries that the store did not answer, ends failed with the reason; its source is kept.
+MOVE_VERIFY_HOURS = env_int("CKPTFLEET_MOVE_VERIFY_HOURS", 48, minimum=1, maximum=24 * 365)
+MOVE_VERIFY_ATTEMPTS = env_int("CKPTFLEET_MOVE_VERIFY_ATTEMPTS", 20, minimum=1, maximum=10_000)
 # Server-side copies: an object larger than the threshold is copied in parts of PART_SIZE. S3's own limits bound
 # both: CopyObject copies at most 5 GiB, and a part is 5 MiB to 5 GiB. The defaults are fleet.s3's
 # MULTIPART_COPY_THRESHOLD and MULTIPART_COPY_PART_SIZE (not imported here: settings load before boto3).

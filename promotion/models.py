@@ -55,6 +55,11 @@ class PromotionJob(models.Model):
     # Moves (demote, offload) only: what the plan said, when the new copy verified, and how the source went.
     plan = models.JSONField(default=dict, blank=True, help_text="A move's plan figures when it was requested.")
     verified_at = models.DateTimeField(null=True, blank=True, help_text="When every new object of a move verified.")
+    # A move's verification is bounded (settings.MOVE_VERIFY_HOURS, MOVE_VERIFY_ATTEMPTS): a new copy that never
+    # verifies ends its move failed, with the reason, instead of leaving it verifying for ever.
+    verifying_since = models.DateTimeField(null=True, blank=True, help_text="When a move began verifying.")
+    verify_attempts = models.IntegerField(default=0, help_text="Tries of a move's verification that did not settle.")
+    verify_detail = models.TextField(blank=True, help_text="Why a move's new copy has not verified yet, in words.")
     source_deletion = models.ForeignKey(
         "actions.DeletionJob",
         on_delete=models.PROTECT,

@@ -711,6 +711,9 @@ def job_transition(
         if job.started_at is None:
             job.started_at = now
             fields.append("started_at")
+        if to == JobState.VERIFYING:  # a move's verification is bounded from here (promotion.moves.verify)
+            job.verifying_since = now
+            fields.append("verifying_since")
         if error:
             job.error = error[:4000]
             fields.append("error")

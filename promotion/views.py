@@ -80,6 +80,7 @@ def job_detail(request, pk: int):
             "items": page.object_list,
             "progress": progress_of(job),
             "can_act": has_role(request.user, Role.OPERATOR),
+            "verify_deadline": moves.verify_deadline(job) if job.is_move and job.state == JobState.VERIFYING else None,
         },
     )
 

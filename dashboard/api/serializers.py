@@ -91,8 +91,15 @@ class CopySerializer(FleetModelSerializer):
             "expected_bytes",
             "newest_mtime",
             "judged_at",
+            "made_from",
+            "made_at",
+            "made_by",
         ]
         extra_kwargs = {
+            "made_from": {
+                "help_text": "The copy the product wrote this one from (a move, an offload, a promotion), or null: "
+                "only such a record lets the source's earlier checksum judge this copy (verification basis source)."
+            },
             "verification": {"help_text": "disputed: copies disagree and nothing independent says which is right."},
             "verification_basis": {
                 "help_text": "What decided the verification, strongest first: manifest (a checksum written at save "

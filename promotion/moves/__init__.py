@@ -30,7 +30,15 @@ from promotion.moves.plan import (
     payback_days,
 )
 from promotion.moves.request import freeze_move_items, request_move
-from promotion.moves.verify import Mismatch, copied, due_verifying, free_source, requester, verify_object
+from promotion.moves.verify import (
+    Mismatch,
+    copied,
+    due_verifying,
+    free_source,
+    requester,
+    verify_deadline,
+    verify_object,
+)
 
 __all__ = [
     "ARCHIVE_CLASSES",
@@ -50,5 +58,6 @@ __all__ = [
     "payback_days",
     "request_move",
     "requester",
+    "verify_deadline",
     "verify_object",
 ]

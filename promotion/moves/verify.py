@@ -10,7 +10,7 @@ import hashlib
 import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -24,7 +24,7 @@ from actions.services import schedule_deletion
 from audit.actor import Actor
 from audit.choices import EventSource
 from audit.services import audit
-from catalog.choices import CopyState
+from catalog.choices import CopyState, Verification
 from catalog.models import CheckpointCopy
 from ckptfleet.errors import DomainError
 from fleet import s3
@@ -37,8 +37,6 @@ from promotion.services import ITEM_BATCH, WORKER, job_transition
 
 log = logging.getLogger(__name__)
 
-# How long a verified move waits for a scan to show its new copy in the catalog before it gives up freeing.
-CATALOG_WAIT = timedelta(days=2)
 READ_BACK_CHUNK = 8 * 1024 * 1024  # bounded memory when a new object is read back to be hashed
 VERIFY_THREADS = 16  # new objects HEADed at once (the store answers them side by side)
 MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")  # a single-part ETag is the content's MD5; a multipart one ends in -N
@@ -74,9 +72,55 @@ def copied(job_id: int) -> str:
     if job.state != JobState.VERIFYING:
         return job.state
     if job.verified_at is None:
-        if not _verify_all(job):
-            return JobState.FAILED
+        try:
+            if not _verify_all(job):
+                return JobState.FAILED
+        except s3.S3Error as exc:
+            # The store did not answer: tried again (the task's retries, then beat) until the bound, then failed.
+            if _not_verified(job.pk, f"the store did not answer while the new objects were checked: {exc}", store=True):
+                return JobState.FAILED
+            raise
     return free_source(job.pk)
+
+
+def verify_deadline(job: PromotionJob) -> datetime:
+    """When a verifying move that has not verified ends failed (``settings.MOVE_VERIFY_HOURS``)."""
+    since = job.verifying_since or job.verified_at or job.started_at or job.requested_at
+    return since + timedelta(hours=settings.MOVE_VERIFY_HOURS)
+
+
+def _not_verified(job_id: int, why: str, *, store: bool = False) -> bool:
+    """A move's verification did not settle, for ``why``: recorded on the job; past the bound (hours since it began
+    verifying, or tries the ``store`` did not answer: waiting for the catalog is not a try) the move ends failed
+    with that reason and its source is kept. Returns whether it failed."""
+    with transaction.atomic():
+        job = PromotionJob.objects.select_for_update(of=("self",)).get(pk=job_id)
+        if job.state != JobState.VERIFYING:
+            return job.state == JobState.FAILED
+        fields = ["verify_detail"]
+        if store:
+            job.verify_attempts += 1
+            fields.append("verify_attempts")
+        job.verify_detail = why[:2000]
+        job.save(update_fields=fields)
+        hours, tries = settings.MOVE_VERIFY_HOURS, settings.MOVE_VERIFY_ATTEMPTS
+        if timezone.now() >= verify_deadline(job):
+            bound = f"within {hours:,} h of verifying"
+        elif job.verify_attempts >= tries:
+            bound = f"after {tries:,} tries"
+        else:
+            return False
+    error = f"the new copy did not verify {bound}: {why}; the source is kept"
+    job_transition(job_id, frm=(JobState.VERIFYING,), to=JobState.FAILED, action="move.fail", error=error)
+    return True
+
+
+def _verification_failed(job_id: int, why: str) -> str:
+    """The new copy was found wrong: the move ends failed at once, with the reason, and its source is kept."""
+    PromotionJob.objects.filter(pk=job_id, state=JobState.VERIFYING).update(verify_detail=why[:2000])
+    error = f"{why}; the source is kept"
+    job_transition(job_id, frm=(JobState.VERIFYING,), to=JobState.FAILED, action="move.fail", error=error)
+    return PromotionJob.objects.get(pk=job_id).state
 
 
 def _verify_all(job: PromotionJob) -> bool:
@@ -232,17 +276,23 @@ def free_source(job_id: int) -> str:
         return job.state
     if job.in_place:
         return _complete(job, FREED_IN_PLACE)
+    present = CheckpointCopy.objects.filter(
+        checkpoint=job.checkpoint, location=job.target_location, gone_at__isnull=True
+    ).order_by("pk")
+    # The copy at the path the move wrote, then a complete one, should another sit beside it.
+    new_copy = min(present, key=lambda c: (c.path != job.source_copy.path, c.state != CopyState.COMPLETE), default=None)
+    if new_copy is not None and new_copy.verification == Verification.MISMATCH:
+        return _verification_failed(job.pk, f"the catalog found the new copy wrong: {_reasons(new_copy)}")
     holds = list(active_holds(job.checkpoint).only("case_ref"))
     if holds:  # a hold placed after the request: the copy stands, the source stays (schedule_deletion agrees)
         cases = ", ".join(sorted({h.case_ref for h in holds}))
         return _complete(job, f"source kept: held (case {cases})")
-    new_copy = CheckpointCopy.objects.filter(
-        checkpoint=job.checkpoint, location=job.target_location, gone_at__isnull=True, state=CopyState.COMPLETE
-    ).first()
-    waited_too_long = timezone.now() - job.verified_at > CATALOG_WAIT
-    if new_copy is None:
-        if waited_too_long:
-            return _complete(job, "source kept: no scan has shown the new copy complete in the catalog")
+    if new_copy is None or new_copy.state != CopyState.COMPLETE:
+        shown = "no scan has shown the new copy in the catalog"
+        if new_copy is not None:
+            shown = f"the catalog shows the new copy {new_copy.state}: {_reasons(new_copy, new_copy.reasons)}"
+        if _not_verified(job.pk, shown):
+            return JobState.FAILED
         return JobState.VERIFYING  # beat asks again after the next scan
     try:
         deletion = schedule_deletion(
@@ -255,12 +305,24 @@ def free_source(job_id: int) -> str:
             origin=f"move:{job.pk}",
         )
     except DomainError as exc:
-        if exc.code == "last_verified_copy" and not waited_too_long:
-            return JobState.VERIFYING  # the catalog has not verified the new copy yet
-        return _complete(job, f"source kept: {exc.message}")
+        if exc.code != "last_verified_copy":
+            return _complete(job, f"source kept: {exc.message}")
+        # The catalog has not verified the new copy yet (unverified, disputed): wait for it, within the bound.
+        why = f"the catalog has the new copy {new_copy.verification}: {_reasons(new_copy)}"
+        if _not_verified(job.pk, why):
+            return JobState.FAILED
+        return JobState.VERIFYING
     return _complete(
         job, f"deletion {deletion.pk} of the source copy scheduled ({deletion.get_state_display()})", deletion
     )
+
+
+def _reasons(copy: CheckpointCopy, reasons: list[str] | None = None, limit: int = 2) -> str:
+    items = list(reasons if reasons is not None else copy.verification_reasons or [])
+    if not items:
+        return "no reason recorded"
+    text = "; ".join(items[:limit])
+    return text + (f" (and {len(items) - limit:,} more)" if len(items) > limit else "")
 
 
 def _complete(job: PromotionJob, outcome: str, deletion: DeletionJob | None = None) -> str:
@@ -274,10 +336,18 @@ def _complete(job: PromotionJob, outcome: str, deletion: DeletionJob | None = No
 
 
 def due_verifying() -> list[int]:
-    """Moves beat should move on: verified and waiting for the catalog, or verifying with no fresh heartbeat."""
-    lost = timezone.now() - timedelta(seconds=settings.PROMOTION_LEASE_SECONDS)
+    """Moves beat should move on: verified and waiting for the catalog, verifying with no fresh heartbeat, or past
+    the bound of their verification (to end them failed)."""
+    now = timezone.now()
+    lost = now - timedelta(seconds=settings.PROMOTION_LEASE_SECONDS)
+    overdue = now - timedelta(hours=settings.MOVE_VERIFY_HOURS)
     return list(
         PromotionJob.objects.filter(state=JobState.VERIFYING)
-        .filter(Q(verified_at__isnull=False) | Q(heartbeat_at__lt=lost) | Q(heartbeat_at__isnull=True))
+        .filter(
+            Q(verified_at__isnull=False)
+            | Q(heartbeat_at__lt=lost)
+            | Q(heartbeat_at__isnull=True)
+            | Q(verifying_since__lt=overdue)
+        )
         .values_list("pk", flat=True)[:100]
     )

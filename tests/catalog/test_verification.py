@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from datetime import UTC, datetime
 
 import pytest
 from django.db import connection
@@ -243,28 +244,73 @@ class TestSettling:
         values = {**SHARDS, **overrides}
         return {name: FileFacts(4096, "sha256", sha(value), {"at": when}, mtime) for name, value in values.items()}
 
-    def test_a_copy_written_after_the_sources_checksum_was_taken_is_the_wrong_one(self):
-        # gpu-a's checksums were taken at t=100; the bucket copy was written at t=200 and differs.
+    def test_a_copy_the_product_made_after_its_sources_checksum_was_taken_is_the_wrong_one(self):
+        # gpu-a's checksums were taken at t=100; offload #7 made the bucket copy from it at t=150 and it differs.
         verdicts = judge(
             [
                 copy(1, "gpu-a", self.at(100, 50)),
-                copy(2, "s3-eu", self.at(210, 200, **{"__1_0.distcp": "flipped in transit"})),
+                copy(
+                    2,
+                    "s3-eu",
+                    self.at(210, 200, **{"__1_0.distcp": "flipped in transit"}),
+                    made_from=1,
+                    made_at=150.0,
+                    made_by="offload #7",
+                ),
             ]
         )
         assert verdicts[2].verification == Verification.MISMATCH
         assert verdicts[2].basis == "source"
         assert verdicts[2].corrupt == [
-            "__1_0.distcp: sha256 differs from the copy at gpu-a, whose checksum was taken before this copy was "
-            "written (a copy cannot be more right than its source was)"
+            "__1_0.distcp: sha256 differs from the copy at gpu-a, which this copy was made from by offload #7, whose "
+            "checksum was taken before the copy was made (a copy cannot be more right than its source was)"
         ]
         # The source is not accused by a copy made from it, and not verified by it either.
         assert verdicts[1].verification == Verification.UNVERIFIED
         assert verdicts[1].corrupt == []
         assert verdicts[1].reasons == [
-            "1 of 2 files differs in the copy at s3-eu, written after this copy's checksums were taken: that copy "
-            "is the wrong one, and nothing else verifies this one",
+            "1 of 2 files differs in the copy at s3-eu, which the product made from this copy after its checksums "
+            "were taken: that copy is the wrong one, and nothing else verifies this one",
             "1 of 2 files agrees with a reference",
         ]
+
+    def test_a_copy_written_after_anothers_checksum_was_taken_is_not_its_copy_without_provenance(self):
+        # The same times, but nothing records that the bucket copy was made from gpu-a: the order proves nothing.
+        verdicts = judge(
+            [copy(1, "gpu-a", self.at(100, 50)), copy(2, "s3-eu", self.at(210, 200, **{"__1_0.distcp": "x"}))]
+        )
+        assert verdicts[1].verification == verdicts[2].verification == Verification.DISPUTED
+        assert verdicts[1].corrupt == verdicts[2].corrupt == []
+
+    def test_the_majority_not_the_order_of_writing_settles_copies_without_provenance(self):
+        # gpu-a's checksum was taken before both bucket copies were written, and they agree with each other.
+        newer = {"__1_0.distcp": "rank 1, saved again"}
+        verdicts = judge(
+            [
+                copy(1, "gpu-a", self.at(100, 50)),
+                copy(2, "s3-eu", self.at(210, 200, **newer)),
+                copy(3, "s3-us", self.at(310, 300, **newer)),
+            ]
+        )
+        assert verdicts[2].verification == verdicts[3].verification == Verification.VERIFIED
+        assert verdicts[2].basis == verdicts[3].basis == "majority"
+        assert verdicts[2].corrupt == verdicts[3].corrupt == []
+        assert verdicts[1].verification == Verification.MISMATCH and verdicts[1].basis == "majority"
+
+    def test_a_recorded_source_outranks_the_majority_and_its_copys_copy_descends_from_it(self):
+        # s3-eu was made from gpu-a after gpu-a's checksum (and differs); s3-us was made from s3-eu and agrees with
+        # it. The two bucket copies are one copy's word twice: both are judged against gpu-a, which stands.
+        bad = {"__1_0.distcp": "flipped in transit"}
+        verdicts = judge(
+            [
+                copy(1, "gpu-a", self.at(100, 50)),
+                copy(2, "s3-eu", self.at(210, 200, **bad), made_from=1, made_at=150.0, made_by="offload #7"),
+                copy(3, "s3-us", self.at(310, 300, **bad), made_from=2, made_at=250.0, made_by="promotion #8"),
+            ]
+        )
+        assert verdicts[2].verification == verdicts[3].verification == Verification.MISMATCH
+        assert verdicts[2].basis == verdicts[3].basis == "source"
+        assert verdicts[1].corrupt == [] and verdicts[1].verification == Verification.UNVERIFIED
 
     def test_checksums_taken_after_both_were_written_settle_nothing(self):
         verdicts = judge(
@@ -404,7 +450,7 @@ def test_a_flipped_checksum_makes_the_copies_disagree_and_a_fix_makes_them_agree
         assert (copy.state, copy.verification, copy.reasons) == (CopyState.COMPLETE, Verification.VERIFIED, [])
 
 
-def test_a_host_checksum_taken_before_the_other_copy_was_written_settles_a_flip_and_records_when(two_hosts, push):
+def test_a_host_checksum_taken_before_the_other_copy_was_written_settles_nothing_without_provenance(two_hosts, push):
     a, b = two_hosts
     source = dcp(100)
     for line in source:
@@ -414,9 +460,10 @@ def test_a_host_checksum_taken_before_the_other_copy_was_written_settles_a_flip_
     for line in copied:
         line["mtime"], line["checksummed_at"] = 1763700500.0, 1763700600.0
     push(b, copied)
-    flipped, good = copy_at(b), copy_at(a)
-    assert (flipped.state, flipped.verification, flipped.verification_basis) == ("corrupt", "mismatch", "source")
-    assert good.state == CopyState.COMPLETE and good.verification != Verification.DISPUTED
+    # Nothing records that b was copied from a: which was written first says nothing about which is right.
+    for kit in (a, b):
+        copy = copy_at(kit)
+        assert (copy.state, copy.verification) == (CopyState.COMPLETE, Verification.DISPUTED), copy.reasons
     stored = ShardFile.objects.get(location=a.location, path="llm/llama-7b/step-100/__0_0.distcp")
     assert stored.digests == {"at": 1763700100.0}
 
@@ -474,6 +521,14 @@ def test_a_verdict_changed_by_another_locations_inventory_moves_this_locations_s
     for line in source:
         line["checksummed_at"] = 1763700100.0  # taken before b's copy was written
     push(a, source)  # only a reports: b is found corrupt, and b's rows say so without b reporting again
+    assert copy_at(b).state == CopyState.COMPLETE  # disputed: nothing says b was copied from a
+    # The product's record that it made b from a (a move, an offload) is what lets a's checksum settle it; a's
+    # next inventory (a file touched) re-judges the checkpoint, and b's rows follow without b reporting again.
+    CheckpointCopy.objects.filter(pk=copy_at(b).pk).update(
+        made_from=copy_at(a), made_at=datetime.fromtimestamp(1763700400.0, UTC), made_by="offload #1"
+    )
+    source[0]["mtime"] += 1
+    push(a, source)
     assert copy_at(b).state == CopyState.CORRUPT
     assert set(states(b)) == {"corrupt"}
     assert states(b)["corrupt"] == 900 + 2 * 4096
@@ -740,7 +795,7 @@ def test_a_second_copy_with_the_same_content_is_verified_without_reading_the_fir
     for line in flipped:
         line["mtime"], line["checksummed_at"] = 1763700900.0, 1763701000.0
     push(b, flipped)
-    assert copy_at(b).verification == Verification.MISMATCH and copy_at(b).verification_basis == "source"
+    assert copy_at(a).verification == copy_at(b).verification == Verification.DISPUTED
 
 
 def test_a_torch_zip_whose_member_crcs_the_agent_checked_settles_a_disagreement_through_ingestion(two_hosts, push):

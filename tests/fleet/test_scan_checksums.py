@@ -28,6 +28,7 @@ from audit.actor import Actor
 from audit.models import AuditEvent
 from catalog.choices import CopyState, Verification, VerificationBasis
 from catalog.models import CheckpointCopy, ShardFile
+from catalog.verification import checkpoints_verify
 from fleet import s3 as s3lib
 from fleet.agent import stream_facts
 from fleet.choices import InventoryStatus
@@ -312,7 +313,7 @@ def test_a_composite_whose_part_size_is_unknown_still_verifies_on_the_hosts_bloc
     assert host.verification == Verification.VERIFIED, host.verification_reasons
 
 
-def test_a_flipped_byte_in_the_bucket_after_the_hosts_checksum_was_taken_makes_the_bucket_copy_corrupt(
+def test_a_bucket_copy_written_after_the_hosts_checksum_is_judged_against_it_only_where_it_was_made_from_it(
     s3, make_host, push, scan_now
 ):
     data = torch_checkpoint()
@@ -321,18 +322,56 @@ def test_a_flipped_byte_in_the_bucket_after_the_hosts_checksum_was_taken_makes_t
         s3, make_host, push, scan_now, bucket_bytes=flipped(data), host_bytes=data, host_first=True
     )
 
+    # The host's checksum was taken before the bucket copy was written, but nothing records that the bucket copy
+    # was made from the host's: an order of writing proves nothing about where a copy came from.
+    assert bucket.verification == host.verification == Verification.DISPUTED, bucket.verification_reasons
+    assert bucket.state == host.state == CopyState.COMPLETE
+    # The product's record that an offload made it from the host copy (after the host's checksum) settles it.
+    uploaded = ShardFile.objects.get(location=bucket.location, gone_at__isnull=True).mtime
+    CheckpointCopy.objects.filter(pk=bucket.pk).update(
+        made_from=host, made_at=uploaded - timedelta(minutes=1), made_by="offload #1"
+    )
+    checkpoints_verify([bucket.checkpoint_id])
+    bucket.refresh_from_db()
+    host.refresh_from_db()
     assert (bucket.state, bucket.verification, bucket.verification_basis) == (
         CopyState.CORRUPT,
         Verification.MISMATCH,
         VerificationBasis.SOURCE,
     )
     assert bucket.verification_reasons == [
-        f"epoch=0-step=100.ckpt: crc32 composite of 3 parts differs from the copy at {host.location.name}, whose "
-        "checksum was taken before this copy was written (a copy cannot be more right than its source was)"
+        f"epoch=0-step=100.ckpt: crc32 composite of 3 parts differs from the copy at {host.location.name}, which "
+        "this copy was made from by offload #1, whose checksum was taken before the copy was made (a copy cannot be "
+        "more right than its source was)"
     ]
     # The source is not accused by the copy made from it.
     assert host.state == CopyState.COMPLETE
     assert host.verification not in (Verification.MISMATCH, Verification.DISPUTED), host.verification_reasons
+
+
+def test_a_newer_bucket_copy_that_differs_from_an_older_host_copy_is_not_condemned_when_most_copies_agree_with_it(
+    s3, make_host, push, scan_now
+):
+    data = torch_checkpoint()
+    host, bucket = host_and_bucket(
+        s3, make_host, push, scan_now, bucket_bytes=flipped(data), host_bytes=data, host_first=True
+    )
+    # A second bucket, in another store, holds what the first one holds; nothing records where either came from.
+    name = s3.bucket()
+    upload(s3, name, "fleet/" + CKPT, flipped(data))
+    other = s3.register(name, prefix="fleet/")
+    assert scan_now(other).status == InventoryStatus.APPLIED
+
+    host, bucket, second = (copy_at(c.location) for c in (host, bucket, other))
+    for copy in (bucket, second):
+        assert (copy.state, copy.verification, copy.verification_basis) == (
+            CopyState.COMPLETE,
+            Verification.VERIFIED,
+            VerificationBasis.MAJORITY,
+        ), copy.verification_reasons
+    # The older copy is the odd one out of three: the majority, not the order of writing, says so.
+    assert (host.verification, host.verification_basis) == (Verification.MISMATCH, VerificationBasis.MAJORITY)
+    assert "which agree with each other (2 of 3 copies)" in host.verification_reasons[0]
 
 
 def test_a_flipped_byte_with_the_hosts_checksum_taken_after_the_upload_disputes_both_copies(

@@ -107,3 +107,19 @@ def kit(s3, django_user_model, db):
 
 def events(action: str, **filters) -> list[AuditEvent]:
     return list(AuditEvent.objects.filter(action=action, **filters).order_by("id"))
+
+
+@pytest.fixture
+def scanned(kit, scan_now):
+    """The nvme-a tree below fleet/ in the source bucket (with SHA256 checksums), scanned into the catalog."""
+    name = kit.s3.bucket()
+    kit.s3.upload_tree(name, "nvme-a", prefix="fleet/")
+    bucket = kit.s3.register(name, name="hot", prefix="fleet/")
+    inventory = scan_now(bucket)
+    assert inventory.status == "applied", inventory.error
+    return bucket
+
+
+def step(n: int) -> Checkpoint:
+    """A checkpoint of the nvme-a tree's llama-tiny run."""
+    return Checkpoint.objects.get(run__name="llama-tiny", step=n)

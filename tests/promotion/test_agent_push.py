@@ -663,3 +663,19 @@ def test_a_report_whose_listing_shows_other_bytes_is_headed_and_that_file_fails(
     got = states(job)
     assert got["f4"][0] == ItemState.FAILED and "is not what the agent read" in got["f4"][1]
     assert all(got[n][0] == ItemState.DONE for n in files if n != "f4")
+
+
+def test_the_copy_an_offload_writes_records_the_host_copy_it_was_made_from(
+    live_server, kit, host, target, held_back, scan_now
+):
+    host_kit, root = host
+    files = {".metadata": b"m" * 300, "__0_0.distcp": os.urandom(70_000)}
+    job = offload(kit, host_kit, root, target, 410, files, known={"__0_0.distcp"})
+    assert run_offloads(live_server.url, root) == 0
+    assert moves.copied(job.pk) == JobState.VERIFYING
+
+    assert scan_now(target).status == "applied"  # the scan that finds the new copy asks who wrote it
+
+    job.refresh_from_db()
+    copy = CheckpointCopy.objects.get(location=target.location, path=job.source_copy.path, gone_at__isnull=True)
+    assert (copy.made_from_id, copy.made_at, copy.made_by) == (job.source_copy_id, job.started_at, f"offload #{job.pk}")

@@ -21,7 +21,7 @@ from promotion import moves, runner
 from promotion.choices import Direction, ItemState, JobState, Method
 from promotion.models import PromotionItem, PromotionJob
 from promotion.tasks import advance_promotions
-from tests.promotion.conftest import WHEN, events
+from tests.promotion.conftest import WHEN, events, step
 
 pytestmark = pytest.mark.services
 
@@ -37,21 +37,6 @@ def hold(checkpoint, case="CASE-9"):
         placed_label="hana",
         placed_at=timezone.now(),
     )
-
-
-@pytest.fixture
-def scanned(kit, scan_now):
-    """The nvme-a tree below fleet/ in the source bucket (with SHA256 checksums), scanned into the catalog."""
-    name = kit.s3.bucket()
-    kit.s3.upload_tree(name, "nvme-a", prefix="fleet/")
-    bucket = kit.s3.register(name, name="hot", prefix="fleet/")
-    inventory = scan_now(bucket)
-    assert inventory.status == "applied", inventory.error
-    return bucket
-
-
-def step(n: int) -> Checkpoint:
-    return Checkpoint.objects.get(run__name="llama-tiny", step=n)
 
 
 def request(kit, capture, checkpoints, target, storage_class, **kwargs):
