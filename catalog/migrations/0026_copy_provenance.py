@@ -4,6 +4,32 @@ promotion). Verification uses the source argument only where this is recorded.""
 import django.db.models.deletion
 from django.db import migrations, models
 
+TABLE = "catalog_checkpointcopy"
+_STASHED: list[tuple[str, str]] = []
+
+
+def stash_sqlite_triggers(apps, schema_editor):
+    """Going back, SQLite removes a column by rebuilding the table, and its rename fails on the triggers of other
+    tables that name this one (the ownership guards of actions 0011): take them off for the rebuild."""
+    if schema_editor.connection.vendor != "sqlite":
+        return
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND sql LIKE %s", [f"%{TABLE}%"]
+        )
+        _STASHED[:] = cursor.fetchall()
+        for name, _sql in _STASHED:
+            cursor.execute(f'DROP TRIGGER "{name}"')
+
+
+def restore_sqlite_triggers(apps, schema_editor):
+    if schema_editor.connection.vendor != "sqlite":
+        return
+    with schema_editor.connection.cursor() as cursor:
+        for _name, sql in _STASHED:
+            cursor.execute(sql)
+    _STASHED.clear()
+
 
 class Migration(migrations.Migration):
 
@@ -12,6 +38,8 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        # Run backwards, these two wrap the rebuild (the last operation runs first).
+        migrations.RunPython(migrations.RunPython.noop, restore_sqlite_triggers),
         migrations.AddField(
             model_name='checkpointcopy',
             name='made_at',
@@ -39,4 +67,5 @@ class Migration(migrations.Migration):
             name='made_from',
             field=models.ForeignKey(blank=True, help_text='The copy the product wrote this one from, when it did.', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='made_copies', to='catalog.checkpointcopy'),
         ),
+        migrations.RunPython(migrations.RunPython.noop, stash_sqlite_triggers),
     ]
