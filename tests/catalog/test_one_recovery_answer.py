@@ -6,16 +6,9 @@ checksums) on two hosts, uploaded through the inventory API; the clock is set.""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import re
 import shutil
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
-import time_machine
 
 from audit.actor import Actor
 from catalog.models import CheckpointCopy, Run
@@ -23,48 +16,10 @@ from catalog.recovery_model import GpuSource, recovery_point_of
 from catalog.recovery_point import run_rpo_set
 from catalog.reshard import layout_of
 from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
-from fleet import agent
 from fleet.models import Host
-from fleet.services import gzip_lines
-from tests.helpers.ingest import post
+from tests.helpers.recovery import NOW, SAVED_HOURS_AGO, answers, report, save
 
 pytestmark = pytest.mark.django_db
-
-NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
-SAVED_HOURS_AGO = {100: 5.0, 200: 3.0, 300: 1.0}
-
-
-@pytest.fixture
-def clock():
-    with time_machine.travel(NOW, tick=False):
-        yield
-
-
-def save(root: Path, step: int, *, sidecar: bool = True) -> Path:
-    """A two-rank DCP save of llm/titan at ``step`` (the demo's real torch.distributed.checkpoint files), with the
-    sidecar a training job writes (the files' sha256 at save time) and the file times of its save."""
-    folder = root / f"llm/titan/step-{step}"
-    shutil.copytree(TREES / "nvme-a/llm/llama-tiny/step-100", folder)
-    if sidecar:
-        files = [
-            {"path": p.name, "size": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
-            for p in sorted(folder.iterdir())
-        ]
-        body = {"schema": "ckptfleet/1", "team": "llm", "run": "titan", "step": step, "format": "pytorch_dcp"}
-        (folder / "ckptfleet.json").write_text(json.dumps(body | {"files": files}))
-    at = (NOW - timedelta(hours=SAVED_HOURS_AGO[step])).timestamp()
-    for path in folder.iterdir():
-        os.utime(path, (at, at))
-    return folder
-
-
-def report(client, make_host, name: str, root: Path, django_capture_on_commit_callbacks) -> None:
-    kit = make_host(name=name, root=str(root))
-    Host.objects.filter(name=name).update(gpus=8)
-    lines = list(agent.inventory_lines(str(root) + "/", name, checksums=True, started_at="2026-11-22T11:59:00Z"))
-    with django_capture_on_commit_callbacks(execute=True):
-        assert post(client, kit, gzip_lines(lines)).status_code == 202
-
 
 SCENARIOS = {
     # input changed: (expected step, expected steps lost)
@@ -78,7 +33,7 @@ SCENARIOS = {
 
 
 @pytest.fixture
-def fleet(request, clock, tmp_path, make_host, client, django_capture_on_commit_callbacks):
+def fleet(request, recovery_clock, tmp_path, make_host, client, django_capture_on_commit_callbacks):
     """llm/titan: step 100 on gpu-a01 and gpu-b07, step 200 on gpu-a01 only, every save with its sidecar; then the
     one input the scenario changes. Returns the run."""
     scenario = request.param
@@ -110,49 +65,6 @@ def fleet(request, clock, tmp_path, make_host, client, django_capture_on_commit_
     return Run.objects.get(name="titan")
 
 
-def _r(value, digits=1):
-    return round(value, digits) if value is not None else None
-
-
-def answers(client, run: Run) -> dict[str, tuple]:
-    """(checkpoint id, steps lost, GPU-hours lost) from every surface that answers "what do we restore from"."""
-    page = client.get(f"/recovery/{run.pk}/")
-    assert page.status_code == 200
-    rec, point = page.context["recovery"], page.context["recovery_point"]
-    html = page.content.decode()
-    headline = re.search(r'id="restore-title".*?</h2>', html, re.S)
-    pin = re.search(r'name="checkpoint" value="(\d+)"', html)
-    card = re.search(r'id="recovery-point".*?</section>', html, re.S).group(0)
-    loss = (point.lost_steps, _r(point.gpu_hours))
-    out = {
-        "recovery page": (rec.checkpoint.pk if rec.checkpoint else None, *loss),
-        "page headline": (int(re.findall(r"/checkpoints/(\d+)/", headline.group(0))[0]) if headline else None, *loss),
-        "pin and hold": (int(pin.group(1)) if pin else None, *loss),
-    }
-    if point.lost_steps is not None:
-        assert f"{point.lost_steps:,} step" in card
-    rp = client.get(f"/api/v1/runs/{run.pk}/recovery-point/").json()
-    out["recovery-point API"] = (rp["checkpoint"], rp["lost_steps"], rp["lost_gpu_hours"])
-    listed = {p["run"]: p for p in client.get("/api/v1/recovery/points/").json()["results"]}
-    if run.pk in listed:
-        p = listed[run.pk]
-        out["recovery points API"] = (p["checkpoint"], p["lost_steps"], p["lost_gpu_hours"])
-    out["recovery API"] = (client.get(f"/api/v1/recovery/{run.pk}/").json()["checkpoint"], *loss)
-    resume = client.get(f"/api/v1/runs/{run.pk}/resume/").json()
-    if resume["resume"] is None:
-        out["resume"] = (None, resume["lost_steps"], resume["lost_gpu_hours"])
-    else:
-        r = resume["resume"]
-        out["resume"] = (r["checkpoint"], r["lost_steps"], r["lost_gpu_hours"])
-    ladder = client.get(f"/api/v1/runs/{run.pk}/ladder/").json()["ladder"]
-    first = next((rung for rung in ladder if rung["position"] == 1), None)
-    if first is not None:
-        out["ladder"] = (first["checkpoint"], first["steps_lost"], first["gpu_hours"])
-    elif point.checkpoint is None:
-        out["ladder"] = (None, *loss)
-    return out
-
-
 @pytest.mark.parametrize("fleet", list(SCENARIOS), indirect=True)
 def test_every_surface_names_the_same_checkpoint_and_loss(fleet, signed_in_as, request):
     step, lost = SCENARIOS[request.node.callspec.params["fleet"]]
@@ -164,7 +76,7 @@ def test_every_surface_names_the_same_checkpoint_and_loss(fleet, signed_in_as, r
     assert said.keys() >= {"page headline", "pin and hold", "recovery-point API", "recovery points API", "resume"}
     checkpoint, steps, gpu_hours = said["resume"]
     point = recovery_point_of(fleet)
-    assert (point.checkpoint.step, steps) == (step, lost)
+    assert (point.checkpoint.pk, point.checkpoint.step, steps) == (checkpoint, step, lost)
     assert point.gpus == 2 and point.gpus_source == GpuSource.WORLD_SIZE
     assert gpu_hours == round(2 * SAVED_HOURS_AGO[step], 1)  # hours since its save x 2 GPUs, on every surface
 
