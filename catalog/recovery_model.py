@@ -14,7 +14,8 @@ Its inputs, and the one place each rule lives:
 - its save time: the earliest ``newest_mtime`` of its restorable copies (a later copy is an offload of the same
   bytes), else when the catalog first saw it;
 - what a restore throws away: steps (the run's highest step seen minus the chosen one), wall hours (until now for an
-  active run, until its last save for an ended one), GPU-hours (wall hours x its GPUs);
+  active run, until its last save for an ended one), GPU-hours (wall hours x its GPUs); with nothing restorable, every
+  step seen and every hour since the run's first save;
 - its GPUs, with the source: what was said of this run (an operator's number, else the sidecar's ``gpus`` the job
   wrote), else the world size of its newest *complete* save (an interrupted save of 2 ranks says nothing of the 8
   GPUs that were training), else the GPUs registered for the hosts holding its copies (``Host.gpus``);
@@ -225,7 +226,13 @@ def recovery_points_of(
         row["run_id"]: row
         for row in Checkpoint.objects.filter(run__in=[r.pk for r in runs])
         .values("run_id")
-        .annotate(highest=Max("step"), first=Min("first_seen_at"), last=Max("copies__newest_mtime"))
+        # The run's first save (its files' own time, else when the catalog first saw it): where a run with nothing
+        # restorable starts losing.
+        .annotate(
+            highest=Max("step"),
+            first=Coalesce(Min("copies__newest_mtime"), Min("first_seen_at")),
+            last=Max("copies__newest_mtime"),
+        )
         .order_by()
     }
     chosen = {r.pk: r.verified_id or r.restorable_id for r in runs}
