@@ -48,6 +48,10 @@ def test_the_overview_and_the_host_page_list_the_runs_a_down_host_costs(fleet, s
         assert "1 run loses its newest restorable checkpoint" in section
         assert "llm/titan" in section and "step 200" in section and "step 100" in section
         assert "100 steps" in section and f"{hours:.1f} h" in section and f"{2 * hours:g} GPU-h" in section
+    # The problems list has it, from the same model, with what fixes it.
+    [row] = operator.get("/api/v1/problems/?kind=host_down").json()["results"]
+    assert row["run_label"] == "llm/titan" and row["action_url"].endswith(f"/recovery/{fleet.pk}/")
+    assert "held only on gpu-a01: a restore now starts from step 100 and loses 100 steps" in row["reasons"][0]
     # Another host's page does not list it: its copies are not what the run lost.
     assert "host-down-losses" not in operator.get(f"/fleet/hosts/{b07.pk}/").content.decode()
     # The overview's cost stays flat: the list is one model for the runs holding copies on down hosts.
