@@ -48,6 +48,10 @@ def test_the_overview_and_the_host_page_list_the_runs_a_down_host_costs(fleet, s
         assert "1 run loses its newest restorable checkpoint" in section
         assert "llm/titan" in section and "step 200" in section and "step 100" in section
         assert "100 steps" in section and f"{hours:.1f} h" in section and f"{2 * hours:g} GPU-h" in section
+    # The run's own page names the checkpoint a restore now starts from, as the recovery page does.
+    run_page = operator.get(f"/runs/{fleet.pk}/").content.decode()
+    newest = run_page[run_page.index('id="newest-title"') :][:400]
+    assert "step 100" in newest and "step 200" not in newest
     # The problems list has it, from the same model, with what fixes it.
     [row] = operator.get("/api/v1/problems/?kind=host_down").json()["results"]
     assert row["run_label"] == "llm/titan" and row["action_url"].endswith(f"/recovery/{fleet.pk}/")
