@@ -11,8 +11,8 @@ Its inputs, and the one place each rule lives:
   (``catalog.recovery.reachable_copies``);
 - the newest restorable checkpoint by those rules: the highest step with a verified reachable restorable copy, else
   the highest with any reachable restorable copy;
-- its save time: the earliest ``newest_mtime`` of its restorable copies (a later copy is an offload of the same
-  bytes), else when the catalog first saw it;
+- its save time: ``Checkpoint.saved_at`` (``catalog.ages``: the sidecar's ``saved_at``, else the files' own time),
+  else the earliest ``newest_mtime`` of its restorable copies, else when the catalog first saw it;
 - what a restore throws away: steps (the run's highest step seen minus the chosen one), wall hours (until now for an
   active run, until its last save for an ended one), GPU-hours (wall hours x its GPUs); with nothing restorable, every
   step seen and every hour since the run's first save;
@@ -36,6 +36,7 @@ from django.db.models import Exists, F, Max, Min, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from catalog.ages import saved_or_seen
 from catalog.choices import ENDED_STATUSES, CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from catalog.recovery import (
@@ -161,7 +162,7 @@ def _point(
     highest = stats["highest"]
     active = run.status not in ENDED_STATUSES
     if checkpoint is not None:
-        saved_at = saved_at or checkpoint.first_seen_at
+        saved_at = checkpoint.saved_at or saved_at or checkpoint.first_seen_at  # catalog.ages: the sidecar's word first
         start = saved_at
         lost_steps = (highest - checkpoint.step) if highest is not None and checkpoint.step is not None else None
     else:
@@ -226,11 +227,11 @@ def recovery_points_of(
         row["run_id"]: row
         for row in Checkpoint.objects.filter(run__in=[r.pk for r in runs])
         .values("run_id")
-        # The run's first save (its files' own time, else when the catalog first saw it): where a run with nothing
-        # restorable starts losing.
+        # The run's first save (catalog.ages: the save's own time, else when the catalog first saw it): where a run
+        # with nothing restorable starts losing.
         .annotate(
             highest=Max("step"),
-            first=Coalesce(Min("copies__newest_mtime"), Min("first_seen_at")),
+            first=Min(saved_or_seen()),
             last=Max("copies__newest_mtime"),
         )
         .order_by()

@@ -230,8 +230,8 @@ class ResumeCost:
 
 
 def _saved_times(checkpoints: list[Checkpoint]) -> dict[int, datetime]:
-    """When each checkpoint was saved, by the recovery model's rule: the earliest ``newest_mtime`` of its restorable
-    copies, else of any of its copies (a checkpoint with none restorable), else when the catalog first saw it."""
+    """When each checkpoint was saved, by the recovery model's rule: ``Checkpoint.saved_at`` (``catalog.ages``), else
+    the earliest ``newest_mtime`` of its restorable copies, else of any copy, else when the catalog first saw it."""
     ids = [c.pk for c in checkpoints]
     rows = (
         CheckpointCopy.objects.filter(checkpoint_id__in=ids, newest_mtime__isnull=False)
@@ -240,7 +240,7 @@ def _saved_times(checkpoints: list[Checkpoint]) -> dict[int, datetime]:
         .order_by()  # grouped by the checkpoint alone, not by the model's ordering (a join to every run's name)
     )
     found = {row["checkpoint_id"]: row["restorable"] or row["t"] for row in rows}
-    return {c.pk: found.get(c.pk) or c.first_seen_at for c in checkpoints}
+    return {c.pk: c.saved_at or found.get(c.pk) or c.first_seen_at for c in checkpoints}
 
 
 def resume_cost(point: RecoveryPoint, checkpoint: Checkpoint, *, now: datetime | None = None) -> ResumeCost:
