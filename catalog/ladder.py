@@ -22,7 +22,8 @@ from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from catalog.pointers import Pointer, pointers_for_run, where
 from catalog.recovery import RankedCopy, _buckets, _parts, _present, _rank, assumptions
-from catalog.recovery_point import RecoveryPoint, recovery_point_of, resume_costs
+from catalog.recovery_model import RecoveryPoint, recovery_point_of
+from catalog.recovery_point import resume_costs
 from catalog.reshard import layout_of
 
 LADDER_LENGTH = 20
@@ -112,15 +113,18 @@ def _newest_present(run: Run, limit: int) -> list[Checkpoint]:
 
 def ladder_for(run: Run, *, limit: int = LADDER_LENGTH, point: RecoveryPoint | None = None) -> list[Rung]:
     """The run's newest ``limit`` checkpoints as a ladder: candidates first, in the order to try them. ``point``:
-    the run's recovery point, when the caller has it already (the recovery page shows it too)."""
+    the run's recovery model, when the caller has it already (the recovery page shows it too). The first rung is
+    the model's checkpoint, whatever the ladder's length: one rule of what to restore from."""
+    point = point if point is not None else recovery_point_of(run)
     checkpoints = _newest_present(run, limit)
+    if point.checkpoint is not None and point.checkpoint.pk not in {c.pk for c in checkpoints}:
+        checkpoints = [point.checkpoint, *checkpoints[: limit - 1]]
     copies = [c for c in _present([c.pk for c in checkpoints]) if not c.temporary]
-    ranked = _rank(copies, _parts(copies), _buckets(copies), assumptions())
+    ranked = _rank(copies, _parts(copies), _buckets(copies), assumptions(), point.now)
     by_checkpoint: dict[int, list[RankedCopy]] = {c.pk: [] for c in checkpoints}
     for r in ranked:
         by_checkpoint[r.copy.checkpoint_id].append(r)
     rungs = [Rung(c, None, "", by_checkpoint[c.pk]) for c in checkpoints]
-    point = point if point is not None else recovery_point_of(run)
     costs = resume_costs(point, checkpoints)
     for rung in rungs:
         # What resuming here throws away: the steps since it, and the hours (until now for a run still training)
@@ -130,8 +134,15 @@ def ladder_for(run: Run, *, limit: int = LADDER_LENGTH, point: RecoveryPoint | N
         rung.gpu_hours, rung.gpus_source = cost.gpu_hours, cost.gpus_source
     candidates = [r for r in rungs if r.best is not None]
     others = [r for r in rungs if r.best is None]
+    chosen = point.checkpoint.pk if point.checkpoint is not None else None
     candidates.sort(
-        key=lambda r: (r.verified, r.checkpoint.step is not None, r.checkpoint.step or 0, r.checkpoint.tag),
+        key=lambda r: (
+            r.checkpoint.pk == chosen,
+            r.verified,
+            r.checkpoint.step is not None,
+            r.checkpoint.step or 0,
+            r.checkpoint.tag,
+        ),
         reverse=True,
     )
     newer_unverified = 0
@@ -159,17 +170,29 @@ def _pointer_at(pointers: list[Pointer], location_id: int) -> Pointer | None:
     return next((p for p in pointers if p.location_id == location_id), None)
 
 
+def _lost(point: RecoveryPoint) -> dict:
+    return {
+        "lost_steps": point.lost_steps,
+        "lost_hours": round(point.lost_hours, 2) if point.lost_hours is not None else None,
+        "lost_gpu_hours": round(point.gpu_hours, 1) if point.gpu_hours is not None else None,
+    }
+
+
 def resume_answer(run: Run) -> dict:
     """What a restarting job needs in one answer: the checkpoint, the copy and its path, how to fetch it, the
-    framework pointer at that location with its fix, the layout it was saved with, and the next rungs."""
-    ladder = ladder_for(run)
+    framework pointer at that location with its fix, the layout it was saved with, what resuming there loses (the
+    run's recovery model: the same checkpoint and loss as the recovery point), and the next rungs."""
+    point = recovery_point_of(run)
+    ladder = ladder_for(run, point=point)
     first = ladder[0] if ladder and ladder[0].position == 1 else None
     pointers = pointers_for_run(run)
-    if first is None or first.best is None:
+    if first is None or first.best is None or point.checkpoint is None:
         return {
             "run": run.pk,
             "resume": None,
             "detail": "no checkpoint of this run has a complete copy on a reachable location",
+            **_lost(point),
+            "excluded": [{"checkpoint": s.checkpoint.pk, "kind": s.kind, "why": s.why} for s in point.excluded],
             "ladder": [r.as_dict() for r in ladder],
             "pointers": [p.as_dict() for p in pointers],
         }
@@ -190,7 +213,9 @@ def resume_answer(run: Run) -> dict:
             "commands": best.commands,
             "layout": layout_of(best.copy).as_dict(),
             "pointer": pointer.as_dict() if pointer else None,
+            **_lost(point),
         },
         "why": first.why,
+        "excluded": [{"checkpoint": s.checkpoint.pk, "kind": s.kind, "why": s.why} for s in point.excluded],
         "ladder": [r.as_dict() for r in ladder[1:]],
     }

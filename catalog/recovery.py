@@ -24,7 +24,8 @@ import shlex
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
@@ -32,10 +33,12 @@ from django.utils import timezone
 
 from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, RestoreDrill, Run
-from catalog.selectors import NEWEST_STEP_FIRST
 from fleet.choices import LocationKind, Tier
 from fleet.models import Bucket
 from fleet.restore_assumptions import DEFAULT_ASSUMPTIONS
+
+if TYPE_CHECKING:
+    from catalog.recovery_model import RecoveryPoint
 
 MIB = 1024 * 1024
 FALLBACKS = 3
@@ -80,8 +83,10 @@ def restorable_key(step: int | None, tag: str, verification: str) -> tuple:
 
 
 def newest_restorable(run: Run) -> tuple[Checkpoint | None, bool]:
-    """The checkpoint to restore ``run`` from and whether a copy of it is verified; ``(None, False)`` when
-    no copy of the run is restorable. Two queries at most, each stopping at its first hit."""
+    """The run's newest restorable checkpoint whatever the health of the hosts holding it, and whether a copy of it
+    is verified; ``(None, False)`` when no copy of the run is restorable. What promise 5 and retention protect: a
+    host that is down still holds its files. What to restore from *now* also needs a reachable copy: the recovery
+    model (``catalog.recovery_model``) adds that. Two queries at most, each stopping at its first hit."""
     checkpoints = Checkpoint.objects.filter(run=run)
     verified = restorable_copies("copies__") & Q(copies__verification=Verification.VERIFIED)
     found = _newest_of(checkpoints.filter(verified))
@@ -90,11 +95,14 @@ def newest_restorable(run: Run) -> tuple[Checkpoint | None, bool]:
     return _newest_of(checkpoints.filter(restorable_copies("copies__"))), False
 
 
-def _fallbacks(run: Run, checkpoint: Checkpoint) -> list[Checkpoint]:
-    """The FALLBACKS restorable checkpoints before ``checkpoint``, in the order ``NEWEST_STEP_FIRST, "tag"``: the
-    lower steps through the (run, step) index backwards, stopping at the FALLBACKS-th, then the step-less ones by
-    tag. A DISTINCT over the run's copies sorted every checkpoint of the run (15 ms for a run of 5,000)."""
-    restorable = Exists(CheckpointCopy.objects.filter(restorable_copies(), checkpoint=OuterRef("pk")))
+def _fallbacks(run: Run, checkpoint: Checkpoint, now: datetime) -> list[Checkpoint]:
+    """The FALLBACKS checkpoints before ``checkpoint`` with a restorable copy at a reachable location, in the order
+    ``NEWEST_STEP_FIRST, "tag"``: the lower steps through the (run, step) index backwards, stopping at the
+    FALLBACKS-th, then the step-less ones by tag. A DISTINCT over the run's copies sorted every checkpoint of the run
+    (15 ms for a run of 5,000)."""
+    restorable = Exists(
+        CheckpointCopy.objects.filter(restorable_copies(), reachable_copies(now), checkpoint=OuterRef("pk"))
+    )
     older = Checkpoint.objects.filter(restorable, run=run).exclude(pk=checkpoint.pk)
     found: list[Checkpoint] = []
     if checkpoint.step is not None:
@@ -391,9 +399,28 @@ def unreachable_reason(location, now) -> str:
     return ""
 
 
-def _rank(copies, parts, buckets, table) -> list[RankedCopy]:
+def reachable_copies(now: datetime) -> Q:
+    """``unreachable_reason``'s rule as a filter on copies: the copies that may be the restore source at ``now``,
+    because no host holds them (a bucket), or their host is not marked down and its agent has reported within
+    ``HOST_SILENT_MINUTES`` (or never: nothing to judge), and their latest restore drill did not fail
+    (``failed_drills``). The recovery model (``catalog.recovery_model``) picks the checkpoint with it; ``_rank``
+    says why each copy it leaves out is left out."""
+    silent_before = now - timedelta(minutes=settings.HOST_SILENT_MINUTES)
+    healthy = Q(location__host__isnull=True) | Q(
+        Q(location__host__last_seen_at__isnull=True) | Q(location__host__last_seen_at__gte=silent_before),
+        location__host__down_since__isnull=True,
+    )
+    later = RestoreDrill.objects.filter(copy=OuterRef("copy")).filter(
+        Q(started_at__gt=OuterRef("started_at")) | Q(started_at=OuterRef("started_at"), pk__gt=OuterRef("pk"))
+    )
+    failed_last = RestoreDrill.objects.filter(copy=OuterRef("pk"), outcome=RestoreDrill.Outcome.FAILED).filter(
+        ~Exists(later)
+    )
+    return healthy & ~Q(Exists(failed_last))
+
+
+def _rank(copies, parts, buckets, table, now: datetime) -> list[RankedCopy]:
     ranked = []
-    now = timezone.now()
     drills = failed_drills([c.pk for c in copies])
     for copy in copies:
         own = parts[copy.pk]
@@ -423,31 +450,49 @@ def _rank(copies, parts, buckets, table) -> list[RankedCopy]:
 def _present(checkpoint_ids) -> list[CheckpointCopy]:
     return list(
         CheckpointCopy.objects.filter(checkpoint_id__in=list(checkpoint_ids), gone_at__isnull=True)
-        .select_related("location", "location__host")
+        .select_related("location", "location__host", "checkpoint")
         .order_by("location__name", "path")
     )
 
 
 @dataclass
 class Skipped:
-    """A checkpoint newer than the one to restore, and why it is not the one: ``kind`` is ``unverified``
-    (restorable, but an older one is verified), ``disputed`` or ``broken`` (no complete copy to trust)."""
+    """A checkpoint newer than the one to restore, and why it is not the one: ``kind`` is ``unreachable`` (restorable,
+    but every such copy is on a host that is down or silent, or its restore drill failed), ``unverified``
+    (restorable, but an older one is verified), ``disputed``, ``interrupted`` (nothing but a left-over of its save)
+    or ``broken`` (no complete copy to trust)."""
 
     checkpoint: Checkpoint
     kind: str
     why: str
 
 
-def _skipped(checkpoints: list[Checkpoint], copies: list[CheckpointCopy]) -> list[Skipped]:
+def skipped_newer(checkpoints: list[Checkpoint], copies: list[CheckpointCopy], *, now: datetime) -> list[Skipped]:
+    """Why each of ``checkpoints`` (newer than the one the recovery model chose) is passed over, from its present
+    ``copies``: the recovery model's reasons (``catalog.recovery_model``), shown by every surface that shows it."""
     by_checkpoint: dict[int, list[CheckpointCopy]] = {c.pk: [] for c in checkpoints}
     for copy in copies:
         if copy.checkpoint_id in by_checkpoint:
             by_checkpoint[copy.checkpoint_id].append(copy)
+    drills = failed_drills([c.pk for c in copies if is_restorable(c)])
+
+    def reason(copy: CheckpointCopy) -> str:
+        if why := unreachable_reason(copy.location, now):
+            return why
+        return (
+            f"its restore drill of {drills[copy.pk].started_at:%Y-%m-%d %H:%M} UTC failed" if copy.pk in drills else ""
+        )
+
     out = []
     for checkpoint in checkpoints:
         own = by_checkpoint[checkpoint.pk]
+        restorable = [c for c in own if is_restorable(c)]
+        away = [reason(c) for c in restorable]
         disputed = [c for c in own if c.verification == Verification.DISPUTED and c.state == CopyState.COMPLETE]
-        if any(is_restorable(c) for c in own):
+        if restorable and all(away):
+            why = f"{checkpoint.label} is newer and complete, but not reachable: {away[0]}."
+            out.append(Skipped(checkpoint, "unreachable", why))
+        elif restorable:
             why = (
                 f"{checkpoint.label} is newer and complete, but no copy of it is verified: the checkpoint above is "
                 "the newest whose content checksums confirm it."
@@ -462,45 +507,48 @@ def _skipped(checkpoints: list[Checkpoint], copies: list[CheckpointCopy]) -> lis
                 f"condemned until something independent decides" + (f"; {hint}." if hint and hint != dispute else ".")
             )
             out.append(Skipped(checkpoint, "disputed", why))
+        elif own and all(c.temporary for c in own):
+            why = f"{checkpoint.label}: its save was interrupted; only a left-over of it is on disk"
+            out.append(Skipped(checkpoint, "interrupted", why))
         else:
-            out.append(Skipped(checkpoint, "broken", "none of its present copies is complete"))
+            out.append(Skipped(checkpoint, "broken", f"{checkpoint.label}: none of its present copies is complete"))
     return out
 
 
 def _skipped_lines(skipped: list[Skipped]) -> list[str]:
-    lines = [s.why for s in skipped if s.kind != "broken"]
-    broken = [s.checkpoint.label for s in skipped if s.kind == "broken"]
+    lines = [s.why for s in skipped if s.kind not in ("broken", "interrupted")]
+    broken = [s.checkpoint.label for s in skipped if s.kind in ("broken", "interrupted")]
     if broken:
         lines.append(f"Newer checkpoints exist ({', '.join(broken)}), but none of their present copies is restorable.")
     return lines
 
 
-def recovery_for(run: Run) -> Recovery:
-    """Everything the recovery page shows for ``run``, in a fixed number of queries."""
+def recovery_for(run: Run, point: RecoveryPoint) -> Recovery:
+    """Everything the recovery page shows for ``run``, in a fixed number of queries: the checkpoint the run's
+    recovery model chose (``point``, ``catalog.recovery_model``; the page, both recovery-point APIs, the resume
+    answer and the ladder read the same one), its copies ranked, the newer ones it passed over and why, and the
+    fallbacks."""
     table = assumptions()
-    checkpoint, verified = newest_restorable(run)
-    warnings: list[str] = []
-    present = Checkpoint.objects.filter(run=run, copies__gone_at__isnull=True).distinct()
+    now = point.now
+    checkpoint, verified = point.checkpoint, point.verified
+    skipped = point.excluded
+    newer = [s.checkpoint for s in skipped]
+    newer_broken = [s.checkpoint for s in skipped if s.kind not in ("unverified", "unreachable")]
     if checkpoint is None:
-        newer = list(present.order_by(NEWEST_STEP_FIRST, "-tag")[:SKIPPED_SHOWN])
-        skipped = _skipped(newer, _present([c.pk for c in newer]))
-        warnings = ["No present copy of any checkpoint of this run is restorable."] + [
-            s.why for s in skipped if s.kind == "disputed"
+        copies = _present([c.pk for c in newer])
+        ranked = _rank(copies, _parts(copies), _buckets(copies), table, now)
+        warnings = ["No present copy of any checkpoint of this run is restorable from a reachable location."] + [
+            s.why for s in skipped if s.kind in ("disputed", "unreachable")
         ]
-        return Recovery(run, None, False, [], [], [], [s.checkpoint for s in skipped], warnings, table, skipped)
-    # Older checkpoints that are restorable, newest first: the fallbacks.
-    newer: list[Checkpoint] = []
-    if checkpoint.step is not None:
-        newer = list(present.filter(step__gt=checkpoint.step).order_by(NEWEST_STEP_FIRST)[:SKIPPED_SHOWN])
-    fallbacks = _fallbacks(run, checkpoint)
+        away = [r for r in ranked if r.usable and r.unreachable]
+        return Recovery(run, None, False, [], [], [], newer_broken, warnings, table, skipped, away)
+    fallbacks = _fallbacks(run, checkpoint, now)
     copies = _present([checkpoint.pk] + [f.pk for f in fallbacks] + [n.pk for n in newer])
-    parts = _parts(copies)
-    buckets = _buckets(copies)
-    ranked = _rank([c for c in copies if c.checkpoint_id not in {n.pk for n in newer}], parts, buckets, table)
+    ranked = _rank(copies, _parts(copies), _buckets(copies), table, now)
     mine = [r for r in ranked if r.copy.checkpoint_id == checkpoint.pk]
-    skipped = _skipped(newer, copies)
+    warnings: list[str] = []
     if not verified:
-        best = next((r.copy for r in mine if r.usable), None)
+        best = next((r.copy for r in mine if r.usable and not r.unreachable), None)
         why = "; ".join(best.verification_reasons or []) if best is not None else ""
         warnings.append(
             f"{checkpoint.label} is the newest checkpoint with a complete copy that nothing says is wrong, but no "
@@ -512,28 +560,18 @@ def recovery_for(run: Run) -> Recovery:
     for f in fallbacks:
         theirs = [r for r in ranked if r.copy.checkpoint_id == f.pk and r.usable and not r.unreachable]
         result_fallbacks.append(Fallback(f, any(r.verified for r in theirs), theirs[0] if theirs else None))
-    reachable = [r for r in mine if r.usable and not r.unreachable]
-    away = [r for r in mine if r.usable and r.unreachable]
-    if away and not reachable:
-        nxt = next((f for f in result_fallbacks if f.best is not None), None)
-        warnings.insert(
-            0,
-            f"Every restorable copy of {checkpoint.label} is on a host that is down or silent ({away[0].unreachable})."
-            + (
-                f" The newest checkpoint with a reachable copy is {nxt.checkpoint.label}, below."
-                if nxt is not None
-                else " No older checkpoint has a reachable copy either."
-            ),
-        )
+    newer_ids = {n.pk for n in newer}
+    # The restorable copies left out: of this checkpoint, and of the newer ones the model passed over for it.
+    away = [r for r in ranked if r.usable and r.unreachable and r.copy.checkpoint_id in newer_ids | {checkpoint.pk}]
     return Recovery(
         run=run,
         checkpoint=checkpoint,
         verified=verified,
-        copies=reachable,
+        copies=[r for r in mine if r.usable and not r.unreachable],
         unreachable=away,
         unusable=[r for r in mine if not r.usable],
         fallbacks=result_fallbacks,
-        newer_broken=[s.checkpoint for s in skipped if s.kind != "unverified"],
+        newer_broken=newer_broken,
         warnings=warnings,
         assumptions=table,
         skipped=skipped,

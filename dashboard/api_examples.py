@@ -218,12 +218,37 @@ RUN_RESUME = [
                 "commands": ["rsync -a --partial ... ./global_step200/"],
                 "layout": {"world_size": 2, "reshard": "conversion", "tool": "ds_to_universal.py ..."},
                 "pointer": {"state": "behind", "fix_command": "printf '%s\\n' global_step200 > .../latest"},
+                "lost_steps": 0,
+                "lost_hours": 1.5,
+                "lost_gpu_hours": 3.0,
             },
             "why": "the newest checkpoint that is verified; ...",
+            "excluded": [],
             "ladder": [{"label": "step 100", "position": 2, "steps_lost": 100}],
         },
         response_only=True,
-    )
+    ),
+    OpenApiExample(
+        "Every copy on a host that is marked down",
+        value={
+            "run": 12,
+            "resume": None,
+            "detail": "no checkpoint of this run has a complete copy on a reachable location",
+            "lost_steps": 41000,
+            "lost_hours": 96.0,
+            "lost_gpu_hours": 49152.0,
+            "excluded": [
+                {
+                    "checkpoint": 29,
+                    "kind": "unreachable",
+                    "why": "step 41000 is newer and complete, but not reachable: host gpu-c12 is marked down ...",
+                }
+            ],
+            "ladder": [],
+            "pointers": [],
+        },
+        response_only=True,
+    ),
 ]
 CHECKPOINTS_FLAGGED = [
     OpenApiExample(

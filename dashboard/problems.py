@@ -56,6 +56,7 @@ from catalog.ages import saved_or_seen
 from catalog.choices import ENDED_STATUSES, CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, Run, Team
 from catalog.pointers import PointerState, pointers_for_runs
+from catalog.recovery_model import runs_losing_newest
 from catalog.services import OWNER_CONFLICT
 from catalog.verification import stale_days, stale_verified_copies
 from ckptfleet.params import BadParameter, whole_number
@@ -80,6 +81,7 @@ class Kind(models.TextChoices):
     ORPHANED = "orphaned", "Orphaned"
     POINTER = "pointer", "Wrong resume pointer"
     CONFLICT = "ownership_conflict", "Ownership conflict"
+    HOST_DOWN = "host_down", "Newest checkpoint on a down host"
 
 
 KIND_HELP = {
@@ -99,6 +101,9 @@ KIND_HELP = {
     Kind.POINTER: "The framework's own resume pointer (DeepSpeed latest, Megatron's tracker, the newest "
     "checkpoint folder) of an active run names a broken or older checkpoint, names none, or is missing: a restart "
     f"would load the wrong thing. Judged for the {POINTER_RUNS} active runs that saved last.",
+    Kind.HOST_DOWN: "A run's newest restorable checkpoint has copies only on hosts that are marked down or silent "
+    "(or whose restore drill failed): a restore now starts from an older one and throws away the steps and "
+    "GPU-hours between them (the run's recovery model). Marking the host up, once it is back, ends it.",
     Kind.CONFLICT: "The files of a held, pinned, leased or scheduled checkpoint now say they belong to another "
     "checkpoint (a rewritten sidecar, a moved directory): the copy stays under its protection until a person "
     "settles it, by releasing the protection or by correcting what the files say.",
@@ -610,7 +615,73 @@ def sources(filters: Filters, user) -> list[Source]:
             out.append(_orphan_source(filters, user, prices))
         elif kind == Kind.POINTER:
             out.append(_pointer_source(filters, user))
+        elif kind == Kind.HOST_DOWN:
+            out.append(_host_down_source(filters, user))
     return out
+
+
+def _host_down_source(filters: Filters, user) -> Source:
+    """Runs whose newest restorable checkpoint is only on down or silent hosts (``runs_losing_newest``: the recovery
+    model the recovery page and the APIs answer from), each with what a restore now loses more."""
+    runs = restrict_runs(Run.objects.all(), user)
+    if filters.team_id is not None:
+        runs = runs.filter(team_id=filters.team_id)
+    if filters.run_id is not None:
+        runs = runs.filter(pk=filters.run_id)
+    items = []
+    for loss in runs_losing_newest(runs):
+        point, newest = loss.point, loss.point.if_up
+        assert newest is not None and newest.checkpoint is not None
+        if filters.location_id is not None and not any(
+            h.locations.filter(pk=filters.location_id).exists() for h in loss.hosts
+        ):
+            continue
+        # Since the host went down (or its agent last reported).
+        since = min(filter(None, (h.down_since or h.last_seen_at for h in loss.hosts)), default=None)
+        if filters.since_before is not None and (since is None or since > filters.since_before):
+            continue
+        where = ", ".join(h.name for h in loss.hosts) or "copies whose restore drill failed"
+        now_from = point.checkpoint.label if point.checkpoint is not None else "nothing"
+        more = ", ".join(
+            part
+            for part in (
+                f"{point.down_steps:,} steps" if point.down_steps is not None else "",
+                f"{point.down_hours:.1f} h" if point.down_hours is not None else "",
+                f"{point.down_gpu_hours:,.0f} GPU-h" if point.down_gpu_hours is not None else "",
+            )
+            if part
+        )
+        run = point.run
+        items.append(
+            Problem(
+                kind=Kind.HOST_DOWN,
+                subject="checkpoint",
+                subject_label=str(newest.checkpoint),
+                subject_url=reverse("catalog:checkpoint-detail", args=[newest.checkpoint.pk]),
+                reasons=[
+                    f"{newest.checkpoint.label} is held only on {where}: a restore now starts from {now_from} and "
+                    f"loses {more} more."
+                ],
+                since=since,
+                bytes=0,
+                cost=None,
+                action_label="Open recovery",
+                action_url=reverse("recovery:run", args=[run.pk]),
+                key=f"host-down-{run.pk}-{newest.checkpoint.pk}",
+                run_id=run.pk,
+                run_label=f"{run.team.name}/{run.name}",
+                team=run.team.name,
+                checkpoint_id=newest.checkpoint.pk,
+                extra={
+                    "hosts": [h.name for h in loss.hosts],
+                    "restore_from": point.checkpoint.pk if point.checkpoint is not None else None,
+                    "more_steps": point.down_steps,
+                    "more_hours": point.down_hours,
+                    "more_gpu_hours": point.down_gpu_hours,
+                },
+            )
+        )
+    return Source(kind=Kind.HOST_DOWN, queryset=None, to_problem=lambda r: r, items=items)
 
 
 # The pointer states that are a problem; "nothing complete here" is already a partial copy's row.

@@ -27,6 +27,7 @@ from catalog import lifecycle, recovery, selectors
 from catalog.choices import CopyState, RunStatus, RunStatusSource, Verification
 from catalog.models import Checkpoint, CheckpointCopy, RestoreDrill, Run, Team
 from catalog.pointers import pointers_for_run
+from catalog.recovery_model import recovery_point_of
 from catalog.reshard import layouts_of
 from catalog.verification import VerificationSummary, failure_domain, summarize
 from ckptfleet.errors import DomainError
@@ -131,8 +132,8 @@ def run_detail(request, pk: int):
         checkpoints_qs = checkpoints_qs.filter(pk__in=place.usage().values("copy__checkpoint_id"))
     paginator = Paginator(checkpoints_qs, CHECKPOINTS_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
-    # The checkpoint recovery would restore the run from, by recovery's one rule (promise 5).
-    newest, _verified = recovery.newest_restorable(run)
+    # The checkpoint recovery would restore the run from now: the run's recovery model, as the recovery page says.
+    newest = recovery_point_of(run).checkpoint
     newest_copies = []
     if newest is not None:
         newest_copies = list(

@@ -15,9 +15,11 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from access.roles import Role, has_role, require_role
-from access.scoping import scoped_team_names
+from access.scoping import restrict_runs, scoped_team_names
 from audit.actor import Actor
 from audit.choices import EventSource
+from catalog.models import Run
+from catalog.recovery_model import runs_losing_newest
 from catalog.templatetags.fleet_format import bytes_iec, count, location_href
 from ckptfleet.errors import DomainError
 from ckptfleet.params import positive_int_param
@@ -146,6 +148,8 @@ def host_detail(request, pk: int):
             "scoped": scoped_team_names(request.user) is not None,
             "run_filter": f"host={host.pk}",
             "location_has_inventory": any(loc.last_inventory_id for loc in locations),
+            # Host down as a fleet event: the runs whose newest restorable checkpoint is only here, and the cost.
+            "losses": runs_losing_newest(restrict_runs(Run.objects.all(), request.user), host=host, now=now),
         },
     )
 

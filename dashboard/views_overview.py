@@ -19,7 +19,8 @@ from access.roles import Role, has_role
 from access.scoping import restrict_events, restrict_runs, scoped_team_names, spend_team_ids
 from audit.models import AuditEvent
 from catalog.choices import CopyState, Verification
-from catalog.models import CheckpointCopy
+from catalog.models import CheckpointCopy, Run
+from catalog.recovery_model import runs_losing_newest
 from ckptfleet.params import positive_int_param
 from dashboard import jobs, problems
 from fleet.choices import InventoryStatus
@@ -225,6 +226,8 @@ def overview(request):
             "copies_total": copies_total,
             "locations": locations,
             "events": events,
+            # Host down as a fleet event: runs whose newest restorable checkpoint is only on a down or silent host.
+            "losses": runs_losing_newest(restrict_runs(Run.objects.all(), request.user)),
         },
     )
 

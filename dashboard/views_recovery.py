@@ -20,8 +20,7 @@ from catalog import selectors
 from catalog.ladder import ladder_for
 from catalog.models import Checkpoint, Run
 from catalog.pointers import pointers_for_run
-from catalog.recovery import recovery_for
-from catalog.recovery_point import recovery_point_of
+from catalog.recovery_model import recovery_of
 from catalog.reshard import layout_of
 from ckptfleet.errors import DomainError
 from ckptfleet.params import parse_id
@@ -64,8 +63,8 @@ def _gpus(value: str | None) -> int | None:
 @login_required
 def run(request, pk: int):
     the_run = _run(request, pk)
-    recovery = recovery_for(the_run)
-    point = recovery_point_of(the_run)  # shown in its card and priced into the ladder: computed once
+    # The run's recovery model, computed once: the headline, the cards, the copies, "Pin and hold" and the ladder.
+    point, recovery = recovery_of(the_run)
     layout = layout_of(recovery.best.copy) if recovery.best is not None else None
     gpus = _gpus(request.GET.get("gpus"))
     gpus_error = "GPUs left must be a whole number from 1 to 1,000,000" if request.GET.get("gpus") and not gpus else ""

@@ -24,6 +24,7 @@ from audit.choices import ActorKind
 from audit.services import audit
 from catalog.choices import CopyState, Verification
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
+from catalog.recovery import unreachable_reason
 from catalog.templatetags.fleet_format import bytes_iec
 from ckptfleet.celery import task
 from ckptfleet.errors import DomainError
@@ -221,6 +222,14 @@ def promotion_plan(
     held = is_held(checkpoint)
     notes = _refuse_overwrites(copy, target_location, held=held, in_place=in_place, rewrites=route.copy_after_restore)
     notes += _plan_notes(copy, groups, source_bucket, held=held, in_place=in_place, route=route, days=restore_days)
+    if route.method == Method.AGENT_PULL and target_location.host is not None:
+        # The pull is the target host's agent's work: said plainly when that host cannot do it now.
+        if why := unreachable_reason(target_location, timezone.now()):
+            notes.insert(
+                0,
+                f"Host down: only {target_location.host.name}'s agent can pull these files, and {why}. The promotion "
+                "waits, and nothing is copied, until the host reports again.",
+            )
     plan = Plan(
         checkpoint=checkpoint,
         source_copy=copy,

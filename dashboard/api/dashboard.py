@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 from access.scoping import restrict_runs
 from catalog.models import Run
 from catalog.pointers import pointers_for_run
-from catalog.recovery import recovery_for
+from catalog.recovery_model import recovery_of
 from catalog.reshard import layouts_of
 from ckptfleet.api_fields import AsciiDecimalField, AsciiIntegerField
 from dashboard.jobs import KINDS, STATES, recent_jobs
@@ -76,7 +76,7 @@ class RecoveryView(APIView):
     )
     def get(self, request, pk: int):
         run = get_object_or_404(restrict_runs(Run.objects.select_related("team"), request.user), pk=pk)
-        rec = recovery_for(run)
+        _point, rec = recovery_of(run)
         ranked = [*rec.copies, *rec.unusable, *rec.unreachable, *(f.best for f in rec.fallbacks if f.best)]
         lay = layouts_of(r.copy for r in ranked)  # one query of files for every copy listed, not one per copy
         return Response(

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Sum
+from django.utils import timezone
 
 from actions.leases import describe as describe_lease
 from actions.leases import live as live_leases
@@ -25,7 +26,7 @@ from actions.protection import OPEN_DELETION_STATES, active_holds
 from catalog.choices import CopyState, Verification
 from catalog.early_deletion import early_deletion_by_copy
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
-from catalog.recovery import ARCHIVE_TIERS, restorable_copies, restorable_key
+from catalog.recovery import ARCHIVE_TIERS, restorable_copies, restorable_key, unreachable_reason
 from ckptfleet.errors import DomainError
 from fleet import s3
 from fleet.choices import Tier
@@ -64,6 +65,7 @@ class MoveLine:
     requests: Decimal = Decimal(0)
     archive_overhead_per_month: Decimal = Decimal(0)
     young_files: int = 0
+    waits_for: str = ""  # why the work cannot start now: its source host's agent is down or silent
 
     @property
     def saving_per_month(self) -> Decimal | None:
@@ -117,6 +119,7 @@ class MoveLine:
             "archive_overhead_per_month": cents(self.archive_overhead_per_month),
             "one_off": cents(self.one_off),
             "payback_days": self.payback_days,
+            "waits_for": self.waits_for or None,
         }
 
 
@@ -201,6 +204,18 @@ class MovePlan:
             "approval above the size threshold or for milestone and critical checkpoints, the blast-radius limits)."
         )
 
+    @property
+    def host_down_note(self) -> str:
+        """What the preview must say plainly when work in it needs the agent of a host that is down or silent."""
+        waiting = [line for line in self.lines if line.waits_for]
+        if not waiting:
+            return ""
+        return (
+            f"{len(waiting)} of these {len(self.lines)} checkpoints wait for a host that is down or silent: "
+            + "; ".join(sorted({line.waits_for for line in waiting}))
+            + ". Nothing of them is uploaded, and their source copies stay, until the host reports again."
+        )
+
     def stays_hot_rows(self) -> list[dict[str, Any]]:
         return [
             {"run": run_id, "run_label": self.run_labels.get(run_id, ""), "checkpoint": c}
@@ -223,6 +238,7 @@ class MovePlan:
             "one_off": cents(self.one_off),
             "payback_days": self.payback_days,
             "approval": self.approval_note,
+            "host_down": self.host_down_note or None,
             "checkpoints": [line.as_dict() for line in self.lines],
             "excluded": [e.as_dict() for e in self.excluded],
             "stays_hot": [
@@ -371,8 +387,12 @@ def _line(
         )
     source_bucket = bucket_of(source)
     in_place = source.pk == target_location.pk
+    waits_for = ""
     if source.kind in HOST_KINDS:
         method, direction = Method.AGENT_PUSH, Direction.OFFLOAD
+        # The upload is the host's agent's work: a host that is down or silent uploads nothing until it is back.
+        if why := unreachable_reason(source, timezone.now()):
+            waits_for = f"only {source.host.name}'s agent can upload these files, and {why}" if source.host else why
     elif source_bucket is None:
         raise _Skip("unsupported", f"{source.name} is neither a host location nor a bucket")
     else:
@@ -413,6 +433,7 @@ def _line(
         files=sum(r["files"] for r in rows),
         bytes=sum(int(r["bytes"] or 0) for r in rows),
         source_tiers=tiers,
+        waits_for=waits_for,
     )
 
 

@@ -10,6 +10,7 @@ from datetime import date
 from decimal import Decimal
 
 import pytest
+import time_machine
 
 from audit.actor import Actor
 from catalog.models import Team
@@ -17,8 +18,16 @@ from fleet.models import PricePoint
 from spend.prices import price_set
 from spend.usage import usage_carry_forward_all
 from tests.conftest import give_roles
+from tests.helpers.recovery import NOW as RECOVERY_NOW
 from tests.helpers.spend import A50, A100, A200, B10, COST_CENTERS, G1, Scenario, files
 from tests.helpers.usage import Fleet, root_kit, utc
+
+
+@pytest.fixture
+def recovery_clock():
+    """The recovery tests' instant (``tests.helpers.recovery.NOW``), standing still: every surface is asked at once."""
+    with time_machine.travel(RECOVERY_NOW, tick=False):
+        yield
 
 
 @pytest.fixture

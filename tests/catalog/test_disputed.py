@@ -17,7 +17,8 @@ from audit.models import AuditEvent
 from catalog import selectors
 from catalog.choices import CopyState, Verification
 from catalog.models import CheckpointCopy
-from catalog.recovery import newest_restorable, newest_restorable_ids, recovery_for
+from catalog.recovery import newest_restorable, newest_restorable_ids
+from catalog.recovery_model import recovery_page
 from catalog.verification import checkpoints_verify
 from ckptfleet.errors import DomainError
 from tests.helpers.disputed import FLIPPED, copy_at, dcp
@@ -61,7 +62,7 @@ def test_the_fixture_really_disputes_both_copies(disputed):
 def test_recovery_skips_a_disputed_checkpoint_and_says_what_would_settle_it(disputed):
     a, _ = disputed
     run = copy_at(a, 100).checkpoint.run
-    recovery = recovery_for(run)
+    recovery = recovery_page(run)
     assert recovery.checkpoint.step == 100 and recovery.verified
     assert {r.copy.checkpoint.step for r in recovery.copies} == {100}
     (line,) = [w for w in recovery.warnings if "step 200" in w]
@@ -76,7 +77,7 @@ def test_a_run_whose_only_checkpoint_is_disputed_has_nothing_to_restore(make_hos
     push(a, dcp(100))
     push(b, dcp(100, **FLIPPED))
     run = copy_at(a, 100).checkpoint.run
-    recovery = recovery_for(run)
+    recovery = recovery_page(run)
     assert recovery.checkpoint is None and recovery.copies == []
     assert any("step 100 is skipped: it is disputed" in w and SETTLE in w for w in recovery.warnings)
     html = signed_in.get(f"/recovery/{run.pk}/").content.decode()
@@ -91,7 +92,7 @@ def test_failing_a_verified_checkpoint_recovery_takes_an_unverified_one_and_says
     push(a, dcp(100) + dcp(200))
     push(b, dcp(200, **FLIPPED))
     run = copy_at(a, 100).checkpoint.run
-    recovery = recovery_for(run)
+    recovery = recovery_page(run)
     assert recovery.checkpoint.step == 100 and not recovery.verified
     assert [r.copy.pk for r in recovery.copies] == [copy_at(a, 100).pk]
     assert any("no copy of it is verified" in w and "this is the only copy" in w for w in recovery.warnings)
@@ -111,7 +112,7 @@ def test_a_disputed_copy_among_the_restore_points_copies_is_listed_without_a_com
     push(b, dcp(100))
     push(c, dcp(200))
     push(d, dcp(200, **FLIPPED))
-    recovery = recovery_for(copy_at(a, 100).checkpoint.run)
+    recovery = recovery_page(copy_at(a, 100).checkpoint.run)
     assert recovery.checkpoint.step == 100
     for skipped in recovery.skipped:
         assert skipped.kind == "disputed"

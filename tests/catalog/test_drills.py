@@ -9,7 +9,8 @@ import pytest
 
 from catalog import drills
 from catalog.models import CheckpointCopy, RestoreDrill, Run
-from catalog.recovery import assumptions, recovery_for
+from catalog.recovery import assumptions
+from catalog.recovery_model import recovery_page
 
 pytestmark = pytest.mark.django_db
 
@@ -37,7 +38,7 @@ def test_a_drill_reads_every_byte_back_and_measured_throughput_replaces_the_assu
     after = assumptions()["object_standard"]
     assert after.basis.startswith("measured: the median of 1 restore drill")
     assert after.mib_per_s != before.mib_per_s
-    rec = recovery_for(Run.objects.get(name="llama-tiny"))
+    rec = recovery_page(Run.objects.get(name="llama-tiny"))
     assert rec.best.copy.pk == copy_of(200).pk and not rec.best.unreachable
 
 
@@ -53,13 +54,15 @@ def test_bytes_that_changed_since_the_checksum_was_recorded_fail_the_drill_and_t
     row = drills.drill(copy_of(200))
     assert row.outcome == RestoreDrill.Outcome.FAILED
     assert "__1_0.distcp: sha256 of the bytes read back is" in row.detail
-    rec = recovery_for(Run.objects.get(name="llama-tiny"))
-    assert rec.checkpoint.step == 200 and rec.copies == []
+    rec = recovery_page(Run.objects.get(name="llama-tiny"))
+    # Its only copy is out of the ranking: the answer is the newest checkpoint with a copy that is, and why not 200.
+    assert rec.checkpoint.step == 100 and [s.kind for s in rec.skipped] == ["unreachable"]
+    assert "restore drill" in rec.skipped[0].why
     assert "restore drill" in rec.unreachable[0].unreachable and "sha256" in rec.unreachable[0].unreachable
     # A later drill that passes (the object put back) takes the flag away.
     s3.client.put_object(Bucket=name, Key=key, Body=body)
     assert drills.drill(copy_of(200)).outcome == RestoreDrill.Outcome.PASSED
-    assert recovery_for(Run.objects.get(name="llama-tiny")).best.copy.pk == copy_of(200).pk
+    assert recovery_page(Run.objects.get(name="llama-tiny")).best.copy.pk == copy_of(200).pk
 
 
 def test_a_file_that_is_gone_fails_the_drill(bucket_fleet):

@@ -11,7 +11,8 @@ from actions.models import Hold, Pin
 from audit.models import AuditEvent
 from catalog.choices import CopyState, Verification
 from catalog.models import CopyTierUsage
-from catalog.recovery import assumptions, recovery_for
+from catalog.recovery import assumptions
+from catalog.recovery_model import recovery_page
 from fleet.models import Bucket, StorageLocation
 from fleet.restore_assumptions import parse_assumptions
 from tests.conftest import queries_for
@@ -62,7 +63,7 @@ def fleet():
 
 def test_copies_are_ranked_by_estimated_restore_time(fleet):
     run, on_host, in_bucket, archived = fleet
-    recovery = recovery_for(run)
+    recovery = recovery_page(run)
     assert recovery.checkpoint.step == 200 and recovery.verified
     assert [r.copy.pk for r in recovery.copies] == [on_host.pk, in_bucket.pk, archived.pk]
     table = assumptions()
@@ -76,7 +77,7 @@ def test_copies_are_ranked_by_estimated_restore_time(fleet):
 
 def test_restore_commands_name_the_real_host_bucket_endpoint_and_keys(fleet):
     run, on_host, in_bucket, archived = fleet
-    by_copy = {r.copy.pk: r for r in recovery_for(run).copies}
+    by_copy = {r.copy.pk: r for r in recovery_page(run).copies}
     rsync = by_copy[on_host.pk].commands
     assert rsync == [
         "rsync -a --partial --info=progress2 gpu-a01:/mnt/nvme0/checkpoints/vision/vit-huge/checkpoint-200/ "
@@ -100,7 +101,7 @@ def test_a_hostile_path_is_quoted_in_the_commands():
     copy = make_copy(run, 5, location)
     copy.path = "vision/vit/step 5; rm -rf ~"
     copy.save()
-    (command,) = recovery_for(run).copies[0].commands
+    (command,) = recovery_page(run).copies[0].commands
     assert shlex.split(command)[-2] == "gpu-a01:/mnt/nvme0/checkpoints/vision/vit/step 5; rm -rf ~/"
 
 
@@ -109,7 +110,7 @@ def test_an_unverified_newest_checkpoint_is_offered_with_a_warning():
     nvme = make_location()
     make_copy(run, 100, nvme)
     make_copy(run, 300, nvme, state=CopyState.PARTIAL, reasons=["rank 3 missing"])
-    recovery = recovery_for(run)
+    recovery = recovery_page(run)
     assert recovery.checkpoint.step == 100 and not recovery.verified
     assert any("no copy of it is verified" in w for w in recovery.warnings)
     assert any("Newer checkpoints exist (step 300)" in w for w in recovery.warnings)
@@ -120,7 +121,7 @@ def test_fallbacks_are_older_restorable_checkpoints_newest_first(fleet):
     nvme = StorageLocation.objects.get(name__startswith="gpu-a01")
     make_copy(run, 50, nvme)
     make_copy(run, 150, nvme, state=CopyState.CORRUPT)
-    fallbacks = recovery_for(run).fallbacks
+    fallbacks = recovery_page(run).fallbacks
     assert [f.checkpoint.step for f in fallbacks] == [100, 50]
     assert fallbacks[0].verified and fallbacks[0].best.copy.location.name.startswith("s3://ckpt-hot")
     assert not fallbacks[1].verified
@@ -236,4 +237,4 @@ def test_gone_copies_are_not_offered(fleet):
     run, on_host, *_ = fleet
     on_host.gone_at = timezone.now()
     on_host.save()
-    assert on_host.pk not in [r.copy.pk for r in recovery_for(run).copies]
+    assert on_host.pk not in [r.copy.pk for r in recovery_page(run).copies]

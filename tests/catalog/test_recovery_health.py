@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from audit.models import AuditEvent
 from catalog.models import Run
-from catalog.recovery import recovery_for
+from catalog.recovery_model import recovery_page
 from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
 from fleet import agent
 from fleet.models import Host
@@ -42,7 +42,7 @@ def two_hosts(tmp_path, make_host, client, django_capture_on_commit_callbacks):
 
 def test_a_host_marked_down_leaves_the_ranking_and_the_page_says_why(two_hosts, signed_in_as):
     run = two_hosts
-    rec = recovery_for(run)
+    rec = recovery_page(run)
     assert rec.checkpoint.step == 200 and rec.best.copy.location.host.name == "gpu-a01"
     assert "agent last seen just now" in rec.best.evidence
     operator = signed_in_as("operator")
@@ -51,27 +51,32 @@ def test_a_host_marked_down_leaves_the_ranking_and_the_page_says_why(two_hosts, 
     assert answer.status_code == 302
     [event] = AuditEvent.objects.filter(action="host.down")
     assert event.reason == "node failure INC-7" and event.target_label == "gpu-a01"
-    rec = recovery_for(run)
-    assert rec.copies == [] and [r.copy.location.host.name for r in rec.unreachable] == ["gpu-a01"]
+    rec = recovery_page(run)
+    # The answer moves to the newest checkpoint with a reachable copy; step 200 is passed over with the reason.
+    assert rec.checkpoint.step == 100 and rec.best.copy.location.host.name == "gpu-b07"
+    assert {(r.copy.checkpoint.step, r.copy.location.host.name) for r in rec.unreachable} == {
+        (100, "gpu-a01"),
+        (200, "gpu-a01"),
+    }
     assert "marked down" in rec.unreachable[0].unreachable and "INC-7" in rec.unreachable[0].unreachable
-    assert "newest checkpoint with a reachable copy is step 100" in rec.warnings[0]
-    assert rec.fallbacks[0].best.copy.location.host.name == "gpu-b07"
+    [skipped] = rec.skipped
+    assert skipped.kind == "unreachable" and "step 200" in skipped.why and "INC-7" in skipped.why
     page = operator.get(f"/recovery/{run.pk}/").content.decode()
     assert "not offered: the host is down or silent" in page and "Mark gpu-a01 up" in page
     data = operator.get(f"/api/v1/recovery/{run.pk}/").json()
-    assert data["copies"] == [] and "marked down" in data["unreachable"][0]["unreachable"]
+    assert data["label"] == "step 100" and "marked down" in data["unreachable"][0]["unreachable"]
     # Up again through the API: ranked again.
     assert (
         operator.post(f"/api/v1/hosts/{a01.pk}/up/", {"reason": "fixed"}, content_type="application/json").status_code
         == 200
     )
-    assert recovery_for(run).best.copy.location.host.name == "gpu-a01"
+    assert recovery_page(run).best.copy.location.host.name == "gpu-a01"
 
 
 def test_a_silent_host_is_not_offered_and_a_viewer_cannot_mark_hosts(two_hosts, signed_in_as, settings):
     run = two_hosts
     Host.objects.filter(name="gpu-a01").update(last_seen_at=timezone.now() - timedelta(hours=3))
-    rec = recovery_for(run)
+    rec = recovery_page(run)
     assert "has not reported for over 120 min" in rec.unreachable[0].unreachable
     viewer = signed_in_as("viewer")
     a01 = Host.objects.get(name="gpu-a01")
