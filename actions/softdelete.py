@@ -124,9 +124,9 @@ def restore_buckets(job_id: int) -> int:
             if job is None or job.state != DeletionState.RESTORED:
                 return restored
             items = list(
-                DeletionItem.objects.filter(
-                    job=job, state=ItemState.RESTORING, location__kind=LocationKind.BUCKET
-                ).order_by("location_id", "pk")[: execution.BATCH]
+                DeletionItem.objects.filter(job=job, state=ItemState.RESTORING, location__kind=LocationKind.BUCKET)
+                .select_related("shard_file")
+                .order_by("location_id", "pk")[: execution.BATCH]
             )
             if not items:
                 _settle(job, actor=WORKER)
