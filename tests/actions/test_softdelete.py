@@ -115,13 +115,19 @@ def test_versioned_purge_removes_exactly_the_planned_versions_and_their_markers(
         django_capture_on_commit_callbacks,
     )
     planned = set(DeletionItem.objects.filter(job=job).values_list("path", "version_id"))
+    # Proof of reclaim: the versions are in the trash (noncurrent, behind markers), nothing is reclaimed yet.
+    assert (job.proof_state, job.bytes_in_trash, job.bytes_reclaimed) == ("confirmed", job.bytes_total, 0)
     # Someone writes a new version of one key after it went to the trash: it is never hidden nor deleted.
     key = sorted(p for p, _ in planned)[0]
     written = s3.put(name, key, b"written after the trash")["VersionId"]
 
     assert softdelete.purge_due() == {"purged": {}}  # the window is still open
     end_window(job)
-    assert softdelete.purge_due() == {"purged": {job.pk: 3}}
+    with django_capture_on_commit_callbacks(execute=True):
+        assert softdelete.purge_due() == {"purged": {job.pk: 3}}
+    job.refresh_from_db()  # the purge is proved too: the planned versions are listed no more
+    assert (job.proof_state, job.bytes_in_trash, job.bytes_reclaimed) == ("confirmed", 0, job.bytes_total)
+    assert job.money_reclaimed > 0
 
     assert markers(s3, name) == []
     after = versions(s3, name)
