@@ -104,6 +104,8 @@ def test_a_store_that_says_deleted_and_keeps_the_versions_fails_the_proof_and_li
     assert row.bytes == job.bytes_total and row.subject_url == f"/actions/deletions/{job.pk}/"
     assert "3 of 3 freed objects are still stored" in row.reasons[0]
     assert any(r.startswith("Fix:") for r in row.reasons) and row.action_label == "Check again"
+    api = signed_in.get("/api/v1/problems/?kind=reclaim_unproven").json()
+    assert [r["subject_label"] for r in api["results"]] == [row.subject_label]
     listed = signed_in.get("/problems/?kind=reclaim_unproven").content.decode()
     assert "Reclaim not proven" in listed and f"deletion {job.pk}" in listed
     page = signed_in.get(f"/actions/deletions/{job.pk}/").content.decode()
