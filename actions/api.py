@@ -124,6 +124,15 @@ class DeletionJobSerializer(FleetModelSerializer):
             "items_deleted",
             "items_blocked",
             "outcome",
+            "proof_state",
+            "proof_at",
+            "proof_detail",
+            "proof_failures",
+            "bytes_reclaimed",
+            "bytes_in_trash",
+            "bytes_unproven",
+            "money_reclaimed",
+            "money_currency",
         ]
 
 

@@ -48,7 +48,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from actions import keepers, orphans, promises, trash
+from actions import keepers, orphans, promises, reclaim, trash
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemKind, ItemState
 from actions.protection import OPEN_DELETION_STATES
 from actions.services import audit_job_event, lock_checkpoint
@@ -762,6 +762,8 @@ def _finish(job: DeletionJob, state: str, outcome: str, *, actor: Actor) -> bool
         },
     )
     _rejudge(job, now=now)
+    if states[ItemState.DELETED] or states[ItemState.TRASHED]:
+        reclaim.queue(job.pk)  # ask the store whether what went is really gone (proof of reclaim)
     job.state, job.outcome, job.finished_at = state, outcome, now
     return True
 

@@ -160,6 +160,15 @@ class DeletionState(models.TextChoices):
     RESTORED = "restored", "Restored from the trash"
 
 
+class ProofState(models.TextChoices):
+    """What the store said, after the job ended, about what the job freed (``actions.reclaim``)."""
+
+    NONE = "", "Not checked yet"
+    CONFIRMED = "confirmed", "Confirmed: gone, or in the trash"
+    FAILED = "failed", "Failed: the store still holds what was freed"
+    UNCHECKED = "unchecked", "Could not be checked: the store did not answer"
+
+
 class DeletionScope(models.TextChoices):
     CHECKPOINT = "checkpoint", "Every copy of a checkpoint"
     COPY = "copy", "One copy of a checkpoint"
@@ -245,6 +254,18 @@ class DeletionJob(models.Model):
     )
     restored_label = models.CharField(max_length=200, blank=True)
     restored_at = models.DateTimeField(null=True, blank=True)
+    # Proof of reclaim (``actions.reclaim``): the store listed again after the job ended. ``bytes_reclaimed`` are
+    # the bytes proved gone (no longer stored nor billed), ``money_reclaimed`` what they cost per month at the price
+    # book's price on the day of the proof; ``bytes_in_trash`` are proved in the trash (still billed until purged).
+    proof_state = models.CharField(max_length=10, choices=ProofState.choices, default=ProofState.NONE, blank=True)
+    proof_at = models.DateTimeField(null=True, blank=True)
+    proof_detail = models.TextField(blank=True)
+    proof_failures = models.JSONField(default=list, blank=True)
+    bytes_reclaimed = models.BigIntegerField(default=0)
+    bytes_in_trash = models.BigIntegerField(default=0)
+    bytes_unproven = models.BigIntegerField(default=0)
+    money_reclaimed = models.DecimalField(max_digits=30, decimal_places=12, null=True, blank=True)
+    money_currency = models.CharField(max_length=8, blank=True)
 
     class Meta:
         ordering = ["-requested_at", "-id"]
@@ -268,7 +289,10 @@ class DeletionJob(models.Model):
                 name="deletionjob_checkpoint_or_orphans",
             ),
         ]
-        indexes = [models.Index(fields=["state", "execute_after"], name="deletionjob_due")]
+        indexes = [
+            models.Index(fields=["state", "execute_after"], name="deletionjob_due"),
+            models.Index(fields=["proof_state", "proof_at"], name="deletionjob_proof"),
+        ]
 
     def __str__(self) -> str:
         if self.is_orphans:

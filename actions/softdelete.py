@@ -23,7 +23,7 @@ from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
 from access.roles import Role, require_role
-from actions import execution, promises, trash
+from actions import execution, promises, reclaim, trash
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
 from audit.actor import Actor
 from audit.choices import ActorKind
@@ -124,9 +124,9 @@ def restore_buckets(job_id: int) -> int:
             if job is None or job.state != DeletionState.RESTORED:
                 return restored
             items = list(
-                DeletionItem.objects.filter(
-                    job=job, state=ItemState.RESTORING, location__kind=LocationKind.BUCKET
-                ).order_by("location_id", "pk")[: execution.BATCH]
+                DeletionItem.objects.filter(job=job, state=ItemState.RESTORING, location__kind=LocationKind.BUCKET)
+                .select_related("shard_file")
+                .order_by("location_id", "pk")[: execution.BATCH]
             )
             if not items:
                 _settle(job, actor=WORKER)
@@ -261,6 +261,8 @@ def _purge_job(job_id: int, *, now: datetime) -> int:
                 if i not in gone
             )
             total += len(gone)
+        if total:
+            reclaim.queue(job.pk)  # the purged bytes are proved gone, and counted as reclaimed
         if total or left:
             execution.audit_job(
                 job,

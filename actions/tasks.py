@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from actions import execution, softdelete
+from actions import execution, reclaim, softdelete
 
 
 @shared_task(acks_late=True, bind=True)
@@ -40,3 +40,10 @@ def record_lease_lapses() -> dict:
     from actions.leases import record_lapses
 
     return {"lapsed": record_lapses()}
+
+
+@shared_task(acks_late=True)
+def prove_reclaim(job_id: int) -> str:
+    """Check against the store that what an ended deletion freed is gone or in the trash (``actions.reclaim``).
+    Idempotent: the verdict is recomputed from a fresh listing each time."""
+    return reclaim.prove(job_id)

@@ -12,7 +12,8 @@ Only store operations live here; the executor (``actions.execution``) and the so
 - any other bucket (no versioning, versioning suspended, status unreadable): the object is copied
   server-side, conditional on its ETag, to ``TRASH_PREFIX/<job>/<key>`` at the bucket's root (outside the
   location's prefix; a bucket scan skips it), then the original is deleted as a hard deletion would. Purge
-  deletes the trash copy; restore copies it back, only while the original key is free, and deletes it.
+  deletes the trash copy; restore copies it back, only while the original key is free, in the storage class the
+  object had (``original_class``), and deletes it.
 """
 
 from __future__ import annotations
@@ -229,6 +230,14 @@ def purge(client: Any, bucket: str, items: list) -> list[s3.DeleteOutcome]:
     return outcomes
 
 
+def original_class(item: Any) -> str:
+    """The storage class the object had where the plan found it (the scan's listing of it), for its restore: a copy
+    back names a class, and one left to the default would put a STANDARD_IA or INTELLIGENT_TIERING object back in
+    STANDARD, billed at another price. "" (the store's default, STANDARD) when the scan recorded none."""
+    shard = item.shard_file if item.shard_file_id else None
+    return shard.storage_class if shard is not None else ""
+
+
 def restore(client: Any, bucket: str, item: Any) -> str:
     """Put one trashed item back where it was: "" when done, or why not, in words. Raises S3Error to retry.
 
@@ -254,7 +263,7 @@ def restore(client: Any, bucket: str, item: Any) -> str:
         target_bucket=bucket,
         target_key=item.path,
         size=item.size,
-        storage_class="STANDARD",
+        storage_class=original_class(item),
         source_version_id=item.trash_version_id if item.trash_version_id != "null" else "",
     )
     s3.delete_objects(client, bucket, [(item.trash_ref, item.trash_version_id, "")])

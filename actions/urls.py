@@ -17,6 +17,7 @@ urlpatterns = [
     path("deletions/<int:pk>/approve/", views.approve, name="approve"),
     path("deletions/<int:pk>/cancel/", views.cancel, name="cancel"),
     path("deletions/<int:pk>/restore/", views.restore, name="restore"),
+    path("deletions/<int:pk>/prove/", views.prove, name="prove"),
     path("orphans/cleanup/", views.orphan_cleanup, name="orphan-cleanup"),
     path("bulk/", views_bulk.bulk, name="bulk"),
     path("bulk/<slug:token>/", views_bulk.bulk_result, name="bulk-result"),

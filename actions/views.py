@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from access.middleware import request_id_of
 from access.roles import Role, has_role
 from access.scoping import restrict, scoped_team_names
-from actions import leases, orphans, services, softdelete
+from actions import leases, orphans, reclaim, services, softdelete
 from actions.execution import last_progress
 from actions.models import DeletionJob, DeletionState, Hold, HoldMode, Lease, Pin
 from actions.protection import OPEN_DELETION_STATES
@@ -349,6 +349,7 @@ def deletion_detail(request, pk: int):
             and job.reclaim_after > timezone.now()
             and has_role(user, Role.OPERATOR),
             "pending_reclaim": softdelete.pending_reclaim(job=job),
+            "provable": job.state in reclaim.PROVABLE and has_role(user, Role.OPERATOR),
         },
     )
 
@@ -408,6 +409,19 @@ def restore(request, pk: int):
     else:
         messages.success(request, f"Deletion {job.pk} is being restored: its items go back from the trash.")
     return _back(request, _deletion_url(pk))
+
+
+@login_required
+@require_POST
+def prove(request, pk: int):
+    job = get_object_or_404(restrict(DeletionJob.objects.all(), request.user), pk=pk)
+    try:
+        reclaim.request_proof(job=job, actor=Actor.for_request(request), request_id=request_id_of(request))
+    except DomainError as exc:
+        messages.error(request, f"Not checked: {exc.message}")
+    else:
+        messages.success(request, f"Deletion {job.pk}: the store is being listed again to prove what it freed.")
+    return _back(request, _deletion_url(pk) + "#proof")
 
 
 def may_clean_up_orphans(user) -> bool:

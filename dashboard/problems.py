@@ -82,6 +82,7 @@ class Kind(models.TextChoices):
     POINTER = "pointer", "Wrong resume pointer"
     CONFLICT = "ownership_conflict", "Ownership conflict"
     HOST_DOWN = "host_down", "Newest checkpoint on a down host"
+    RECLAIM = "reclaim_unproven", "Reclaim not proven"
 
 
 KIND_HELP = {
@@ -107,6 +108,9 @@ KIND_HELP = {
     Kind.CONFLICT: "The files of a held, pinned, leased or scheduled checkpoint now say they belong to another "
     "checkpoint (a rewritten sidecar, a moved directory): the copy stays under its protection until a person "
     "settles it, by releasing the protection or by correcting what the files say.",
+    Kind.RECLAIM: "A deletion, move or clean-up said it freed objects, but listing the store afterwards (versions "
+    "and trash included) found some still stored, or the trash copy that should be there missing: the bytes are "
+    "still billed, or cannot be restored.",
 }
 
 # Which placement flags make each checkpoint kind (each flag is one row of its checkpoint).
@@ -617,6 +621,10 @@ def sources(filters: Filters, user) -> list[Source]:
             out.append(_pointer_source(filters, user))
         elif kind == Kind.HOST_DOWN:
             out.append(_host_down_source(filters, user))
+        elif kind == Kind.RECLAIM:
+            from dashboard.problems_reclaim import reclaim_source  # it builds this module's rows
+
+            out.append(reclaim_source(filters, user, prices))
     return out
 
 

@@ -22,6 +22,7 @@ from actions.promises import unidentified_ids
 from actions.protection import OPEN_DELETION_STATES, protected_ids
 from catalog.models import Checkpoint, CopyTierUsage, Run
 from catalog.recovery import disputed_checkpoints, newest_restorable_ids
+from catalog.selectors import with_kept_copy
 from fleet.choices import LocationKind
 from fleet.early_deletion import EarlyDeletion, days_stored, min_storage_days
 from fleet.models import StorageLocation
@@ -183,7 +184,8 @@ class Simulation:
 
 
 def load_facts(run_ids: list[int], *, day: date) -> tuple[dict[int, list[CheckpointFacts]], dict[int, tuple]]:
-    """({run id: its checkpoints with a present copy, as the rules see them}, ``newest_restorable_ids``).
+    """({run id: its checkpoints with a present copy, as the rules see them}, ``newest_restorable_ids``). The
+    checkpoints are the run page's (``catalog.selectors.with_kept_copy``): an interrupted save's left-over is not one.
 
     A fixed number of queries whatever the number of runs.
     """
@@ -200,7 +202,11 @@ def load_facts(run_ids: list[int], *, day: date) -> tuple[dict[int, list[Checkpo
         )
     )
     copies: dict[int, list[CopyFacts]] = defaultdict(list)
-    usage = CopyTierUsage.objects.filter(copy__gone_at__isnull=True, copy__checkpoint__run_id__in=run_ids).values_list(
+    # Left-overs of interrupted saves are orphans, not checkpoints or copies: counted as the run page counts
+    # (``catalog.selectors.KEPT``), so a rule such as "keep the last N" never keeps an interrupted save.
+    usage = CopyTierUsage.objects.filter(
+        copy__gone_at__isnull=True, copy__temporary=False, copy__checkpoint__run_id__in=run_ids
+    ).values_list(
         "copy__checkpoint_id",
         "copy_id",
         "location_id",
@@ -218,10 +224,8 @@ def load_facts(run_ids: list[int], *, day: date) -> tuple[dict[int, list[Checkpo
         copies[ckpt_id].append(CopyFacts(copy_id, loc_id, tier, storage_class, size, files, days_stored(since, day)))
     facts: dict[int, list[CheckpointFacts]] = defaultdict(list)
     checkpoints = (
-        Checkpoint.objects.filter(run_id__in=run_ids)
-        .filter(Q(copies__gone_at__isnull=True))
+        with_kept_copy(Checkpoint.objects.filter(run_id__in=run_ids))
         .values_list("pk", "run_id", "step", "tag", "importance")
-        .distinct()
         .order_by("pk")
     )
     for pk, run_id, step, tag, importance in checkpoints:

@@ -7,7 +7,7 @@ shown beside or under it.
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import UTC, date, timedelta
 from decimal import Decimal
 
 from django import forms
@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from access.roles import Role, has_role, require_role
 from access.scoping import may_see_run, spend_team_ids
+from actions.reclaim import reclaimed
 from actions.softdelete import pending_reclaim
 from audit.actor import Actor
 from audit.choices import EventSource
@@ -153,6 +154,14 @@ def _team_picker(team_ids, day: date) -> list[tuple[str, list[Team]]]:
     return sorted(groups.items())
 
 
+def _reclaimed_this_month(team_ids):
+    """What the deletions that ended this UTC month are proved to have freed (``actions.reclaim``)."""
+    now = timezone.now().astimezone(UTC)
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = (start + timedelta(days=32)).replace(day=1)
+    return reclaimed(start=start, end=end, team_ids=team_ids)
+
+
 @login_required
 def spend_overview(request):
     today = utc_today()
@@ -197,6 +206,7 @@ def spend_overview(request):
             "period_field": period.param.split("=", 1),
             "anything": spend.anything_recorded(),
             "pending_reclaim": pending_reclaim(team_ids=[team.pk] if team else teams),
+            "reclaimed": _reclaimed_this_month([team.pk] if team else teams),
             **tables,
         },
     )

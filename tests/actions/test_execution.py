@@ -91,6 +91,7 @@ def test_a_due_deletion_removes_exactly_its_frozen_versions(s3, scanned, django_
         "deletion.start",
         "deletion.batch",
         "deletion.complete",
+        "deletion.proof",  # the store listed again: the versions are really gone (actions.reclaim)
     ]
     done = completions(job)[0]
     assert (done.actor_kind, done.source, done.after["deleted"]) == ("worker", "task", 3)

@@ -77,6 +77,9 @@ def test_the_agent_deletes_exactly_the_scheduled_files(live_server, host_tree, c
     assert job.state == DeletionState.COMPLETED, job.outcome
     assert job.items_deleted == 2
     assert "1 skipped" in job.outcome
+    # Proof of reclaim on a host: the agent's per-file report; the skipped file is not counted as reclaimed.
+    deleted_bytes = sum(DeletionItem.objects.filter(job=job, state="deleted").values_list("size", flat=True))
+    assert job.proof_state == "confirmed" and job.bytes_reclaimed == deleted_bytes < job.bytes_total
     items = dict(DeletionItem.objects.filter(job=job).values_list("path", "state"))
     assert items["llm/llama-tiny/step-100/__1_0.distcp"] == ItemState.SKIPPED
     files = dict(

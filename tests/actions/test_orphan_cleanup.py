@@ -97,7 +97,8 @@ def test_unclaimed_objects_and_an_incomplete_upload_are_cleaned_up_exactly(
         job.refresh_from_db()
         assert job.state == DeletionState.COMPLETED, job.outcome
         assert job.items_deleted == job.items_total
-        assert location_events(job)[-1] == "deletion.complete"
+        assert location_events(job)[-2:] == ["deletion.complete", "deletion.proof"]
+        assert job.proof_state == "confirmed" and job.bytes_reclaimed == job.bytes_total  # uploads: no longer listed
     assert keys(s3, name) == before - set(SCRATCH)
     assert s3.client.list_multipart_uploads(Bucket=name).get("Uploads", []) == []
     assert MultipartUpload.objects.get(upload_id=upload_id).gone_at is not None

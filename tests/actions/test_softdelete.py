@@ -115,13 +115,19 @@ def test_versioned_purge_removes_exactly_the_planned_versions_and_their_markers(
         django_capture_on_commit_callbacks,
     )
     planned = set(DeletionItem.objects.filter(job=job).values_list("path", "version_id"))
+    # Proof of reclaim: the versions are in the trash (noncurrent, behind markers), nothing is reclaimed yet.
+    assert (job.proof_state, job.bytes_in_trash, job.bytes_reclaimed) == ("confirmed", job.bytes_total, 0)
     # Someone writes a new version of one key after it went to the trash: it is never hidden nor deleted.
     key = sorted(p for p, _ in planned)[0]
     written = s3.put(name, key, b"written after the trash")["VersionId"]
 
     assert softdelete.purge_due() == {"purged": {}}  # the window is still open
     end_window(job)
-    assert softdelete.purge_due() == {"purged": {job.pk: 3}}
+    with django_capture_on_commit_callbacks(execute=True):
+        assert softdelete.purge_due() == {"purged": {job.pk: 3}}
+    job.refresh_from_db()  # the purge is proved too: the planned versions are listed no more
+    assert (job.proof_state, job.bytes_in_trash, job.bytes_reclaimed) == ("confirmed", 0, job.bytes_total)
+    assert job.money_reclaimed > 0
 
     assert markers(s3, name) == []
     after = versions(s3, name)
@@ -410,3 +416,25 @@ def test_the_settings_refuse_a_zero_default_when_compliance_requires_the_trash()
     answer = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert answer.returncode != 0
     assert "CKPTFLEET_SOFT_DELETE_REQUIRED=1 refuses CKPTFLEET_SOFT_DELETE_DAYS=0" in answer.stderr
+
+
+def test_a_restore_from_the_trash_of_an_unversioned_bucket_keeps_the_storage_class(
+    s3, scan_now, django_capture_on_commit_callbacks
+):
+    """Issue 27 item 8: the copy back named STANDARD, so an infrequent-access checkpoint came back billed as
+    STANDARD. It comes back in the class the scan listed it in."""
+    name = s3.bucket()
+    s3.upload_tree(name, "nvme-a", prefix="fleet/", classes={"llm/llama-tiny/step-100/*": "STANDARD_IA"})
+    assert scan_now(s3.register(name, prefix="fleet/")).status == "applied"
+    job = execute(
+        services.schedule_deletion(checkpoint=checkpoint(100), reason="superseded", actor=OPERATOR),
+        django_capture_on_commit_callbacks,
+    )
+    assert "3 of 3 moved to the trash" in job.outcome, job.outcome
+    with django_capture_on_commit_callbacks(execute=True):
+        softdelete.restore(job=job, reason="wrong checkpoint", actor=OPERATOR)
+    job.refresh_from_db()
+    assert "3 of 3 restored" in job.outcome, job.outcome
+    paths = list(DeletionItem.objects.filter(job=job).values_list("path", flat=True))
+    assert len(paths) == 3
+    assert {s3.client.head_object(Bucket=name, Key=p).get("StorageClass") for p in paths} == {"STANDARD_IA"}

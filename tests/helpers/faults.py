@@ -27,7 +27,8 @@ class Fault:
     # What the fault does: "error" (answer with the error above), "reset" (close the connection before
     # the store sees the request), "reset_after" (forward it, then close the connection without the
     # answer: the store did the work, the client never hears), "partial" (DeleteObjects: forward only every
-    # other key, and answer the others with ``code`` as per-key errors, as S3 does under load).
+    # other key, and answer the others with ``code`` as per-key errors, as S3 does under load), "lie"
+    # (DeleteObjects: do nothing, and answer that every key asked for was deleted, as a broken gateway might).
     action: str = "error"
 
 
@@ -78,6 +79,14 @@ class FaultyEndpoint:
                 if fault is not None and fault.action == "reset":
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if fault is not None and fault.action == "lie" and body:
+                    lie = _all_deleted(body)
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(lie)))
+                    self.end_headers()
+                    self.wfile.write(lie)
                     return
                 refused: list[bytes] = []
                 if fault is not None and fault.action == "partial" and body:
@@ -168,3 +177,23 @@ def _add_errors(answer: bytes, refused: list[bytes], code: str) -> bytes:
             + b"</Code><Message>We encountered an internal error.</Message></Error>"
         )
     return answer.replace(b"</DeleteResult>", errors + b"</DeleteResult>", 1)
+
+
+def _all_deleted(body: bytes) -> bytes:
+    """A DeleteResult that says every object of a DeleteObjects body was deleted (the store was never asked)."""
+    deleted = b""
+    for obj in _OBJECT.findall(body):
+        key = _KEY.search(obj)
+        version = _VERSION.search(obj)
+        deleted += (
+            b"<Deleted><Key>"
+            + (key.group(1) if key else b"")
+            + b"</Key>"
+            + (b"<VersionId>" + version.group(1) + b"</VersionId>" if version else b"")
+            + b"</Deleted>"
+        )
+    return (
+        b'<?xml version="1.0" encoding="UTF-8"?><DeleteResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        + deleted
+        + b"</DeleteResult>"
+    )

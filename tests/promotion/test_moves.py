@@ -9,6 +9,8 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from access.roles import Role
+from actions import services
 from actions.models import DeletionJob, Hold
 from actions.services import preview
 from audit.actor import Actor
@@ -21,6 +23,9 @@ from promotion import moves, runner
 from promotion.choices import Direction, ItemState, JobState, Method
 from promotion.models import PromotionItem, PromotionJob
 from promotion.tasks import advance_promotions
+from tests.actions.conftest import as_ui, make_person
+from tests.actions.test_execution import run_due
+from tests.helpers.deletion import make_due
 from tests.promotion.conftest import WHEN, events, step
 
 pytestmark = pytest.mark.services
@@ -108,6 +113,16 @@ def test_a_demotion_to_another_bucket_copies_verifies_and_then_schedules_the_sou
     verified = events("move.verified")[0]
     deletion_event = events("deletion.schedule")[0]
     assert verified.id < deletion_event.id  # verified first, freed after
+
+    # When the grace period ends the source goes, and the move's freeing is proved by listing the source again.
+    while deletion.state == "awaiting_approval":  # a move's source needs approvers, as any large deletion
+        approver = make_person(f"approver-{deletion.approvals_given}", Role.APPROVER)
+        deletion = services.approve(job=deletion, actor=as_ui(approver))
+    make_due(deletion)
+    run_due(django_capture_on_commit_callbacks)
+    deletion.refresh_from_db()
+    assert deletion.state == "completed", deletion.outcome
+    assert (deletion.proof_state, deletion.bytes_reclaimed) == ("confirmed", deletion.bytes_total)
 
 
 def test_the_source_is_never_freed_when_a_new_object_does_not_match(

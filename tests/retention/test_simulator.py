@@ -147,3 +147,24 @@ def test_the_run_page_and_the_spend_page_link_to_it(fleet, signed_in):
     run = steps[100].run
     assert f"/retention/?run={run.pk}" in signed_in.get(f"/runs/{run.pk}/").content.decode()
     assert "/retention/" in signed_in.get("/spend/").content.decode()
+
+
+def test_the_simulator_counts_the_checkpoints_the_run_page_counts_leaving_out_interrupted_saves(fleet):
+    """Issue 27 item 8: a left-over of an interrupted save is an orphan, not a checkpoint. The run page and the
+    run list leave it out; the simulator counted it, so "keep the last 1" kept the interrupted step 700 and freed
+    the complete step 600, and its bytes were priced as the run's."""
+    from catalog.models import CheckpointCopy
+    from catalog.selectors import run_checkpoints, run_list
+
+    steps = alpha(fleet)
+    run = steps[100].run
+    interrupted = fleet.copy(fleet.checkpoint(run, 700), fleet.nvme, 3 * GIB)
+    leftover = fleet.copy(steps[300], fleet.bucket, 5 * GIB)  # an interrupted upload of step 300 to the bucket
+    CheckpointCopy.objects.filter(pk__in=[interrupted.pk, leftover.pk]).update(temporary=True)
+
+    [result] = simulate(rules=RULES).runs
+    on_the_page = [c.pk for c in run_checkpoints(run)]
+    assert sorted(d.checkpoint.id for d in result.plan.decisions) == sorted(on_the_page)
+    assert len(result.plan.decisions) == run_list().get(pk=run.pk).checkpoint_count == 6
+    assert {d.checkpoint.step for d in result.plan.kept} == {600, 500, 300, 200}
+    assert result.freed.bytes == 24 * GIB and result.kept.bytes == 40 * GIB  # the left-overs are the orphans'
