@@ -35,9 +35,11 @@ def test_the_demo_has_hosts_runs_and_broken_checkpoints(db, tmp_path, settings):
     # The problems list has something of every kind to show, but an ownership conflict (a protected copy whose files
     # now name another checkpoint: tests/reliability/test_protection_follows_data.py makes one).
     # Every demo host is up: no run loses its newest checkpoint to a down one (test_demo_host_down.py marks one).
+    # No demo deletion has ended, so none has a proof of reclaim, failed or not (tests/actions/test_reclaim.py).
     assert {t.kind for t in problem_page(Filters(), None).totals if t.count} == set(Kind.values) - {
         Kind.CONFLICT,
         Kind.HOST_DOWN,
+        Kind.RECLAIM,
     }
     formats = set(CheckpointCopy.objects.values_list("format", flat=True))
     assert {"pytorch_dcp", "hf_safetensors", "hf_trainer", "deepspeed", "megatron", "orbax", "single_file"} <= formats

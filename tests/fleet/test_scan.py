@@ -582,7 +582,7 @@ def test_the_ranged_reader_reads_a_safetensors_header_and_never_the_shard(s3):
     header = json.dumps({"w": {"dtype": "F32", "shape": [524288], "data_offsets": [0, 2097152]}}).encode()
     body = len(header).to_bytes(8, "little") + header + bytes(2097152)
     answer = s3.put(name, "model-00001-of-00002.safetensors", body)
-    client = s3lib.s3lib.make_client(endpoint_url=s3.url, addressing_style="path")
+    client = s3lib.make_client(endpoint_url=s3.url, addressing_style="path")
     reader = s3lib.RangedReader(client, name, "model-00001-of-00002.safetensors", len(body), etag=answer["ETag"])
 
     facts = stream_facts("model-00001-of-00002.safetensors", reader, len(body))
@@ -599,7 +599,7 @@ def test_the_ranged_reader_checks_a_torch_zip_by_its_head_and_tail_only(s3):
         z.writestr("archive/data/0", bytes(3 * 1024 * 1024))
         z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
     whole = buffer.getvalue()
-    client = s3lib.s3lib.make_client(endpoint_url=s3.url, addressing_style="path")
+    client = s3lib.make_client(endpoint_url=s3.url, addressing_style="path")
     for key, body, complete in (("whole.pt", whole, True), ("cut.pt", whole[:-100], False)):
         answer = s3.put(name, key, body)
         reader = s3lib.RangedReader(client, name, key, len(body), etag=answer["ETag"])
@@ -613,7 +613,7 @@ def test_a_rewritten_object_is_reported_unreadable_rather_than_mixed(s3):
     name = s3.bucket()
     first = s3.put(name, "latest", b"global_step100")
     s3.put(name, "latest", b"global_step200")
-    client = s3lib.s3lib.make_client(endpoint_url=s3.url, addressing_style="path")
+    client = s3lib.make_client(endpoint_url=s3.url, addressing_style="path")
     reader = s3lib.RangedReader(client, name, "latest", 14, etag=first["ETag"])
 
     facts = stream_facts("latest", reader, 14)
