@@ -11,6 +11,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -123,6 +124,22 @@ def make_host(db) -> Callable[..., HostKit]:
         return HostKit(name, root, **kwargs)
 
     return make
+
+
+@pytest.fixture
+def host_tree(tmp_path, make_host, monkeypatch) -> tuple[HostKit, Path]:
+    """gpu-a01 with the demo's real checkpoints (DCP, Lightning...) on its NVMe root, registered with a token in the
+    environment, as its agent runs: ``kit, root = host_tree``."""
+    import shutil
+
+    from dashboard.management.commands.seed_demo import DEMO_TREES
+
+    root = tmp_path / "nvme0"
+    shutil.copytree(DEMO_TREES / "nvme-a", root)
+    kit = make_host("gpu-a01", str(root))
+    monkeypatch.setenv("CKPTFLEET_TOKEN", kit.token)
+    monkeypatch.delenv("CKPTFLEET_TOKEN_FILE", raising=False)
+    return kit, root
 
 
 @pytest.fixture

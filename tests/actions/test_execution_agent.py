@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
 from django.utils import timezone
 
 from actions import execution, services
@@ -16,22 +14,10 @@ from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
 from audit.actor import Actor
 from audit.models import AuditEvent
 from catalog.models import Checkpoint, CheckpointCopy, ShardFile
-from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
 from fleet import agent
 
 OPERATOR = Actor.command(label="tests: operator")
 URL = "/api/v1/agent/deletions/"
-
-
-@pytest.fixture
-def host_tree(tmp_path, make_host, monkeypatch):
-    """gpu-a01 with real checkpoints on its NVMe root, reported once by its agent."""
-    root = tmp_path / "nvme0"
-    shutil.copytree(TREES / "nvme-a", root)
-    kit = make_host("gpu-a01", str(root))
-    monkeypatch.setenv("CKPTFLEET_TOKEN", kit.token)
-    monkeypatch.delenv("CKPTFLEET_TOKEN_FILE", raising=False)
-    return kit, root
 
 
 def report(server: str, root: Path) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -24,7 +23,6 @@ from django.utils import timezone
 
 from catalog.models import Checkpoint, Run
 from ckptfleet.errors import DomainError
-from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
 from fleet import agent
 from fleet.choices import InventoryStatus
 from fleet.models import Host, Inventory, StorageLocation
@@ -32,16 +30,6 @@ from promotion.selectors import move_candidates
 from tests.conftest import give_roles, let_the_test_runner_flush
 
 NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def host_tree(tmp_path, make_host, monkeypatch):
-    root = tmp_path / "nvme0"
-    shutil.copytree(TREES / "nvme-a", root)
-    kit = make_host("gpu-a01", str(root))
-    monkeypatch.setenv("CKPTFLEET_TOKEN", kit.token)
-    monkeypatch.delenv("CKPTFLEET_TOKEN_FILE", raising=False)
-    return kit, root
 
 
 def written(step_dir: Path, when: datetime) -> None:

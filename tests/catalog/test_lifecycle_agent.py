@@ -4,27 +4,13 @@ host's root and uploads to the running app, the ingest sets the run's status (or
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
-
-import pytest
 
 from audit.models import AuditEvent
 from catalog.models import CheckpointCopy, Run
-from dashboard.management.commands.seed_demo import DEMO_TREES as TREES
 from fleet import agent
 from fleet.choices import InventoryStatus
 from fleet.models import Inventory
-
-
-@pytest.fixture
-def host_tree(tmp_path, make_host, monkeypatch):
-    root = tmp_path / "nvme0"
-    shutil.copytree(TREES / "nvme-a", root)
-    kit = make_host("gpu-a01", str(root))
-    monkeypatch.setenv("CKPTFLEET_TOKEN", kit.token)
-    monkeypatch.delenv("CKPTFLEET_TOKEN_FILE", raising=False)
-    return kit, root
 
 
 def write_sidecar(step_dir: Path, **fields) -> None:

@@ -24,17 +24,6 @@ from fleet.models import Inventory
 from tests.agent_build import built_agent_env
 
 
-@pytest.fixture
-def host_tree(tmp_path, make_host, monkeypatch):
-    """A GPU host whose NVMe root holds real DCP and Lightning checkpoints, registered with a token."""
-    root = tmp_path / "nvme0"
-    shutil.copytree(TREES / "nvme-a", root)
-    kit = make_host("gpu-a01", str(root))
-    monkeypatch.setenv("CKPTFLEET_TOKEN", kit.token)
-    monkeypatch.delenv("CKPTFLEET_TOKEN_FILE", raising=False)
-    return kit, root
-
-
 @pytest.fixture(params=["package", "built-file"])
 def run_agent(request) -> Callable[..., int]:
     """Run the agent against ``server`` for ``root``; its exit status. Its output goes to this test's stdout and
