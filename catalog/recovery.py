@@ -25,7 +25,6 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
@@ -36,9 +35,6 @@ from catalog.models import Checkpoint, CheckpointCopy, CopyTierUsage, RestoreDri
 from fleet.choices import LocationKind, Tier
 from fleet.models import Bucket
 from fleet.restore_assumptions import DEFAULT_ASSUMPTIONS
-
-if TYPE_CHECKING:
-    from catalog.recovery_model import RecoveryPoint
 
 MIB = 1024 * 1024
 FALLBACKS = 3
@@ -523,15 +519,14 @@ def _skipped_lines(skipped: list[Skipped]) -> list[str]:
     return lines
 
 
-def recovery_for(run: Run, point: RecoveryPoint) -> Recovery:
+def recovery_for(
+    run: Run, *, checkpoint: Checkpoint | None, verified: bool, skipped: list[Skipped], now: datetime
+) -> Recovery:
     """Everything the recovery page shows for ``run``, in a fixed number of queries: the checkpoint the run's
-    recovery model chose (``point``, ``catalog.recovery_model``; the page, both recovery-point APIs, the resume
-    answer and the ladder read the same one), its copies ranked, the newer ones it passed over and why, and the
-    fallbacks."""
+    recovery model chose (``checkpoint``, ``verified`` and the newer ones it passed over, ``skipped``, from
+    ``catalog.recovery_model``; the page, both recovery-point APIs, the resume answer and the ladder read the same
+    one), its copies ranked, and the fallbacks."""
     table = assumptions()
-    now = point.now
-    checkpoint, verified = point.checkpoint, point.verified
-    skipped = point.excluded
     newer = [s.checkpoint for s in skipped]
     newer_broken = [s.checkpoint for s in skipped if s.kind not in ("unverified", "unreachable")]
     if checkpoint is None:

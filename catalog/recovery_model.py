@@ -284,7 +284,9 @@ def recovery_point_of(run: Run, *, now: datetime | None = None) -> RecoveryPoint
 def recovery_of(run: Run, *, now: datetime | None = None) -> tuple[RecoveryPoint, Recovery]:
     """The run's model and the recovery page's answer built on it (``catalog.recovery.recovery_for``)."""
     point = recovery_point_of(run, now=now)
-    return point, recovery_for(run, point)
+    return point, recovery_for(
+        run, checkpoint=point.checkpoint, verified=point.verified, skipped=point.excluded, now=point.now
+    )
 
 
 def _excluded(points: list[RecoveryPoint], now: datetime) -> None:

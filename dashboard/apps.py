@@ -8,3 +8,6 @@ class DashboardConfig(AppConfig):
 
     name = "dashboard"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from dashboard import problems_reclaim  # noqa: F401 (it adds its source to dashboard.problems.MORE_SOURCES)

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from access.scoping import scoped_team_names
 from actions.models import DeletionItem, DeletionJob, ProofState
-from dashboard.problems import Filters, Kind, Prices, Problem, Source
+from dashboard.problems import MORE_SOURCES, Filters, Kind, Prices, Problem, Source
 from fleet.models import StorageLocation
 
 RECLAIM_ROWS = 500  # failed proofs listed, newest first; each is a job someone must look at
@@ -79,3 +79,6 @@ RECLAIM_FIX = (
     "checkpoint or copy, or the store's console); an object written again at the key belongs to whoever wrote it. "
     'Then press "Check again" on the deletion\'s page.'
 )
+
+
+MORE_SOURCES[Kind.RECLAIM] = reclaim_source
