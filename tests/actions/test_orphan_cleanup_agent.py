@@ -12,7 +12,7 @@ from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
 from catalog import selectors
 from catalog.models import CheckpointCopy, ShardFile
 from tests.actions.conftest import as_ui, make_person
-from tests.actions.test_execution_agent import delete, host_tree, report  # noqa: F401  (a fixture)
+from tests.actions.test_execution_agent import delete, report
 from tests.helpers.deletion import OPERATOR
 
 
@@ -21,7 +21,7 @@ def started(job: DeletionJob) -> None:
     assert execution.start_due()["started"] == [job.pk]
 
 
-def test_the_agent_deletes_the_stray_files_and_leaves_one_claimed_since(live_server, host_tree):  # noqa: F811
+def test_the_agent_deletes_the_stray_files_and_leaves_one_claimed_since(live_server, host_tree):
     _kit, root = host_tree
     scratch = root / "scratch"
     scratch.mkdir()

@@ -13,7 +13,7 @@ from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
 from audit.models import AuditEvent
 from catalog.models import ShardFile
 from fleet import agent
-from tests.actions.test_execution_agent import delete, host_tree, report, running_deletion  # noqa: F401
+from tests.actions.test_execution_agent import delete, report, running_deletion
 from tests.helpers.deletion import OPERATOR
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,7 +28,7 @@ def tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_trash_then_restore_then_trash_again_and_purge(live_server, host_tree, capsys):  # noqa: F811
+def test_trash_then_restore_then_trash_again_and_purge(live_server, host_tree, capsys):
     kit, root = host_tree
     report(live_server.url, root)
     before = tree(root)
@@ -68,7 +68,7 @@ def test_trash_then_restore_then_trash_again_and_purge(live_server, host_tree, c
     assert (root / "llm" / "llama-tiny" / "step-200" / ".metadata").exists()
 
 
-def test_an_older_agent_is_never_handed_files_it_would_delete(live_server, host_tree):  # noqa: F811
+def test_an_older_agent_is_never_handed_files_it_would_delete(live_server, host_tree):
     kit, root = host_tree
     report(live_server.url, root)
     running_deletion(100)

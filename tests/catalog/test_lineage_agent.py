@@ -15,12 +15,12 @@ from audit.models import AuditEvent
 from catalog.models import Checkpoint, CheckpointCopy, Run
 from catalog.recovery_point import recovery_point_of
 from ckptfleet.errors import DomainError
-from tests.catalog.test_lifecycle_agent import host_tree, run_agent, write_sidecar  # noqa: F401
+from tests.catalog.test_lifecycle_agent import run_agent, write_sidecar
 from tests.conftest import give_roles
 
 
 @pytest.fixture
-def fine_tune(host_tree):  # noqa: F811
+def fine_tune(host_tree):
     """llm/llama-tiny-sft/step-50: a fine-tune of llama-tiny step 200, written as a job would."""
     kit, root = host_tree
     sft = root / "llm" / "llama-tiny-sft" / "step-50"

@@ -19,7 +19,7 @@ from actions import services, softdelete
 from actions.models import DeletionItem, DeletionJob, DeletionState, ItemState
 from audit.actor import Actor
 from audit.models import AuditEvent
-from tests.actions.test_execution_agent import URL, delete, host_tree, report, running_deletion  # noqa: F401
+from tests.actions.test_execution_agent import URL, delete, report, running_deletion
 from tests.helpers.deletion import OPERATOR
 from tests.reliability.conftest import report as scorecard
 
@@ -54,7 +54,7 @@ def end_window(job: DeletionJob) -> None:
     DeletionJob.objects.filter(pk=job.pk).update(reclaim_after=past)
 
 
-def test_a_purge_the_server_did_not_ask_for_is_not_believed(live_server, host_tree, client):  # noqa: F811
+def test_a_purge_the_server_did_not_ask_for_is_not_believed(live_server, host_tree, client):
     kit, root = host_tree
     job = trashed_job(live_server, root)
     items = list(DeletionItem.objects.filter(job=job).order_by("pk"))
@@ -89,7 +89,7 @@ def test_a_purge_the_server_did_not_ask_for_is_not_believed(live_server, host_tr
     scorecard("host purges claimed outside the window or under a hold", "4 of 4 not believed, 3 of 3 restored")
 
 
-def test_a_purge_the_agent_skipped_stays_in_the_trash_and_counted(live_server, host_tree):  # noqa: F811
+def test_a_purge_the_agent_skipped_stays_in_the_trash_and_counted(live_server, host_tree):
     kit, root = host_tree
     job = trashed_job(live_server, root)
     changed = DeletionItem.objects.filter(job=job).order_by("path").first()
